@@ -1,0 +1,365 @@
+"""The EKS cluster, its node groups and the GPU device plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import (
+    Annotations,
+    CfnCondition,
+    Duration,
+    RemovalPolicy,
+    Stack,
+    lambda_layer_kubectl_v35,
+    lambda_layer_kubectl_v36,
+)
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.aws_lambda import ILayerVersion
+from constructs import Construct
+
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, HelmAddon
+from pd_constructs.nag import (
+    LAMBDA_BASIC,
+    LAMBDA_VPC,
+    MANAGED_POLICY,
+    acknowledge,
+    function_versions_finding,
+)
+
+GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
+SYSTEM_LABELS = {"role": "system"}
+GPU_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+_NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryReadOnly",
+)
+
+
+def kubectl_layer(scope: Construct, kubernetes_version: str) -> ILayerVersion:
+    """The kubectl/helm Lambda layer whose number matches the cluster's Kubernetes version."""
+    if kubernetes_version == "1.35":
+        return lambda_layer_kubectl_v35.KubectlV35Layer(scope, "KubectlLayer")
+    if kubernetes_version == "1.36":
+        return lambda_layer_kubectl_v36.KubectlV36Layer(scope, "KubectlLayer")
+    raise ValueError(f"no kubectl layer for Kubernetes {kubernetes_version}")
+
+
+class PdCluster(Construct):
+    """EKS control plane with secrets envelope encryption, all control-plane log types, access
+    entries for the configured administrators, and a kubectl provider in the private subnets.
+
+    The API endpoint is private unless ``endpoint_public_cidrs`` is given; then it is public and
+    private, with the public side open only to those CIDRs.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        cluster_name: str,
+        kubernetes_version: str,
+        admin_principal_arns: Sequence[str] = (),
+        endpoint_public_cidrs: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.secrets_key = kms.Key(
+            self,
+            "SecretsKey",
+            description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
+            enable_key_rotation=True,
+            pending_window=Duration.days(7),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        endpoint = (
+            eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_public_cidrs)
+            if endpoint_public_cidrs
+            else eks.EndpointAccess.PRIVATE
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Resource",
+            cluster_name=cluster_name,
+            version=eks.KubernetesVersion.of(kubernetes_version),
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            endpoint_access=endpoint,
+            secrets_encryption_key=self.secrets_key,
+            cluster_logging=[
+                eks.ClusterLoggingTypes.API,
+                eks.ClusterLoggingTypes.AUDIT,
+                eks.ClusterLoggingTypes.AUTHENTICATOR,
+                eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                eks.ClusterLoggingTypes.SCHEDULER,
+            ],
+            # Node groups are added explicitly; no Auto Mode, no default capacity.
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            # The CloudFormation execution role is no person; administrators are explicit.
+            bootstrap_cluster_creator_admin_permissions=False,
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=kubectl_layer(self, kubernetes_version),
+                private_subnets=vpc.private_subnets,
+            ),
+            output_config_command=False,
+        )
+        for i, arn in enumerate(admin_principal_arns):
+            self.cluster.grant_access(
+                f"Admin{i}",
+                arn,
+                [
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
+        if not admin_principal_arns:
+            Annotations.of(self).add_warning_v2(
+                "ray-pd-eks:noAdmins",
+                "adminPrincipalArns is empty: no person can reach the Kubernetes API; set "
+                "-c adminPrincipalArns=arn:aws:iam::<account>:role/<your-role>",
+            )
+        acknowledge(
+            self.cluster,
+            "AwsSolutions-IAM4",
+            "EKS requires AmazonEKSClusterPolicy on the cluster role; the kubectl provider's "
+            "functions use AWSLambdaBasicExecutionRole/AWSLambdaVPCAccessExecutionRole for "
+            "their own logs and network interfaces; it may pull the layer's public images.",
+            findings=[
+                MANAGED_POLICY + "AmazonEKSClusterPolicy",
+                LAMBDA_BASIC,
+                LAMBDA_VPC,
+                MANAGED_POLICY + "AmazonEC2ContainerRegistryReadOnly",
+                _ecr_public_finding(self.cluster),
+            ],
+        )
+        acknowledge(
+            self.cluster,
+            "AwsSolutions-IAM5",
+            "Generated by aws-cdk-lib's kubectl provider: its framework may invoke any version "
+            "of its own handler (<arn>:*).",
+            findings=[function_versions_finding(_kubectl_handler(self.cluster))],
+        )
+        acknowledge(
+            self.cluster,
+            "AwsSolutions-L1",
+            "The kubectl provider's runtime is chosen by aws-cdk-lib to match the kubectl layer.",
+        )
+        if endpoint_public_cidrs:
+            acknowledge(
+                self.cluster,
+                "AwsSolutions-EKS1",
+                "endpointPublicCidrs asks for a public endpoint; it is open only to those CIDRs.",
+            )
+
+
+def _kubectl_handler(cluster: eks.Cluster) -> lambda_.IFunction:
+    handler = cluster.node.find_child("KubectlProvider").node.find_child("Handler")
+    assert isinstance(handler, lambda_.Function)
+    return handler
+
+
+def _ecr_public_finding(cluster: eks.Cluster) -> str:
+    """aws-cdk-lib attaches ECR public read-only to the kubectl handler behind a condition."""
+    condition = _kubectl_handler(cluster).node.find_child("HasEcrPublic")
+    assert isinstance(condition, CfnCondition)
+    logical_id = Stack.of(cluster).get_logical_id(condition)
+    arn = (
+        '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},'
+        '":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]}'
+    )
+    return f'Policy::{{"Fn::If":["{logical_id}",{arn},{{"Ref":"AWS::NoValue"}}]}}'
+
+
+def _node_role(scope: Construct) -> iam.Role:
+    role = iam.Role(scope, "NodeRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
+    for name in _NODE_POLICIES:
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(name))
+    acknowledge(
+        role,
+        "AwsSolutions-IAM4",
+        "The three AWS managed policies EKS requires for worker nodes (node registration, "
+        "VPC CNI, image pulls from ECR).",
+        findings=[MANAGED_POLICY + name for name in _NODE_POLICIES],
+    )
+    return role
+
+
+def _launch_template_data(
+    root_volume_gib: int,
+    network_interfaces: list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty] | None = None,
+    placement_group: str | None = None,
+) -> ec2.CfnLaunchTemplate.LaunchTemplateDataProperty:
+    """IMDSv2 only (hop limit 2 so pods behind the node can still reach it through the CNI),
+    and an encrypted gp3 root volume."""
+    return ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+        metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+            http_endpoint="enabled",
+            http_tokens="required",
+            http_put_response_hop_limit=2,
+        ),
+        block_device_mappings=[
+            ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                device_name="/dev/xvda",
+                ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                    volume_size=root_volume_gib,
+                    volume_type="gp3",
+                    encrypted=True,
+                    delete_on_termination=True,
+                ),
+            )
+        ],
+        network_interfaces=network_interfaces,
+        placement=(
+            ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group)
+            if placement_group
+            else None
+        ),
+    )
+
+
+class SystemNodeGroup(Construct):
+    """CPU nodes (AL2023) for system pods, the KubeRay operator and the Ray head;
+    labelled ``role=system``; fixed size."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        instance_type: str,
+        node_count: int,
+        root_volume_gib: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        template = ec2.CfnLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            launch_template_data=_launch_template_data(root_volume_gib),
+        )
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Resource",
+            cluster=as_icluster(cluster),
+            nodegroup_name="system",
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            instance_types=[ec2.InstanceType(instance_type)],
+            min_size=node_count,
+            desired_size=node_count,
+            max_size=node_count,
+            labels=SYSTEM_LABELS,
+            node_role=_node_role(self),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=template.ref, version=template.attr_latest_version_number
+            ),
+        )
+
+
+class EfaGpuNodeGroup(Construct):
+    """The fixed-size GPU node group: AL2023 NVIDIA AMI, one subnet (one AZ, because EFA does
+    not cross AZs), a cluster placement group, and a launch template whose primary interface is
+    an EFA interface carrying both the cluster security group and an EFA security group that
+    allows all traffic to and from itself (EFA's requirement). Nodes are labelled
+    ``role=gpu-worker`` and ``nvidia.com/gpu.present=true`` and tainted
+    ``nvidia.com/gpu=true:NoSchedule`` so only GPU workloads land there.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        subnet: ec2.ISubnet,
+        nodegroup_name: str,
+        instance_type: str,
+        node_count: int,
+        root_volume_gib: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.efa_security_group = ec2.SecurityGroup(
+            self,
+            "EfaSecurityGroup",
+            vpc=cluster.vpc,
+            description="EFA: all traffic to and from members of this group",
+            allow_all_outbound=False,
+        )
+        self.efa_security_group.add_ingress_rule(
+            self.efa_security_group, ec2.Port.all_traffic(), "EFA traffic from the GPU nodes"
+        )
+        self.efa_security_group.add_egress_rule(
+            self.efa_security_group, ec2.Port.all_traffic(), "EFA traffic to the GPU nodes"
+        )
+        self.placement_group = ec2.PlacementGroup(
+            self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
+        )
+        # With explicit network interfaces EKS no longer adds the cluster security group by
+        # itself, so it is listed here beside the EFA group.
+        efa_interface = ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+            device_index=0,
+            network_card_index=0,
+            interface_type="efa",
+            groups=[cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
+            delete_on_termination=True,
+        )
+        template = ec2.CfnLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            launch_template_data=_launch_template_data(
+                root_volume_gib,
+                network_interfaces=[efa_interface],
+                placement_group=self.placement_group.placement_group_name,
+            ),
+        )
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Resource",
+            cluster=as_icluster(cluster),
+            nodegroup_name=nodegroup_name,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            instance_types=[ec2.InstanceType(instance_type)],
+            min_size=node_count,
+            desired_size=node_count,
+            max_size=node_count,
+            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            labels=GPU_LABELS,
+            taints=[GPU_TAINT],
+            node_role=_node_role(self),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=template.ref, version=template.attr_latest_version_number
+            ),
+        )
+
+
+class GpuDevicePlugins(Construct):
+    """The EFA and NVIDIA device plugins as pinned Helm charts, on the GPU nodes only.
+
+    Installed after the GPU node group (Helm waits for the DaemonSets to be ready), so on
+    ``cdk destroy`` they are removed before the nodes go.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        gpu_instance_type: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.efa = HelmAddon(
+            self,
+            "Efa",
+            cluster=cluster,
+            release=EFA_DEVICE_PLUGIN,
+            overrides={"supportedInstanceLabels": {"values": [gpu_instance_type]}},
+        )
+        self.nvidia = HelmAddon(self, "Nvidia", cluster=cluster, release=NVIDIA_DEVICE_PLUGIN)

@@ -1,0 +1,98 @@
+"""One small construct per Helm component: chart coordinates pinned in one place, values in a
+YAML file under ``assets/helm-values/``, overrides deep-merged in code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.templates import deep_merge, load_yaml
+
+HELM_TIMEOUT = Duration.minutes(10)
+
+
+@dataclass(frozen=True)
+class HelmRelease:
+    """Where a chart comes from and where it is installed."""
+
+    repository: str
+    chart: str
+    version: str
+    release: str
+    namespace: str
+    values_file: str  # under assets/helm-values/
+
+    def values(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The file's values with ``overrides`` deep-merged in."""
+        base = load_yaml(f"helm-values/{self.values_file}") or {}
+        return deep_merge(base, overrides or {})
+
+
+EFA_DEVICE_PLUGIN = HelmRelease(
+    repository="https://aws.github.io/eks-charts",
+    chart="aws-efa-k8s-device-plugin",
+    version="v0.5.30",
+    release="aws-efa-k8s-device-plugin",
+    namespace="kube-system",
+    values_file="efa-device-plugin.yaml",
+)
+NVIDIA_DEVICE_PLUGIN = HelmRelease(
+    repository="https://nvidia.github.io/k8s-device-plugin",
+    chart="nvidia-device-plugin",
+    version="0.20.0",
+    release="nvidia-device-plugin",
+    namespace="kube-system",
+    values_file="nvidia-device-plugin.yaml",
+)
+
+
+def kuberay_operator(version: str) -> HelmRelease:
+    """The KubeRay operator chart; its version is a setting (``kuberayVersion``)."""
+    return HelmRelease(
+        repository="https://ray-project.github.io/kuberay-helm/",
+        chart="kuberay-operator",
+        version=version,
+        release="kuberay-operator",
+        namespace="kuberay-system",
+        values_file="kuberay-operator.yaml",
+    )
+
+
+class HelmAddon(Construct):
+    """Installs one pinned chart with ``helm upgrade --install --wait`` through the kubectl
+    provider. The primary child, ``Resource``, is the ``eks.HelmChart``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        release: HelmRelease,
+        overrides: Mapping[str, Any] | None = None,
+        timeout: Duration = HELM_TIMEOUT,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.release = release
+        self.values = release.values(overrides)
+        self.chart = eks.HelmChart(
+            self,
+            "Resource",
+            cluster=as_icluster(cluster),
+            repository=release.repository,
+            chart=release.chart,
+            version=release.version,
+            release=release.release,
+            namespace=release.namespace,
+            create_namespace=True,
+            values=self.values,
+            wait=True,
+            atomic=True,
+            timeout=timeout,
+        )

@@ -1,0 +1,28 @@
+"""cdk-nag acknowledgments (cdk-nag 3 runs as a CDK policy-validation plugin; a rule is
+suppressed with ``Validations.of(construct).acknowledge``, for that construct and below)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from constructs import IConstruct
+
+MANAGED_POLICY = "Policy::arn:<AWS::Partition>:iam::aws:policy/"
+LAMBDA_BASIC = MANAGED_POLICY + "service-role/AWSLambdaBasicExecutionRole"
+LAMBDA_VPC = MANAGED_POLICY + "service-role/AWSLambdaVPCAccessExecutionRole"
+
+
+def acknowledge(scope: IConstruct, rule: str, reason: str, findings: Sequence[str] = ()) -> None:
+    """Acknowledge ``rule`` on ``scope``; with ``findings``, only those granular findings
+    (``AwsSolutions-IAM5[Resource::*]``) rather than the whole rule."""
+    rule = f"AwsSolutions::{rule}" if rule.startswith("AwsSolutions-") else rule
+    ids = [f"{rule}[{f}]" for f in findings] or [rule]
+    Validations.of(scope).acknowledge(*(Acknowledgment(id=i, reason=reason) for i in ids))
+
+
+def function_versions_finding(function: IConstruct) -> str:
+    """The IAM5 finding for a policy that invokes every version of ``function`` (``<arn>:*``)."""
+    cfn = function.node.default_child
+    assert isinstance(cfn, CfnResource)
+    return f"Resource::<{Stack.of(function).get_logical_id(cfn)}.Arn>:*"

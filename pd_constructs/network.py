@@ -1,0 +1,175 @@
+"""The VPC: private subnets in two AZs for the cluster, and one GPU subnet in the GPU AZ."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from aws_cdk import CustomResource, Duration, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_finding
+
+
+def subnet_plan(vpc_cidr: str) -> dict[str, str]:
+    """How the VPC CIDR is carved: quarters 0-1 cluster private subnets (allocated by ec2.Vpc in
+    that order), the start of quarter 2 the public subnets, quarter 3 the GPU subnet."""
+    net = ipaddress.IPv4Network(vpc_cidr)
+    quarters = list(net.subnets(prefixlen_diff=2))
+    return {
+        "private_mask": str(quarters[0].prefixlen),
+        "public_mask": str(net.prefixlen + 8),
+        "gpu_cidr": str(quarters[3]),
+    }
+
+
+class GpuAvailabilityZone(Construct):
+    """The single AZ of the GPU node group, resolved at deploy time (see the handler's docstring).
+
+    ``requested_az`` empty means "the first AZ that offers ``instance_type``"; a requested AZ is
+    checked, so a wrong one fails in seconds instead of after a 20-minute node-group timeout.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        instance_type: str,
+        requested_az: str,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=log_retention,
+            removal_policy=log_removal_policy,
+        )
+        fn = lambda_.Function(
+            self,
+            "Function",
+            runtime=PYTHON_RUNTIME,
+            handler="handler.on_event",
+            code=lambda_code("gpu_az"),
+            timeout=Duration.minutes(1),
+            log_group=log_group,
+            description="Chooses the Availability Zone of the EFA GPU node group",
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["ec2:DescribeInstanceTypeOfferings"], resources=["*"])
+        )
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        self.resource = CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type="Custom::GpuAvailabilityZone",
+            properties={"InstanceType": instance_type, "RequestedAz": requested_az},
+        )
+        self.az_name = self.resource.get_att_string("AvailabilityZone")
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM5",
+            "ec2:DescribeInstanceTypeOfferings has no resource-level permissions; read-only.",
+            findings=["Resource::*"],
+        )
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM4",
+            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+            findings=[LAMBDA_BASIC],
+        )
+        suppress_provider_framework(provider, fn)
+
+
+def suppress_provider_framework(provider: cr.Provider, *handlers: lambda_.IFunction) -> None:
+    """The CDK Provider framework's own Lambda: runtime and invoke policy set by aws-cdk-lib."""
+    acknowledge(
+        provider,
+        "AwsSolutions-IAM4",
+        "AWSLambdaBasicExecutionRole only lets the framework function write its own logs.",
+        findings=[LAMBDA_BASIC],
+    )
+    acknowledge(
+        provider,
+        "AwsSolutions-IAM5",
+        "The Provider framework may invoke any version of its own handler (<arn>:*), as "
+        "aws-cdk-lib generates it.",
+        findings=[function_versions_finding(h) for h in handlers],
+    )
+    acknowledge(
+        provider,
+        "AwsSolutions-L1",
+        "The Provider framework function's Node.js runtime is chosen by aws-cdk-lib.",
+    )
+
+
+class PdNetwork(Construct):
+    """VPC with NAT egress, flow logs and a dedicated single-AZ subnet for the GPU nodes.
+
+    By default: the VPC CIDR's first half holds two /18 private subnets (for a /16) in the first
+    two AZs of the region, public /24 subnets for the one NAT gateway follow, and the last
+    quarter is the GPU subnet, placed in ``gpu_az`` (any AZ of the region: it need not be one of
+    the two cluster AZs) and routed to the NAT gateway.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc_cidr: str,
+        gpu_az: str,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        plan = subnet_plan(vpc_cidr)
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(vpc_cidr),
+            max_azs=2,
+            nat_gateways=1,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(
+                    name="Private",
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=int(plan["private_mask"]),
+                ),
+                ec2.SubnetConfiguration(
+                    name="Public",
+                    subnet_type=ec2.SubnetType.PUBLIC,
+                    cidr_mask=int(plan["public_mask"]),
+                    map_public_ip_on_launch=False,
+                ),
+            ],
+        )
+        flow_log_group = logs.LogGroup(
+            self, "FlowLogs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        self.vpc.add_flow_log(
+            "FlowLog",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+        nat = self.vpc.public_subnets[0].node.find_child("NATGateway")
+        assert isinstance(nat, ec2.CfnNatGateway)
+        self.gpu_subnet = ec2.PrivateSubnet(
+            self,
+            "GpuSubnet",
+            vpc_id=self.vpc.vpc_id,
+            availability_zone=gpu_az,
+            cidr_block=plan["gpu_cidr"],
+            map_public_ip_on_launch=False,
+        )
+        self.gpu_subnet.add_default_nat_route(nat.ref)

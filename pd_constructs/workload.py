@@ -1,0 +1,152 @@
+"""The workload: namespace, KubeRay operator and the prefill/decode RayService.
+
+Rendering is pure (``render_*`` functions: config in, Kubernetes objects out), so the same
+objects feed the ``eks.KubernetesManifest`` resources, the tests and the rendered YAML that
+``app.py`` writes next to the templates for review.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.helm import HelmAddon, kuberay_operator
+from pd_constructs.templates import render
+from ray_pd_eks.config import AppConfig
+
+HF_HOME = "/data/hf-cache"
+
+
+def _gib(value: float) -> str:
+    return f"{int(value)}Gi"
+
+
+def render_namespace(config: AppConfig) -> dict[str, Any]:
+    """The namespace, labelled for Pod Security admission at the level the workers need."""
+    level = "privileged" if config.kv_backend == "LIBFABRIC" else "baseline"
+    return dict(
+        render("manifests/namespace.yaml", {"NAMESPACE": config.namespace, "PSA_ENFORCE": level})
+    )
+
+
+def render_serve_config(config: AppConfig) -> dict[str, Any]:
+    """The Serve application (``serveConfigV2``) as a mapping."""
+    return dict(
+        render(
+            "manifests/serve-config.yaml",
+            {
+                "APP_NAME": config.application_name,
+                "MODEL_ID": config.model_id,
+                "MODEL_SOURCE": config.model_source,
+                "MAX_MODEL_LEN": config.max_model_len,
+                "DTYPE": config.dtype,
+                "GPU_MEMORY_UTILIZATION": config.gpu_memory_utilization,
+                "ENFORCE_EAGER": config.enforce_eager,
+                "KV_BACKENDS": [config.kv_backend],
+                "PREFILL_REPLICAS": config.prefill_replicas,
+                "DECODE_REPLICAS": config.decode_replicas,
+            },
+        )
+    )
+
+
+def worker_env(config: AppConfig) -> list[dict[str, Any]]:
+    """Environment of each GPU worker; the transport part depends on ``kvBackend``."""
+    env: list[dict[str, Any]] = [
+        {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        # Qwen3.5 is a hybrid (Gated-DeltaNet) model; NIXL needs this state layout for it.
+        {"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"},
+        {"name": "HF_HOME", "value": HF_HOME},
+    ]
+    if config.kv_backend == "LIBFABRIC":
+        env.append({"name": "FI_PROVIDER", "value": "efa"})
+    else:
+        # The walkthrough's fallback for nodes without EFA: NIXL over UCX on TCP sockets.
+        env.append({"name": "UCX_TLS", "value": "tcp,cuda_copy"})
+    return env
+
+
+def worker_resources(config: AppConfig) -> dict[str, Any]:
+    """Requests = limits per worker: half the node's vCPUs and memory, one GPU, one EFA NIC."""
+    spec = config.gpu_spec
+    resources: dict[str, Any] = {
+        "cpu": str(spec.vcpus // 2),
+        "memory": _gib(spec.memory_gib / 2),
+        "nvidia.com/gpu": 1,
+    }
+    if config.kv_backend == "LIBFABRIC":
+        resources["vpc.amazonaws.com/efa"] = 1
+    return resources
+
+
+def render_rayservice(config: AppConfig, *, image: str) -> dict[str, Any]:
+    """The RayService object. ``image`` may hold a CloudFormation token (the deploy region)."""
+    system = config.system_spec
+    serve_config = yaml.safe_dump(render_serve_config(config), sort_keys=False)
+    return dict(
+        render(
+            "manifests/rayservice.yaml",
+            {
+                "NAME": config.ray_service_name,
+                "NAMESPACE": config.namespace,
+                "SERVE_CONFIG": serve_config,
+                "RAY_VERSION": config.ray_version,
+                "IMAGE": image,
+                "HEAD_CPU": str(system.vcpus // 2),
+                "HEAD_MEMORY": _gib(system.memory_gib / 2),
+                "WORKER_REPLICAS": config.worker_replicas,
+                "WORKER_RESOURCES": worker_resources(config),
+                "SHM_SIZE": _gib(config.gpu_spec.memory_gib / 8),
+                "WORKER_PRIVILEGED": config.kv_backend == "LIBFABRIC",
+                "WORKER_ENV": worker_env(config),
+            },
+        )
+    )
+
+
+def kuberay_values(config: AppConfig) -> dict[str, Any]:
+    return kuberay_operator(config.kuberay_version).values()
+
+
+class PdWorkload(Construct):
+    """Namespace, then the KubeRay operator (CRDs included), then the RayService, in that order
+    (and torn down in the reverse order). Objects are created in this construct's stack.
+
+    ``image`` is the worker/head image URI, possibly holding the deploy region as a token.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        config: AppConfig,
+        image: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.namespace = eks.KubernetesManifest(
+            self, "Namespace", cluster=as_icluster(cluster), manifest=[render_namespace(config)]
+        )
+        self.operator = HelmAddon(
+            self,
+            "KubeRayOperator",
+            cluster=cluster,
+            release=kuberay_operator(config.kuberay_version),
+        )
+        self.operator.node.add_dependency(self.namespace)
+        self.rayservice_manifest = render_rayservice(config, image=image)
+        self.rayservice = eks.KubernetesManifest(
+            self,
+            "RayService",
+            cluster=as_icluster(cluster),
+            manifest=[self.rayservice_manifest],
+            # The ray.io CRD arrives with the operator in the same deploy; client-side
+            # validation would run before it exists.
+            skip_validation=True,
+        )
+        self.rayservice.node.add_dependency(self.operator)

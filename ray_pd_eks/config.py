@@ -1,0 +1,487 @@
+"""The app's one typed configuration.
+
+Every setting comes from CDK context (defaults in ``cdk.json``, overrides with ``-c key=value``)
+and is read here, and only here, into a frozen :class:`AppConfig`. Validation happens in
+:meth:`AppConfig.from_context`, before any construct exists, so a bad value fails ``cdk synth``
+with one line that names the context key, shows the value and says what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ray_pd_eks import instance_types
+
+# Kubernetes versions this app can deploy, each with the kubectl Lambda layer package it ships.
+KUBECTL_LAYER_PACKAGES = {
+    "1.35": "aws-cdk.lambda-layer-kubectl-v35",
+    "1.36": "aws-cdk.lambda-layer-kubectl-v36",
+}
+# Oldest minor EKS still lets you create (1.31 left extended support on 2026-11-26).
+OLDEST_EKS_MINOR = 32
+NEWEST_EKS_MINOR = 36
+
+DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
+KV_BACKENDS = ("LIBFABRIC", "UCX")
+MAX_READINESS_MINUTES = 60  # CloudFormation custom resources wait at most one hour.
+RAYSERVICE_NAME_MAX = 47  # KubeRay derives longer object names from it.
+CLUSTER_NAME_MAX = 100
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
+DLC_ACCOUNT = "763104351884"
+DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
+MIN_GPU_ROOT_GIB = 100  # ~20 GB image + ~18 GB weights + the HF cache's temp copy + logs.
+
+# Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
+OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
+_AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d)[a-z]$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_MODEL_SOURCE = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9.-]+/\S*)$")
+_IMAGE = re.compile(
+    r"^[a-z0-9.-]+(:\d+)?/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
+
+
+class ConfigError(ValueError):
+    """One or more context values are invalid; each line names the key, the value and the fix."""
+
+
+def _problem(key: str, value: Any, why: str) -> str:
+    shown = json.dumps(value)
+    return f"context key '{key}' = {shown}: {why} (set it with -c {key}=... or in cdk.json)"
+
+
+# -- parsing of context values (cdk.json gives typed JSON, -c gives strings) -----------------
+
+
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value.strip()
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError("expected a whole number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value)
+    raise TypeError("expected a whole number")
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError("expected a number")
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise TypeError("expected a number") from None
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise TypeError("expected true or false")
+
+
+def _as_str_list(value: Any) -> tuple[str, ...]:
+    """A JSON list, or from ``-c`` a JSON list or a comma-separated string."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            value = json.loads(text)
+        else:
+            return tuple(v.strip() for v in text.split(",") if v.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(v.strip() for v in value)
+    raise TypeError("expected a list of strings (JSON list or comma-separated)")
+
+
+_PARSERS: dict[type | str, Callable[[Any], Any]] = {
+    "str": _as_str,
+    "int": _as_int,
+    "float": _as_float,
+    "bool": _as_bool,
+    "tuple[str, ...]": _as_str_list,
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Every setting of one deployment. Field ``foo_bar`` is context key ``fooBar``.
+
+    Defaults reproduce the walkthrough's ``env.sh``. Empty ``account``/``region`` keep the
+    stacks environment-agnostic: the CLI's credentials decide at deploy time.
+    """
+
+    # Where to deploy. Empty = the account/region of the credentials used by `cdk deploy`.
+    account: str = ""
+    region: str = ""
+    # Cluster.
+    cluster_name: str = "ray-llm-multinode"
+    kubernetes_version: str = "1.36"
+    namespace: str = "inference"
+    admin_principal_arns: tuple[str, ...] = ()
+    endpoint_public_cidrs: tuple[str, ...] = ()  # empty = private API endpoint only
+    vpc_cidr: str = "10.0.0.0/16"
+    # Nodes.
+    system_node_type: str = "m7i.xlarge"
+    system_node_count: int = 1
+    system_root_volume_gib: int = 50
+    gpu_node_type: str = "g6.8xlarge"
+    gpu_node_count: int = 2
+    gpu_nodegroup_name: str = "gpu-workers"
+    gpu_az: str = ""  # empty = chosen at deploy time among the AZs that offer gpu_node_type
+    gpu_root_volume_gib: int = 200
+    # Software.
+    dlc_image: str = ""  # empty = the Ray LLM DLC in account 763104351884 of the deploy region
+    kuberay_version: str = "1.7.0"
+    ray_version: str = "2.58.0"
+    # Serving.
+    ray_service_name: str = "ray-llm"
+    model_id: str = "qwen3.5-9b"
+    model_source: str = "Qwen/Qwen3.5-9B"
+    max_model_len: int = 4096
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.90
+    enforce_eager: bool = True
+    kv_backend: str = "LIBFABRIC"
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    readiness_timeout_minutes: int = 60
+    # Teardown.
+    retain_logs: bool = False
+    log_retention_days: int = 30
+
+    # Derived values -----------------------------------------------------------------------
+
+    @property
+    def application_name(self) -> str:
+        """Serve application name: the model id's leading letters (``qwen3.5-9b`` -> ``qwen``)."""
+        m = re.match(r"[a-z]+", self.model_id.lower())
+        return m.group(0) if m else "llm"
+
+    @property
+    def worker_replicas(self) -> int:
+        """GPU worker pods: one per prefill or decode replica, one pod per GPU node."""
+        return self.prefill_replicas + self.decode_replicas
+
+    @property
+    def gpu_spec(self) -> instance_types.InstanceSpec:
+        spec = instance_types.gpu_spec(self.gpu_node_type)
+        assert spec is not None, "validated in from_context"
+        return spec
+
+    @property
+    def system_spec(self) -> instance_types.InstanceSpec:
+        spec = instance_types.system_spec(self.system_node_type)
+        assert spec is not None, "validated in from_context"
+        return spec
+
+    @property
+    def kubectl_layer_package(self) -> str:
+        return KUBECTL_LAYER_PACKAGES[self.kubernetes_version]
+
+    def image_uri(self, region: str) -> str:
+        """The image for head and workers; ``region`` may be a CloudFormation token."""
+        return (
+            self.dlc_image or f"{DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{DLC_REPOSITORY_TAG}"
+        )
+
+    # Construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def context_keys(cls) -> dict[str, str]:
+        """Context key -> field name, for every setting."""
+        return {_camel(f.name): f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any]) -> AppConfig:
+        """Build and validate from CDK context; raise :class:`ConfigError` listing every problem.
+
+        Keys that CDK itself owns (``@aws-cdk/...``, ``aws:cdk:...``) and the pipeline's keys
+        are ignored; any other unknown key is an error, because a typo would otherwise be
+        silently ignored and deploy the default.
+        """
+        keys = cls.context_keys()
+        problems: list[str] = []
+        values: dict[str, Any] = {}
+        for key, raw in context.items():
+            if key.startswith("@") or ":" in key or key in OTHER_CONTEXT_KEYS:
+                continue
+            if key not in keys:
+                close = difflib.get_close_matches(key, keys, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else "see the README for the keys"
+                problems.append(_problem(key, raw, f"unknown setting; {hint}"))
+                continue
+            name = keys[key]
+            ftype = str(cls.__dataclass_fields__[name].type)
+            try:
+                values[name] = _PARSERS[ftype](raw)
+            except (TypeError, ValueError) as err:
+                problems.append(_problem(key, raw, str(err)))
+        if problems:
+            raise ConfigError("\n".join(problems))
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> AppConfig:
+        """A copy with some context keys replaced, validated like the original."""
+        merged = {_camel(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+        merged = {k: list(v) if isinstance(v, tuple) else v for k, v in merged.items()}
+        merged.update(overrides)
+        return AppConfig.from_context(merged)
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` with one line per invalid setting."""
+        problems = [p for check in _CHECKS for p in check(self)]
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+
+# -- validation rules: each yields problem lines ---------------------------------------------
+
+_Check = Callable[[AppConfig], list[str]]
+_CHECKS: list[_Check] = []
+
+
+def _check(fn: _Check) -> _Check:
+    _CHECKS.append(fn)
+    return fn
+
+
+@_check
+def _environment(c: AppConfig) -> list[str]:
+    out = []
+    if c.account and not _ACCOUNT.match(c.account):
+        out.append(_problem("account", c.account, "must be a 12-digit AWS account id or empty"))
+    if c.region and not _REGION.match(c.region):
+        out.append(
+            _problem("region", c.region, "must be an AWS region such as us-west-2, or empty")
+        )
+    return out
+
+
+@_check
+def _kubernetes(c: AppConfig) -> list[str]:
+    v = c.kubernetes_version
+    allowed = " or ".join(KUBECTL_LAYER_PACKAGES)
+    if v in KUBECTL_LAYER_PACKAGES:
+        return []
+    m = re.fullmatch(r"1\.(\d+)", v)
+    if not m:
+        why = f"not a Kubernetes minor version; use {allowed}"
+    elif int(m.group(1)) < OLDEST_EKS_MINOR:
+        why = f"EKS no longer supports it (no new clusters); use {allowed}"
+    elif int(m.group(1)) > NEWEST_EKS_MINOR:
+        why = f"EKS does not offer it yet; use {allowed}"
+    else:
+        why = f"this app has no kubectl layer for it; use {allowed}"
+    return [_problem("kubernetesVersion", v, why)]
+
+
+def _name(key: str, value: str, pattern: re.Pattern[str], max_len: int, kind: str) -> list[str]:
+    if not value:
+        return [_problem(key, value, f"must not be empty; use a {kind}")]
+    if len(value) > max_len:
+        return [_problem(key, value, f"is {len(value)} characters; the limit is {max_len}")]
+    if not pattern.match(value):
+        return [_problem(key, value, f"is not a valid {kind}")]
+    return []
+
+
+@_check
+def _names(c: AppConfig) -> list[str]:
+    label = "Kubernetes name (lowercase letters, digits and '-', starting and ending alphanumeric)"
+    eks = "EKS name (letters, digits, '-' and '_', starting with a letter or digit)"
+    return [
+        *_name("clusterName", c.cluster_name, _EKS_NAME, CLUSTER_NAME_MAX, eks),
+        *_name("namespace", c.namespace, _DNS_LABEL, 63, label),
+        *_name("rayServiceName", c.ray_service_name, _DNS_LABEL, RAYSERVICE_NAME_MAX, label),
+        *_name("gpuNodegroupName", c.gpu_nodegroup_name, _EKS_NAME, 63, eks),
+        *_name("modelId", c.model_id, _MODEL_ID, 128, "model id (letters, digits, '.', '_', '-')"),
+    ]
+
+
+@_check
+def _model_source(c: AppConfig) -> list[str]:
+    if _MODEL_SOURCE.match(c.model_source):
+        return []
+    why = "must be a Hugging Face repo 'org/name' or an s3://bucket/prefix path"
+    return [_problem("modelSource", c.model_source, why)]
+
+
+@_check
+def _gpu_nodes(c: AppConfig) -> list[str]:
+    out = []
+    t = c.gpu_node_type
+    examples = "g6.8xlarge, g6e.8xlarge, g5.8xlarge, p4d.24xlarge or p5.48xlarge"
+    if instance_types.gpu_spec(t) is None:
+        if instance_types.is_known_gpu_family(t):
+            why = f"this GPU type has no EFA interface; use an EFA-capable type such as {examples}"
+        else:
+            why = f"not an NVIDIA GPU instance type with EFA; use one such as {examples}"
+        out.append(_problem("gpuNodeType", t, why))
+    if c.gpu_node_count < 2:
+        why = "prefill and decode need separate nodes: at least 2"
+        out.append(_problem("gpuNodeCount", c.gpu_node_count, why))
+    elif c.gpu_node_count > 64:
+        out.append(_problem("gpuNodeCount", c.gpu_node_count, "at most 64 nodes in one group"))
+    for key, count in (
+        ("prefillReplicas", c.prefill_replicas),
+        ("decodeReplicas", c.decode_replicas),
+    ):
+        if count < 1:
+            out.append(_problem(key, count, "must be at least 1"))
+    if c.prefill_replicas >= 1 and c.decode_replicas >= 1 and c.worker_replicas > c.gpu_node_count:
+        why = (
+            f"prefillReplicas + decodeReplicas = {c.worker_replicas} exceeds gpuNodeCount "
+            f"{c.gpu_node_count}; each replica needs its own GPU node: raise gpuNodeCount "
+            "or lower the replicas"
+        )
+        out.append(_problem("decodeReplicas", c.decode_replicas, why))
+    if c.gpu_root_volume_gib < MIN_GPU_ROOT_GIB or c.gpu_root_volume_gib > 16384:
+        why = f"must be {MIN_GPU_ROOT_GIB}..16384 GiB to hold the image and the model weights"
+        out.append(_problem("gpuRootVolumeGib", c.gpu_root_volume_gib, why))
+    return out
+
+
+@_check
+def _gpu_az(c: AppConfig) -> list[str]:
+    if not c.gpu_az:
+        return []
+    m = _AZ.match(c.gpu_az)
+    if not m:
+        why = "not an Availability Zone name such as us-west-2a; leave empty to choose at deploy"
+        return [_problem("gpuAz", c.gpu_az, why)]
+    if c.region and m["region"] != c.region:
+        why = f"is not in region {c.region}; use an AZ of {c.region} or leave empty"
+        return [_problem("gpuAz", c.gpu_az, why)]
+    return []
+
+
+@_check
+def _system_nodes(c: AppConfig) -> list[str]:
+    out = []
+    spec = instance_types.system_spec(c.system_node_type)
+    if spec is None:
+        why = "use an x86_64 m/c/r type from xlarge up, such as m7i.xlarge (the head runs the DLC)"
+        out.append(_problem("systemNodeType", c.system_node_type, why))
+    elif (
+        spec.vcpus < instance_types.MIN_SYSTEM_VCPUS
+        or spec.memory_gib < instance_types.MIN_SYSTEM_MEMORY_GIB
+    ):
+        why = (
+            f"has {spec.vcpus} vCPU / {spec.memory_gib} GiB; the Ray head and KubeRay need "
+            f"at least {instance_types.MIN_SYSTEM_VCPUS} vCPU and "
+            f"{instance_types.MIN_SYSTEM_MEMORY_GIB} GiB"
+        )
+        out.append(_problem("systemNodeType", c.system_node_type, why))
+    if not 1 <= c.system_node_count <= 20:
+        out.append(_problem("systemNodeCount", c.system_node_count, "must be 1..20"))
+    if not 20 <= c.system_root_volume_gib <= 16384:
+        out.append(_problem("systemRootVolumeGib", c.system_root_volume_gib, "must be 20..16384"))
+    return out
+
+
+@_check
+def _software(c: AppConfig) -> list[str]:
+    out = []
+    if c.dlc_image and not _IMAGE.match(c.dlc_image):
+        why = "must be a full image reference registry/repository:tag (or @sha256:...), or empty"
+        out.append(_problem("dlcImage", c.dlc_image, why))
+    if not _SEMVER.match(c.kuberay_version):
+        out.append(_problem("kuberayVersion", c.kuberay_version, "must be a version like 1.7.0"))
+    elif tuple(int(p) for p in c.kuberay_version.split(".")) < (1, 5, 0):
+        why = "must be 1.5.0 or newer (the RayService Ready condition and upgradeStrategy)"
+        out.append(_problem("kuberayVersion", c.kuberay_version, why))
+    if not _SEMVER.match(c.ray_version):
+        out.append(_problem("rayVersion", c.ray_version, "must be a version like 2.58.0"))
+    return out
+
+
+@_check
+def _serving(c: AppConfig) -> list[str]:
+    out = []
+    if not 1 <= c.max_model_len <= 1_048_576:
+        out.append(_problem("maxModelLen", c.max_model_len, "must be a positive token count"))
+    if c.dtype not in DTYPES:
+        out.append(_problem("dtype", c.dtype, f"must be one of {', '.join(DTYPES)}"))
+    if not 0 < c.gpu_memory_utilization <= 1:
+        why = "must be a fraction in (0, 1], e.g. 0.90"
+        out.append(_problem("gpuMemoryUtilization", c.gpu_memory_utilization, why))
+    if c.kv_backend not in KV_BACKENDS:
+        why = "must be LIBFABRIC (EFA) or UCX (TCP fallback, for comparison)"
+        out.append(_problem("kvBackend", c.kv_backend, why))
+    if not 1 <= c.readiness_timeout_minutes <= MAX_READINESS_MINUTES:
+        why = (
+            f"must be 1..{MAX_READINESS_MINUTES}: a CloudFormation custom resource waits "
+            "at most one hour"
+        )
+        out.append(_problem("readinessTimeoutMinutes", c.readiness_timeout_minutes, why))
+    return out
+
+
+@_check
+def _access(c: AppConfig) -> list[str]:
+    out = []
+    for arn in c.admin_principal_arns:
+        if not _PRINCIPAL.match(arn):
+            why = "each entry must be an IAM role or user ARN, arn:aws:iam::<account>:role/<name>"
+            out.append(_problem("adminPrincipalArns", arn, why))
+    for cidr in c.endpoint_public_cidrs:
+        try:
+            if "/" not in cidr:
+                raise ValueError(cidr)
+            net = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError:
+            why = "each entry must be an IPv4 CIDR such as 203.0.113.7/32"
+            out.append(_problem("endpointPublicCidrs", cidr, why))
+            continue
+        if net.prefixlen < 8:
+            why = "opens the Kubernetes API to the internet; give your own network, e.g. a /32"
+            out.append(_problem("endpointPublicCidrs", cidr, why))
+    try:
+        vpc = ipaddress.IPv4Network(c.vpc_cidr, strict=True)
+        if not 16 <= vpc.prefixlen <= 18 or not vpc.is_private:
+            raise ValueError
+    except ValueError:
+        why = "must be a private IPv4 CIDR from /16 to /18, e.g. 10.0.0.0/16"
+        out.append(_problem("vpcCidr", c.vpc_cidr, why))
+    return out
+
+
+@_check
+def _teardown(c: AppConfig) -> list[str]:
+    if c.log_retention_days in LOG_RETENTION_DAYS:
+        return []
+    why = f"must be a CloudWatch Logs retention: {', '.join(map(str, LOG_RETENTION_DAYS))}"
+    return [_problem("logRetentionDays", c.log_retention_days, why)]
+
+
+DEFAULTS = AppConfig()
+__all__ = ["DEFAULTS", "AppConfig", "ConfigError"]

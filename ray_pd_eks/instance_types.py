@@ -1,0 +1,108 @@
+"""What the app needs to know about EC2 instance types, without calling AWS.
+
+Synthesis must work offline, so the few facts that size pods and gate validation are kept here:
+GPU count, vCPUs, memory and EFA interfaces of the GPU types the stack supports, and a rule for
+the general-purpose x86 families the system node group may use. ``preflight`` checks the live
+values with ``ec2:DescribeInstanceTypes`` before a deploy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """Sizing facts of one instance type."""
+
+    name: str
+    vcpus: int
+    memory_gib: int
+    gpus: int = 0
+    efa_interfaces: int = 0
+    gpu_model: str = ""
+
+
+def _gpu(name: str, vcpus: int, memory_gib: int, gpus: int, efa: int, model: str) -> InstanceSpec:
+    return InstanceSpec(name, vcpus, memory_gib, gpus, efa, model)
+
+
+# EFA-capable GPU instance types (EC2 "EFA supported instance types", x86_64, NVIDIA).
+EFA_GPU_TYPES: dict[str, InstanceSpec] = {
+    s.name: s
+    for s in (
+        _gpu("g4dn.8xlarge", 32, 128, 1, 1, "T4"),
+        _gpu("g4dn.12xlarge", 48, 192, 4, 1, "T4"),
+        _gpu("g4dn.16xlarge", 64, 256, 1, 1, "T4"),
+        _gpu("g4dn.metal", 96, 384, 8, 1, "T4"),
+        _gpu("g5.8xlarge", 32, 128, 1, 1, "A10G"),
+        _gpu("g5.12xlarge", 48, 192, 4, 1, "A10G"),
+        _gpu("g5.16xlarge", 64, 256, 1, 1, "A10G"),
+        _gpu("g5.24xlarge", 96, 384, 4, 1, "A10G"),
+        _gpu("g5.48xlarge", 192, 768, 8, 1, "A10G"),
+        _gpu("g6.8xlarge", 32, 128, 1, 1, "L4"),
+        _gpu("g6.12xlarge", 48, 192, 4, 1, "L4"),
+        _gpu("g6.16xlarge", 64, 256, 1, 1, "L4"),
+        _gpu("g6.24xlarge", 96, 384, 4, 1, "L4"),
+        _gpu("g6.48xlarge", 192, 768, 8, 1, "L4"),
+        _gpu("g6e.8xlarge", 32, 256, 1, 1, "L40S"),
+        _gpu("g6e.12xlarge", 48, 384, 4, 1, "L40S"),
+        _gpu("g6e.16xlarge", 64, 512, 1, 1, "L40S"),
+        _gpu("g6e.24xlarge", 96, 768, 4, 2, "L40S"),
+        _gpu("g6e.48xlarge", 192, 1536, 8, 4, "L40S"),
+        _gpu("p4d.24xlarge", 96, 1152, 8, 4, "A100"),
+        _gpu("p4de.24xlarge", 96, 1152, 8, 4, "A100"),
+        _gpu("p5.48xlarge", 192, 2048, 8, 32, "H100"),
+        _gpu("p5e.48xlarge", 192, 2048, 8, 32, "H200"),
+        _gpu("p5en.48xlarge", 192, 2048, 8, 16, "H200"),
+    )
+}
+
+# GPU types without EFA, named so the error can say "GPU, but no EFA" instead of "unknown".
+NON_EFA_GPU_FAMILIES = ("g4dn", "g5", "g6", "g6e", "gr6", "g5g", "g4ad", "p3", "p2")
+
+_SIZE_VCPUS = {
+    "large": 2,
+    "xlarge": 4,
+    "2xlarge": 8,
+    "4xlarge": 16,
+    "8xlarge": 32,
+    "12xlarge": 48,
+    "16xlarge": 64,
+}
+# GiB of memory per vCPU for the general-purpose, compute and memory families.
+_FAMILY_GIB_PER_VCPU = {"m": 4, "c": 2, "r": 8}
+_SYSTEM_TYPE = re.compile(r"^(?P<cls>[mcr])(?P<gen>[5-8])(?P<attrs>[ain]?[dn]?)\.(?P<size>\w+)$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+# The head pod and the KubeRay operator share the system nodes; below this they do not fit.
+MIN_SYSTEM_VCPUS = 4
+MIN_SYSTEM_MEMORY_GIB = 16
+
+
+def is_instance_type_name(name: str) -> bool:
+    """True for names shaped like ``family.size``."""
+    return bool(_INSTANCE_TYPE.match(name))
+
+
+def gpu_spec(name: str) -> InstanceSpec | None:
+    """The spec of an EFA-capable GPU type, or None."""
+    return EFA_GPU_TYPES.get(name)
+
+
+def is_known_gpu_family(name: str) -> bool:
+    """True when the name belongs to an NVIDIA GPU family (with or without EFA)."""
+    return name.split(".", 1)[0] in NON_EFA_GPU_FAMILIES or name in EFA_GPU_TYPES
+
+
+def system_spec(name: str) -> InstanceSpec | None:
+    """The spec of an x86_64 m/c/r type usable for system nodes, or None when not recognised.
+
+    Graviton (``g``) families are rejected on purpose: the Ray head runs the x86_64 DLC image.
+    """
+    m = _SYSTEM_TYPE.match(name)
+    if not m or m["size"] not in _SIZE_VCPUS:
+        return None
+    vcpus = _SIZE_VCPUS[m["size"]]
+    return InstanceSpec(name, vcpus, vcpus * _FAMILY_GIB_PER_VCPU[m["cls"]])

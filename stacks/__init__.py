@@ -1,0 +1,1 @@
+"""The app's stacks: thin wrappers that wire constructs from ``pd_constructs`` together."""

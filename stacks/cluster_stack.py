@@ -1,0 +1,67 @@
+"""Cluster layer: EKS, the system and EFA GPU node groups, and the GPU device plugins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from pd_constructs.cluster import EfaGpuNodeGroup, GpuDevicePlugins, PdCluster, SystemNodeGroup
+from ray_pd_eks.config import AppConfig
+
+
+class ClusterStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: AppConfig,
+        vpc: ec2.IVpc,
+        gpu_subnet: ec2.ISubnet,
+        **kwargs: Any,
+    ):
+        super().__init__(scope, construct_id, **kwargs)
+        self.eks = PdCluster(
+            self,
+            "Cluster",
+            vpc=vpc,
+            cluster_name=config.cluster_name,
+            kubernetes_version=config.kubernetes_version,
+            admin_principal_arns=config.admin_principal_arns,
+            endpoint_public_cidrs=config.endpoint_public_cidrs,
+        )
+        self.cluster = self.eks.cluster
+        self.system_nodes = SystemNodeGroup(
+            self,
+            "SystemNodes",
+            cluster=self.cluster,
+            instance_type=config.system_node_type,
+            node_count=config.system_node_count,
+            root_volume_gib=config.system_root_volume_gib,
+        )
+        self.gpu_nodes = EfaGpuNodeGroup(
+            self,
+            "GpuNodes",
+            cluster=self.cluster,
+            subnet=gpu_subnet,
+            nodegroup_name=config.gpu_nodegroup_name,
+            instance_type=config.gpu_node_type,
+            node_count=config.gpu_node_count,
+            root_volume_gib=config.gpu_root_volume_gib,
+        )
+        self.device_plugins = GpuDevicePlugins(
+            self, "DevicePlugins", cluster=self.cluster, gpu_instance_type=config.gpu_node_type
+        )
+        self.device_plugins.node.add_dependency(self.gpu_nodes)
+
+        CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
+        CfnOutput(self, "Region", value=self.region)
+        CfnOutput(
+            self,
+            "UpdateKubeconfigCommand",
+            value=f"aws eks update-kubeconfig --region {self.region} --name {config.cluster_name}",
+        )
+        CfnOutput(self, "GpuAvailabilityZone", value=gpu_subnet.availability_zone)

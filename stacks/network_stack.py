@@ -1,0 +1,35 @@
+"""Network layer: VPC, NAT egress, flow logs, and the GPU subnet in the chosen GPU AZ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Stack
+from constructs import Construct
+
+from pd_constructs.network import GpuAvailabilityZone, PdNetwork
+from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_removal_policy, log_retention
+
+
+class NetworkStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any):
+        super().__init__(scope, construct_id, **kwargs)
+        self.gpu_az = GpuAvailabilityZone(
+            self,
+            "GpuAz",
+            instance_type=config.gpu_node_type,
+            requested_az=config.gpu_az,
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
+        self.network = PdNetwork(
+            self,
+            "Network",
+            vpc_cidr=config.vpc_cidr,
+            gpu_az=self.gpu_az.az_name,
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
+        self.vpc = self.network.vpc
+        self.gpu_subnet = self.network.gpu_subnet

@@ -1,0 +1,50 @@
+"""Session fixtures: the app is synthesized once per test session (with cdk-nag)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.synth import ROOT, Synthesized, synth
+
+# jsii runs Node.js; use the supported one that `npm ci` installs next to the CDK CLI.
+_NODE_BIN = ROOT / "node_modules" / ".bin"
+if _NODE_BIN.is_dir() and str(_NODE_BIN) not in os.environ.get("PATH", ""):
+    os.environ["PATH"] = f"{_NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.fixture(scope="session")
+def default_app() -> Synthesized:
+    """The app with cdk.json's defaults, as `cdk synth` builds it."""
+    return synth()
+
+
+@pytest.fixture(scope="session")
+def variant_app() -> Synthesized:
+    """Every non-default branch at once: explicit env, public endpoint, admins, UCX, 3 nodes."""
+    return synth(
+        {
+            "account": "123456789012",
+            "region": "us-west-2",
+            "gpuAz": "us-west-2b",
+            "endpointPublicCidrs": ["203.0.113.7/32"],
+            "adminPrincipalArns": ["arn:aws:iam::123456789012:role/Admin"],
+            "kvBackend": "UCX",
+            "gpuNodeCount": 3,
+            "decodeReplicas": 2,
+            "kubernetesVersion": "1.35",
+            "retainLogs": True,
+            "logRetentionDays": 365,
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> Path:
+    """The KubeRay/chart reference data beside the repository (not part of it)."""
+    path = ROOT.parent / "shared" / "reference"
+    if not path.is_dir():
+        pytest.skip(f"reference data not found at {path}; the bundled schema still runs")
+    return path

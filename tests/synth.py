@@ -1,0 +1,60 @@
+"""Synthesizing the app for tests: the same Stage as app.py, with cdk-nag AwsSolutions checks
+as a policy-validation plugin, so a finding without an acknowledgment fails synthesis."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from ray_pd_eks.config import AppConfig
+from ray_pd_eks.stage import RayPdEksStage
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cdk_json_context() -> dict[str, Any]:
+    return dict(json.loads((ROOT / "cdk.json").read_text())["context"])
+
+
+@dataclass
+class Synthesized:
+    """One synthesized Stage: its config, the Stage object and each stack's template JSON."""
+
+    config: AppConfig
+    stage: RayPdEksStage
+    templates: dict[str, dict[str, Any]]
+    outdir: Path
+
+    def resources(self, stack: str, rtype: str) -> dict[str, dict[str, Any]]:
+        """Resources of one CloudFormation type in one stack, by logical id."""
+        return {
+            k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == rtype
+        }
+
+    def only(self, stack: str, rtype: str) -> dict[str, Any]:
+        found = list(self.resources(stack, rtype).values())
+        assert len(found) == 1, f"expected one {rtype} in {stack}, found {len(found)}"
+        return found[0]
+
+
+def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Synthesized:
+    context = {**cdk_json_context(), **(overrides or {})}
+    outdir = Path(tempfile.mkdtemp(prefix="ray-pd-eks-synth-"))
+    app = cdk.App(context=context, outdir=str(outdir))
+    if nag:
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    config = AppConfig.from_context(context)
+    stage = RayPdEksStage(app, "RayPdEks", config=config)
+    assembly = app.synth()
+    templates = {}
+    for stack in (stage.network, stage.cluster, stage.workload):
+        artifact = assembly.get_stack_artifact(stack.artifact_id)
+        templates[stack.node.id] = json.loads(Path(artifact.template_full_path).read_text())
+    return Synthesized(config, stage, templates, outdir)

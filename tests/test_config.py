@@ -1,0 +1,156 @@
+"""Configuration: defaults, parsing of -c strings, and one failing case per rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
+from tests.synth import cdk_json_context
+
+
+def test_cdk_json_states_exactly_the_dataclass_defaults() -> None:
+    settings = {k: v for k, v in cdk_json_context().items() if not k.startswith("@")}
+    expected = {
+        key: list(v) if isinstance(v := getattr(DEFAULTS, name), tuple) else v
+        for key, name in AppConfig.context_keys().items()
+    }
+    assert settings == expected
+
+
+def test_walkthrough_defaults() -> None:
+    c = AppConfig.from_context(cdk_json_context())
+    assert (c.cluster_name, c.kubernetes_version, c.namespace) == (
+        "ray-llm-multinode",
+        "1.36",
+        "inference",
+    )
+    assert (c.system_node_type, c.system_node_count) == ("m7i.xlarge", 1)
+    assert (c.gpu_node_type, c.gpu_node_count, c.gpu_nodegroup_name) == ("g6.8xlarge", 2, "gpu-workers")
+    assert (c.model_id, c.model_source, c.application_name) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B", "qwen")
+    assert (c.max_model_len, c.dtype, c.gpu_memory_utilization, c.enforce_eager) == (
+        4096,
+        "bfloat16",
+        0.9,
+        True,
+    )
+    assert (c.kv_backend, c.prefill_replicas, c.decode_replicas) == ("LIBFABRIC", 1, 1)
+    assert c.readiness_timeout_minutes == 60
+    assert c.image_uri("eu-west-1") == (
+        "763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    )
+    assert c.kubectl_layer_package == "aws-cdk.lambda-layer-kubectl-v36"
+
+
+def test_command_line_strings_are_parsed_to_their_types() -> None:
+    c = AppConfig.from_context(
+        {
+            "gpuNodeCount": "3",
+            "enforceEager": "false",
+            "gpuMemoryUtilization": "0.8",
+            "adminPrincipalArns": "arn:aws:iam::123456789012:role/A,arn:aws:iam::123456789012:user/b",
+            "endpointPublicCidrs": '["198.51.100.0/24"]',
+        }
+    )
+    assert c.gpu_node_count == 3 and c.enforce_eager is False and c.gpu_memory_utilization == 0.8
+    assert c.admin_principal_arns == (
+        "arn:aws:iam::123456789012:role/A",
+        "arn:aws:iam::123456789012:user/b",
+    )
+    assert c.endpoint_public_cidrs == ("198.51.100.0/24",)
+
+
+def test_cdk_owned_and_pipeline_keys_are_ignored() -> None:
+    c = AppConfig.from_context(
+        {"@aws-cdk/core:foo": True, "aws:cdk:enable-path-metadata": True, "environments": {}}
+    )
+    assert c == DEFAULTS
+
+
+def test_config_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULTS.gpu_node_count = 4  # type: ignore[misc]
+
+
+# (context overrides, key named in the error, text that must appear)
+BAD = [
+    ({"gpuNodeType": "m7i.8xlarge"}, "gpuNodeType", "not an NVIDIA GPU instance type with EFA"),
+    ({"gpuNodeType": "g6.2xlarge"}, "gpuNodeType", "has no EFA interface"),
+    ({"gpuNodeType": "g5.xlarge"}, "gpuNodeType", "has no EFA interface"),
+    ({"gpuNodeCount": 1, "decodeReplicas": 0}, "gpuNodeCount", "at least 2"),
+    ({"prefillReplicas": 2}, "decodeReplicas", "exceeds gpuNodeCount 2"),
+    ({"decodeReplicas": 0}, "decodeReplicas", "at least 1"),
+    ({"prefillReplicas": -1}, "prefillReplicas", "at least 1"),
+    ({"kubernetesVersion": "1.31"}, "kubernetesVersion", "EKS no longer supports it"),
+    ({"kubernetesVersion": "1.33"}, "kubernetesVersion", "no kubectl layer"),
+    ({"kubernetesVersion": "1.40"}, "kubernetesVersion", "does not offer it yet"),
+    ({"kubernetesVersion": "latest"}, "kubernetesVersion", "not a Kubernetes minor version"),
+    ({"rayServiceName": "r" * 48}, "rayServiceName", "the limit is 47"),
+    ({"rayServiceName": "Ray_LLM"}, "rayServiceName", "not a valid Kubernetes name"),
+    ({"clusterName": "c" * 101}, "clusterName", "the limit is 100"),
+    ({"clusterName": "-bad"}, "clusterName", "not a valid EKS name"),
+    ({"namespace": "Inference"}, "namespace", "not a valid Kubernetes name"),
+    ({"namespace": ""}, "namespace", "must not be empty"),
+    ({"gpuNodegroupName": "gpu workers"}, "gpuNodegroupName", "not a valid EKS name"),
+    ({"gpuMemoryUtilization": 0}, "gpuMemoryUtilization", "(0, 1]"),
+    ({"gpuMemoryUtilization": 1.01}, "gpuMemoryUtilization", "(0, 1]"),
+    ({"maxModelLen": 0}, "maxModelLen", "positive"),
+    ({"maxModelLen": "4k"}, "maxModelLen", "whole number"),
+    ({"systemNodeCount": 0}, "systemNodeCount", "1..20"),
+    ({"dtype": "int4"}, "dtype", "must be one of"),
+    ({"kvBackend": "TCP"}, "kvBackend", "LIBFABRIC (EFA) or UCX"),
+    ({"readinessTimeoutMinutes": 61}, "readinessTimeoutMinutes", "at most one hour"),
+    ({"readinessTimeoutMinutes": 0}, "readinessTimeoutMinutes", "1..60"),
+    ({"region": "us-west-2", "gpuAz": "us-east-1a"}, "gpuAz", "is not in region us-west-2"),
+    ({"gpuAz": "west"}, "gpuAz", "not an Availability Zone name"),
+    ({"region": "Oregon"}, "region", "AWS region"),
+    ({"account": "1234"}, "account", "12-digit"),
+    ({"enforceEager": "yes"}, "enforceEager", "true or false"),
+    ({"systemNodeType": "m7g.xlarge"}, "systemNodeType", "x86_64"),
+    ({"systemNodeType": "m7i.large"}, "systemNodeType", "need at least 4 vCPU"),
+    ({"dlcImage": "ray:latest"}, "dlcImage", "full image reference"),
+    ({"kuberayVersion": "1.1.0"}, "kuberayVersion", "1.5.0 or newer"),
+    ({"rayVersion": "2.58"}, "rayVersion", "version like 2.58.0"),
+    ({"modelSource": "not a repo"}, "modelSource", "Hugging Face repo"),
+    ({"modelId": "bad id"}, "modelId", "not a valid model id"),
+    ({"adminPrincipalArns": ["admin"]}, "adminPrincipalArns", "IAM role or user ARN"),
+    ({"endpointPublicCidrs": ["0.0.0.0/0"]}, "endpointPublicCidrs", "to the internet"),
+    ({"endpointPublicCidrs": ["1.2.3.4"]}, "endpointPublicCidrs", "IPv4 CIDR"),
+    ({"endpointPublicCidrs": ["1.2.3.4/33"]}, "endpointPublicCidrs", "IPv4 CIDR"),
+    ({"vpcCidr": "10.0.0.0/8"}, "vpcCidr", "/16 to /18"),
+    ({"gpuRootVolumeGib": 50}, "gpuRootVolumeGib", "100..16384"),
+    ({"logRetentionDays": 10}, "logRetentionDays", "CloudWatch Logs retention"),
+    ({"gpuNodeCoun": 3}, "gpuNodeCoun", "did you mean 'gpuNodeCount'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "text"), BAD, ids=[f"{b[1]}-{b[0]}" for b in BAD])
+def test_bad_value_fails_with_key_value_and_fix(overrides, key, text) -> None:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context({**cdk_json_context(), **overrides})
+    lines = str(err.value).splitlines()
+    mine = [line for line in lines if line.startswith(f"context key '{key}' = ")]
+    assert mine, f"no line names {key}: {lines}"
+    assert "(set it with -c " in mine[0]
+    if text:
+        assert text in mine[0]
+
+
+def test_every_problem_is_reported_at_once_one_line_each() -> None:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context({"dtype": "int4", "kvBackend": "TCP", "maxModelLen": -1})
+    keys = re.findall(r"^context key '(\w+)'", str(err.value), flags=re.M)
+    assert sorted(keys) == ["dtype", "kvBackend", "maxModelLen"]
+
+
+def test_with_overrides_validates_like_the_original() -> None:
+    assert DEFAULTS.with_overrides({"gpuNodeCount": 4}).gpu_node_count == 4
+    with pytest.raises(ConfigError, match="gpuNodeCount"):
+        DEFAULTS.with_overrides({"gpuNodeCount": 1})
+
+
+def test_application_name_derives_from_the_model_id() -> None:
+    assert DEFAULTS.with_overrides({"modelId": "llama-3.1-8b"}).application_name == "llama"
+    assert DEFAULTS.with_overrides({"modelId": "3b-model"}).application_name == "llm"
