@@ -64,4 +64,3 @@ class ClusterStack(Stack):
             "UpdateKubeconfigCommand",
             value=f"aws eks update-kubeconfig --region {self.region} --name {config.cluster_name}",
         )
-        CfnOutput(self, "GpuAvailabilityZone", value=gpu_subnet.availability_zone)

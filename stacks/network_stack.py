@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack
+from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
 from pd_constructs.network import GpuAvailabilityZone, PdNetwork
@@ -13,6 +13,12 @@ from ray_pd_eks.logs import log_removal_policy, log_retention
 
 
 class NetworkStack(Stack):
+    @property
+    def availability_zones(self) -> list[str]:
+        """The region's first two AZs, resolved by CloudFormation (``Fn::GetAZs``) rather than
+        by a context lookup, so synthesis with an explicit account/region stays offline."""
+        return [Fn.select(i, Fn.get_azs()) for i in range(2)]
+
     def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any):
         super().__init__(scope, construct_id, **kwargs)
         self.gpu_az = GpuAvailabilityZone(
@@ -33,3 +39,9 @@ class NetworkStack(Stack):
         )
         self.vpc = self.network.vpc
         self.gpu_subnet = self.network.gpu_subnet
+        CfnOutput(
+            self,
+            "GpuAvailabilityZone",
+            value=self.gpu_az.az_name,
+            description="The one AZ of the EFA GPU node group",
+        )

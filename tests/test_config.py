@@ -28,8 +28,16 @@ def test_walkthrough_defaults() -> None:
         "inference",
     )
     assert (c.system_node_type, c.system_node_count) == ("m7i.xlarge", 1)
-    assert (c.gpu_node_type, c.gpu_node_count, c.gpu_nodegroup_name) == ("g6.8xlarge", 2, "gpu-workers")
-    assert (c.model_id, c.model_source, c.application_name) == ("qwen3.5-9b", "Qwen/Qwen3.5-9B", "qwen")
+    assert (c.gpu_node_type, c.gpu_node_count, c.gpu_nodegroup_name) == (
+        "g6.8xlarge",
+        2,
+        "gpu-workers",
+    )
+    assert (c.model_id, c.model_source, c.application_name) == (
+        "qwen3.5-9b",
+        "Qwen/Qwen3.5-9B",
+        "qwen",
+    )
     assert (c.max_model_len, c.dtype, c.gpu_memory_utilization, c.enforce_eager) == (
         4096,
         "bfloat16",

@@ -1,0 +1,231 @@
+"""Cluster stack: EKS control plane, node groups, launch templates and device plugins."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.synth import Synthesized
+
+
+def _nodegroup(app: Synthesized, name: str) -> dict[str, Any]:
+    for ng in app.resources("Cluster", "AWS::EKS::Nodegroup").values():
+        if ng["Properties"]["NodegroupName"] == name:
+            return dict(ng["Properties"])
+    raise AssertionError(f"no node group {name}")
+
+
+def _launch_template(app: Synthesized, nodegroup: dict[str, Any]) -> dict[str, Any]:
+    ref = nodegroup["LaunchTemplate"]["Id"]["Ref"]
+    return dict(app.templates["Cluster"]["Resources"][ref]["Properties"]["LaunchTemplateData"])
+
+
+def _helm(app: Synthesized, chart: str) -> dict[str, Any]:
+    for stack in app.templates:
+        for r in app.resources(stack, "Custom::AWSCDK-EKS-HelmChart").values():
+            if r["Properties"]["Chart"] == chart:
+                return dict(r, Stack=stack)
+    raise AssertionError(f"no chart {chart}")
+
+
+def test_cluster_version_logging_encryption_and_private_endpoint(default_app: Synthesized) -> None:
+    c = default_app.only("Cluster", "AWS::EKS::Cluster")["Properties"]
+    assert c["Name"] == "ray-llm-multinode" and c["Version"] == "1.36"
+    assert [t["Type"] for t in c["Logging"]["ClusterLogging"]["EnabledTypes"]] == [
+        "api",
+        "audit",
+        "authenticator",
+        "controllerManager",
+        "scheduler",
+    ]
+    assert c["EncryptionConfig"][0]["Resources"] == ["secrets"]
+    assert c["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True
+    assert c["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+    assert c["AccessConfig"] == {
+        "AuthenticationMode": "API",
+        "BootstrapClusterCreatorAdminPermissions": False,
+    }
+    assert c["ComputeConfig"] == {"Enabled": False}  # no Auto Mode
+
+
+def test_secrets_key_rotates_and_is_scheduled_for_deletion(default_app: Synthesized) -> None:
+    key = default_app.only("Cluster", "AWS::KMS::Key")
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert key["Properties"]["PendingWindowInDays"] == 7
+    assert key["DeletionPolicy"] == "Delete"
+
+
+def test_public_endpoint_only_for_the_given_cidrs(variant_app: Synthesized) -> None:
+    c = variant_app.only("Cluster", "AWS::EKS::Cluster")["Properties"]["ResourcesVpcConfig"]
+    assert c["EndpointPublicAccess"] is True and c["EndpointPrivateAccess"] is True
+    assert c["PublicAccessCidrs"] == ["203.0.113.7/32"]
+
+
+def test_admins_get_cluster_admin_through_access_entries(variant_app: Synthesized) -> None:
+    entries = [
+        e["Properties"]
+        for e in variant_app.resources("Cluster", "AWS::EKS::AccessEntry").values()
+        if e["Properties"]["PrincipalArn"] == "arn:aws:iam::123456789012:role/Admin"
+    ]
+    assert len(entries) == 1
+    policy = entries[0]["AccessPolicies"][0]
+    assert policy["AccessScope"] == {"Type": "cluster"}
+    assert ":cluster-access-policy/AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
+
+
+def test_default_has_no_human_admin(default_app: Synthesized) -> None:
+    principals = [
+        json.dumps(e["Properties"]["PrincipalArn"])
+        for e in default_app.resources("Cluster", "AWS::EKS::AccessEntry").values()
+    ]
+    assert all("KubectlProvider" in p or "Kubectl" in p for p in principals), principals
+
+
+def test_kubectl_layer_matches_the_kubernetes_version(
+    default_app: Synthesized, variant_app: Synthesized
+) -> None:
+    def kubectl_layer(app: Synthesized) -> str:
+        (layer,) = [
+            lv["Properties"]["Description"]
+            for k, lv in app.resources("Cluster", "AWS::Lambda::LayerVersion").items()
+            if k.startswith("ClusterKubectlLayer")
+        ]
+        return str(layer)
+
+    assert kubectl_layer(default_app).startswith("/opt/kubectl/kubectl 1.36.")
+    assert kubectl_layer(variant_app).startswith("/opt/kubectl/kubectl 1.35.")
+    assert variant_app.only("Cluster", "AWS::EKS::Cluster")["Properties"]["Version"] == "1.35"
+
+
+def test_system_node_group(default_app: Synthesized) -> None:
+    ng = _nodegroup(default_app, "system")
+    assert ng["AmiType"] == "AL2023_x86_64_STANDARD"
+    assert ng["InstanceTypes"] == ["m7i.xlarge"]
+    assert ng["ScalingConfig"] == {"DesiredSize": 1, "MaxSize": 1, "MinSize": 1}
+    assert ng["Labels"] == {"role": "system"}
+    assert "Taints" not in ng
+    lt = _launch_template(default_app, ng)
+    assert lt["MetadataOptions"] == {
+        "HttpEndpoint": "enabled",
+        "HttpPutResponseHopLimit": 2,
+        "HttpTokens": "required",
+    }
+    assert lt["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+    assert "NetworkInterfaces" not in lt  # EKS adds the cluster security group itself
+
+
+def test_gpu_node_group_is_fixed_size_nvidia_labelled_and_tainted(default_app: Synthesized) -> None:
+    ng = _nodegroup(default_app, "gpu-workers")
+    assert ng["AmiType"] == "AL2023_x86_64_NVIDIA"
+    assert ng["InstanceTypes"] == ["g6.8xlarge"]
+    assert ng["ScalingConfig"] == {"DesiredSize": 2, "MaxSize": 2, "MinSize": 2}
+    assert ng["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+    assert ng["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
+
+
+def test_gpu_node_group_uses_exactly_the_gpu_subnet(default_app: Synthesized) -> None:
+    ng = _nodegroup(default_app, "gpu-workers")
+    assert len(ng["Subnets"]) == 1
+    assert "GpuSubnet" in ng["Subnets"][0]["Fn::ImportValue"]
+
+
+def test_gpu_launch_template_efa_interface_placement_imds_and_volume(
+    default_app: Synthesized,
+) -> None:
+    resources = default_app.templates["Cluster"]["Resources"]
+    lt = _launch_template(default_app, _nodegroup(default_app, "gpu-workers"))
+    (nic,) = lt["NetworkInterfaces"]
+    assert nic["InterfaceType"] == "efa" and nic["DeviceIndex"] == 0
+    groups = [g["Fn::GetAtt"] for g in nic["Groups"]]
+    assert ["Cluster9EE0221C", "ClusterSecurityGroupId"] in groups
+    efa_sg_id = next(g[0] for g in groups if g[1] == "GroupId")
+    assert resources[efa_sg_id]["Type"] == "AWS::EC2::SecurityGroup"
+    placement_id = lt["Placement"]["GroupName"]["Fn::GetAtt"][0]
+    assert resources[placement_id]["Properties"] == {"Strategy": "cluster"}
+    assert lt["MetadataOptions"]["HttpTokens"] == "required"
+    assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    (disk,) = lt["BlockDeviceMappings"]
+    assert disk["Ebs"] == {
+        "DeleteOnTermination": True,
+        "Encrypted": True,
+        "VolumeSize": 200,
+        "VolumeType": "gp3",
+    }
+
+
+def test_efa_security_group_allows_all_traffic_only_within_itself(
+    default_app: Synthesized,
+) -> None:
+    ingress = default_app.only("Cluster", "AWS::EC2::SecurityGroupIngress")["Properties"]
+    egress = default_app.only("Cluster", "AWS::EC2::SecurityGroupEgress")["Properties"]
+    for rule, peer in ((ingress, "SourceSecurityGroupId"), (egress, "DestinationSecurityGroupId")):
+        assert rule["IpProtocol"] == "-1"
+        assert rule[peer] == {"Fn::GetAtt": [rule["GroupId"]["Fn::GetAtt"][0], "GroupId"]}
+    sg_id = ingress["GroupId"]["Fn::GetAtt"][0]
+    sg = default_app.templates["Cluster"]["Resources"][sg_id]["Properties"]
+    assert sg.get("SecurityGroupEgress", []) in (
+        [],
+        [
+            {
+                "CidrIp": "255.255.255.255/32",
+                "Description": "Disallow all traffic",
+                "FromPort": 252,
+                "IpProtocol": "icmp",
+                "ToPort": 86,
+            }
+        ],
+    )
+
+
+def test_variant_sizes_flow_into_the_node_groups(variant_app: Synthesized) -> None:
+    assert _nodegroup(variant_app, "gpu-workers")["ScalingConfig"]["DesiredSize"] == 3
+
+
+def test_device_plugins_are_pinned_and_confined_to_gpu_nodes(default_app: Synthesized) -> None:
+    efa = _helm(default_app, "aws-efa-k8s-device-plugin")
+    nvidia = _helm(default_app, "nvidia-device-plugin")
+    assert efa["Stack"] == nvidia["Stack"] == "Cluster"
+    assert efa["Properties"]["Repository"] == "https://aws.github.io/eks-charts"
+    assert efa["Properties"]["Version"] == "v0.5.30"
+    assert nvidia["Properties"]["Repository"] == "https://nvidia.github.io/k8s-device-plugin"
+    assert nvidia["Properties"]["Version"].startswith("0.20.")
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    for chart in (efa, nvidia):
+        values = json.loads(chart["Properties"]["Values"])
+        assert values["nodeSelector"] == {"role": "gpu-worker"}
+        assert toleration in values["tolerations"]
+        assert chart["Properties"]["Namespace"] == "kube-system"
+    assert json.loads(nvidia["Properties"]["Values"])["mofedEnabled"] is False
+    efa_values = json.loads(efa["Properties"]["Values"])
+    assert efa_values["supportedInstanceLabels"]["values"] == ["g6.8xlarge"]
+
+
+def test_device_plugins_install_after_the_gpu_nodes(default_app: Synthesized) -> None:
+    resources = default_app.templates["Cluster"]["Resources"]
+    gpu_ng = next(
+        k
+        for k, v in resources.items()
+        if v["Type"] == "AWS::EKS::Nodegroup" and v["Properties"]["NodegroupName"] == "gpu-workers"
+    )
+    for chart in ("aws-efa-k8s-device-plugin", "nvidia-device-plugin"):
+        chart_id = next(
+            k
+            for k, v in resources.items()
+            if v["Type"] == "Custom::AWSCDK-EKS-HelmChart" and v["Properties"]["Chart"] == chart
+        )
+        assert gpu_ng in resources[chart_id].get("DependsOn", [])
+
+
+def test_cluster_outputs(default_app: Synthesized) -> None:
+    outputs = default_app.templates["Cluster"]["Outputs"]
+    assert outputs["UpdateKubeconfigCommand"]["Value"] == {
+        "Fn::Join": [
+            "",
+            [
+                "aws eks update-kubeconfig --region ",
+                {"Ref": "AWS::Region"},
+                " --name ray-llm-multinode",
+            ],
+        ]
+    }
+    assert outputs["ClusterName"]["Value"] == {"Ref": "Cluster9EE0221C"}

@@ -1,0 +1,106 @@
+"""Network stack: VPC, NAT egress, flow logs, and the single-AZ GPU subnet."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+
+from pd_constructs.network import subnet_plan
+from tests.synth import Synthesized
+
+
+def _subnets(app: Synthesized) -> dict[str, dict[str, Any]]:
+    return app.resources("Network", "AWS::EC2::Subnet")
+
+
+def test_vpc_has_dns_and_the_configured_cidr(default_app: Synthesized) -> None:
+    vpc = default_app.only("Network", "AWS::EC2::VPC")["Properties"]
+    assert vpc["CidrBlock"] == "10.0.0.0/16"
+    assert vpc["EnableDnsSupport"] is True and vpc["EnableDnsHostnames"] is True
+
+
+def test_private_subnets_span_two_azs_and_egress_through_one_nat(default_app: Synthesized) -> None:
+    private = [
+        s["Properties"]
+        for k, s in _subnets(default_app).items()
+        if k.startswith("NetworkVpcPrivateSubnet")
+    ]
+    assert [p["AvailabilityZone"]["Fn::Select"][0] for p in private] == [0, 1]
+    assert all(p["MapPublicIpOnLaunch"] is False for p in private)
+    assert len(default_app.resources("Network", "AWS::EC2::NatGateway")) == 1
+    nat_routes = [
+        r["Properties"]
+        for r in default_app.resources("Network", "AWS::EC2::Route").values()
+        if "NatGatewayId" in r["Properties"]
+    ]
+    # Two cluster private subnets plus the GPU subnet route 0.0.0.0/0 to the NAT gateway.
+    assert len(nat_routes) == 3
+    assert {r["DestinationCidrBlock"] for r in nat_routes} == {"0.0.0.0/0"}
+
+
+def test_flow_logs_capture_all_traffic_into_a_log_group_with_retention(
+    default_app: Synthesized,
+) -> None:
+    flow = default_app.only("Network", "AWS::EC2::FlowLog")["Properties"]
+    assert flow["TrafficType"] == "ALL" and flow["ResourceType"] == "VPC"
+    group_id = flow["LogGroupName"]["Ref"]
+    group = default_app.templates["Network"]["Resources"][group_id]
+    assert group["Properties"]["RetentionInDays"] == 30
+    assert group["DeletionPolicy"] == "Delete"
+
+
+def test_gpu_subnet_sits_in_the_az_chosen_at_deploy_time(default_app: Synthesized) -> None:
+    resources = default_app.templates["Network"]["Resources"]
+    gpu = resources["NetworkGpuSubnet98B9B6C2"]["Properties"]
+    chooser_id, attribute = gpu["AvailabilityZone"]["Fn::GetAtt"]
+    assert attribute == "AvailabilityZone"
+    chooser = resources[chooser_id]
+    assert chooser["Type"] == "Custom::GpuAvailabilityZone"
+    assert chooser["Properties"]["InstanceType"] == "g6.8xlarge"
+    assert chooser["Properties"]["RequestedAz"] == ""
+    assert gpu["CidrBlock"] == "10.0.192.0/18"
+
+
+def test_requested_gpu_az_is_passed_to_the_chooser(variant_app: Synthesized) -> None:
+    chooser = variant_app.only("Network", "Custom::GpuAvailabilityZone")["Properties"]
+    assert chooser["RequestedAz"] == "us-west-2b"
+
+
+def test_az_chooser_may_only_describe_offerings(default_app: Synthesized) -> None:
+    statements = [
+        st
+        for p in default_app.resources("Network", "AWS::IAM::Policy").values()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if "ec2:DescribeInstanceTypeOfferings" in str(st["Action"])
+    ]
+    assert statements == [
+        {"Action": "ec2:DescribeInstanceTypeOfferings", "Effect": "Allow", "Resource": "*"}
+    ]
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/16", "172.16.0.0/17", "192.168.0.0/18"])
+def test_subnet_plan_never_overlaps(cidr: str) -> None:
+    plan = subnet_plan(cidr)
+    net = ipaddress.IPv4Network(cidr)
+    privates = list(net.subnets(new_prefix=int(plan["private_mask"])))[:2]
+    public_base = list(net.subnets(prefixlen_diff=2))[2]
+    publics = list(public_base.subnets(new_prefix=int(plan["public_mask"])))[:2]
+    gpu = ipaddress.IPv4Network(plan["gpu_cidr"])
+    blocks = [*privates, *publics, gpu]
+    for i, a in enumerate(blocks):
+        assert a.subnet_of(net)
+        for b in blocks[i + 1 :]:
+            assert not a.overlaps(b), (a, b)
+
+
+def test_subnet_cidrs_in_template_match_the_plan(default_app: Synthesized) -> None:
+    cidrs = sorted(s["Properties"]["CidrBlock"] for s in _subnets(default_app).values())
+    assert cidrs == [
+        "10.0.0.0/18",
+        "10.0.128.0/24",
+        "10.0.129.0/24",
+        "10.0.192.0/18",
+        "10.0.64.0/18",
+    ]

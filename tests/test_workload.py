@@ -1,0 +1,398 @@
+"""Workload stack: namespace, KubeRay operator and the prefill/decode RayService."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from pd_constructs.templates import TemplateError, render
+from pd_constructs.workload import render_rayservice, render_serve_config
+from ray_pd_eks.config import DEFAULTS, AppConfig
+from tests.synth import Synthesized
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+REGION = "us-west-2"
+
+
+def _resolve(value: Any) -> Any:
+    """Resolve the few intrinsics KubernetesManifest leaves in a manifest (the deploy region)."""
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(_resolve(p) for p in parts)
+    if value == {"Ref": "AWS::Region"}:
+        return REGION
+    if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
+        return "amazonaws.com"
+    assert isinstance(value, str), value
+    return value
+
+
+def _manifests(app: Synthesized) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for r in app.resources("Workload", "Custom::AWSCDK-EKS-KubernetesResource").values():
+        out.extend(json.loads(_resolve(r["Properties"]["Manifest"])))
+    return out
+
+
+def _kind(app: Synthesized, kind: str) -> dict[str, Any]:
+    (found,) = [m for m in _manifests(app) if m["kind"] == kind]
+    return found
+
+
+def _workers(rs: dict[str, Any]) -> dict[str, Any]:
+    (group,) = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    return dict(group)
+
+
+def _worker_container(rs: dict[str, Any]) -> dict[str, Any]:
+    (c,) = _workers(rs)["template"]["spec"]["containers"]
+    return dict(c)
+
+
+def _serve(rs: dict[str, Any]) -> dict[str, Any]:
+    return dict(yaml.safe_load(rs["spec"]["serveConfigV2"]))
+
+
+# -- the synthesized objects ----------------------------------------------------------------
+
+
+def test_template_carries_exactly_the_rendered_rayservice(default_app: Synthesized) -> None:
+    expected = render_rayservice(DEFAULTS, image=DEFAULTS.image_uri(REGION))
+    rs = _kind(default_app, "RayService")
+    # KubernetesManifest adds its own prune label; everything else must match exactly.
+    rs_labels = {k: v for k, v in rs["metadata"]["labels"].items() if "aws.cdk.eks/prune" not in k}
+    rs = {**rs, "metadata": {**rs["metadata"], "labels": rs_labels}}
+    assert rs == expected
+
+
+def test_namespace_is_labelled_privileged_for_efa_workers_and_warns_at_baseline(
+    default_app: Synthesized, variant_app: Synthesized
+) -> None:
+    labels = _kind(default_app, "Namespace")["metadata"]["labels"]
+    assert _kind(default_app, "Namespace")["metadata"]["name"] == "inference"
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == "baseline"
+    assert labels["pod-security.kubernetes.io/audit"] == "baseline"
+    ucx = _kind(variant_app, "Namespace")["metadata"]["labels"]
+    assert ucx["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_kuberay_operator_chart_pinned_on_system_nodes(default_app: Synthesized) -> None:
+    (chart,) = [
+        r["Properties"]
+        for r in default_app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").values()
+    ]
+    assert chart["Chart"] == "kuberay-operator" and chart["Version"] == "1.7.0"
+    assert chart["Repository"] == "https://ray-project.github.io/kuberay-helm/"
+    assert chart.get("SkipCrds") in (None, False)  # the chart installs the ray.io CRDs
+    values = json.loads(chart["Values"])
+    assert values["nodeSelector"] == {"role": "system"}
+    assert values["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+
+
+def test_objects_are_created_in_order_namespace_operator_rayservice(
+    default_app: Synthesized,
+) -> None:
+    resources = default_app.templates["Workload"]["Resources"]
+
+    def find(kind: str) -> str:
+        for k, v in resources.items():
+            if v["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and f'"kind":"{kind}"' in (
+                json.dumps(v["Properties"]["Manifest"]).replace("\\", "").replace(" ", "")
+            ):
+                return k
+        raise AssertionError(kind)
+
+    operator = next(k for k, v in resources.items() if v["Type"] == "Custom::AWSCDK-EKS-HelmChart")
+    assert find("Namespace") in resources[operator]["DependsOn"]
+    assert operator in resources[find("RayService")]["DependsOn"]
+
+
+# -- the RayService's settings --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rs() -> dict[str, Any]:
+    return render_rayservice(DEFAULTS, image=DEFAULTS.image_uri(REGION))
+
+
+def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
+    (app,) = _serve(rs)["applications"]
+    assert app["name"] == "qwen"
+    assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    assert app["route_prefix"] == "/"
+    assert set(app["args"]) == {"prefill_config", "decode_config"}
+    for phase in ("prefill", "decode"):
+        cfg = app["args"][f"{phase}_config"]
+        assert cfg == {
+            "model_loading_config": {"model_id": "qwen3.5-9b", "model_source": "Qwen/Qwen3.5-9B"},
+            "engine_kwargs": {
+                "max_model_len": 4096,
+                "dtype": "bfloat16",
+                "gpu_memory_utilization": 0.9,
+                "enforce_eager": True,
+                "kv_transfer_config": {
+                    "kv_connector": "NixlConnector",
+                    "kv_role": "kv_both",
+                    "engine_id": phase,
+                    "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+                },
+            },
+            "deployment_config": {"num_replicas": 1},
+        }
+
+
+# Fields Ray Serve LLM 2.58's config models accept where we set them (they reject others).
+LLM_CONFIG_FIELDS = {
+    "model_loading_config",
+    "engine_kwargs",
+    "deployment_config",
+    "llm_engine",
+    "accelerator_type",
+    "runtime_env",
+    "lora_config",
+    "log_engine_metrics",
+    "placement_group_config",
+    "experimental_configs",
+}
+MODEL_LOADING_FIELDS = {"model_id", "model_source", "tokenizer_source"}
+
+
+def test_serve_config_uses_only_fields_ray_serve_llm_accepts(rs: dict[str, Any]) -> None:
+    (app,) = _serve(rs)["applications"]
+    assert set(app) <= {"name", "import_path", "route_prefix", "args", "runtime_env"}
+    for cfg in app["args"].values():
+        assert set(cfg) <= LLM_CONFIG_FIELDS
+        assert set(cfg["model_loading_config"]) <= MODEL_LOADING_FIELDS
+
+
+def test_config_changes_flow_into_both_phases() -> None:
+    config = DEFAULTS.with_overrides(
+        {
+            "maxModelLen": 8192,
+            "dtype": "float16",
+            "gpuMemoryUtilization": 0.8,
+            "enforceEager": False,
+        }
+    )
+    (app,) = render_serve_config(config)["applications"]
+    for cfg in app["args"].values():
+        assert cfg["engine_kwargs"]["max_model_len"] == 8192
+        assert cfg["engine_kwargs"]["dtype"] == "float16"
+        assert cfg["engine_kwargs"]["gpu_memory_utilization"] == 0.8
+        assert cfg["engine_kwargs"]["enforce_eager"] is False
+
+
+def test_cluster_config_head_is_cpu_only_on_system_nodes(rs: dict[str, Any]) -> None:
+    cluster = rs["spec"]["rayClusterConfig"]
+    assert cluster["rayVersion"] == "2.58.0"
+    head = cluster["headGroupSpec"]
+    assert head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
+    assert head["template"]["spec"]["nodeSelector"] == {"role": "system"}
+    (c,) = head["template"]["spec"]["containers"]
+    assert c["image"] == "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
+    assert sorted(p["containerPort"] for p in c["ports"]) == [6379, 8000, 8265]
+    # m7i.xlarge: 4 vCPU / 16 GiB; the head takes half, leaving room for KubeRay and add-ons.
+    assert c["resources"] == {
+        "requests": {"cpu": "2", "memory": "8Gi"},
+        "limits": {"cpu": "2", "memory": "8Gi"},
+    }
+
+
+def test_upgrade_strategy_cannot_deadlock_a_fixed_gpu_pool(rs: dict[str, Any]) -> None:
+    assert rs["spec"]["upgradeStrategy"] == {"type": "None"}
+
+
+def test_gpu_workers(rs: dict[str, Any]) -> None:
+    group = _workers(rs)
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 2)
+    spec = group["template"]["spec"]
+    assert spec["nodeSelector"] == {"role": "gpu-worker"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    c = _worker_container(rs)
+    assert c["securityContext"] == {"privileged": True}
+    expected = {
+        "cpu": "16",
+        "memory": "64Gi",
+        "nvidia.com/gpu": 1,
+        "vpc.amazonaws.com/efa": 1,
+    }
+    assert c["resources"] == {"requests": expected, "limits": expected}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env == {
+        "VLLM_HOST_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
+        "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
+        "HF_HOME": "/data/hf-cache",
+        "FI_PROVIDER": "efa",
+    }
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts == {"dshm": "/dev/shm", "hf-cache": "/data/hf-cache"}
+
+
+def test_worker_memory_is_far_above_the_checkpoint_on_every_supported_gpu_type() -> None:
+    from ray_pd_eks.instance_types import EFA_GPU_TYPES
+
+    for name in EFA_GPU_TYPES:
+        config = DEFAULTS.with_overrides({"gpuNodeType": name})
+        c = _worker_container(render_rayservice(config, image="img:1"))
+        assert int(c["resources"]["limits"]["memory"].removesuffix("Gi")) >= 32, name
+
+
+def test_one_worker_per_node_so_prefill_and_decode_never_share(rs: dict[str, Any]) -> None:
+    spec = _workers(rs)["template"]
+    labels = spec["metadata"]["labels"]
+    (term,) = spec["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_replica_arithmetic() -> None:
+    config = DEFAULTS.with_overrides({"gpuNodeCount": 5, "prefillReplicas": 2, "decodeReplicas": 3})
+    rs = render_rayservice(config, image="img:1")
+    assert _workers(rs)["replicas"] == 5
+    (app,) = _serve(rs)["applications"]
+    assert app["args"]["prefill_config"]["deployment_config"] == {"num_replicas": 2}
+    assert app["args"]["decode_config"]["deployment_config"] == {"num_replicas": 3}
+
+
+def test_ucx_variant_renders_the_tcp_fallback(variant_app: Synthesized) -> None:
+    rs = _kind(variant_app, "RayService")
+    (app,) = _serve(rs)["applications"]
+    for cfg in app["args"].values():
+        extra = cfg["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]
+        assert extra == {"backends": ["UCX"]}
+    c = _worker_container(rs)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert "FI_PROVIDER" not in env and env["UCX_TLS"] == "tcp,cuda_copy"
+    assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"]
+    assert c["securityContext"] == {"privileged": False}
+    assert _workers(rs)["replicas"] == 3  # 1 prefill + 2 decode
+
+
+def test_custom_image_is_used_verbatim() -> None:
+    image = "123456789012.dkr.ecr.us-west-2.amazonaws.com/my/ray:1.2"
+    config = DEFAULTS.with_overrides({"dlcImage": image})
+    assert (
+        _worker_container(render_rayservice(config, image=config.image_uri("x")))["image"] == image
+    )
+
+
+# -- schema checks ---------------------------------------------------------------------------
+
+
+def _close_objects(schema: Any) -> Any:
+    """Reject unknown fields the way the API server's pruning drops them: every object schema
+    that lists ``properties`` gets ``additionalProperties: false``."""
+    if isinstance(schema, dict):
+        schema = {k: _close_objects(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_close_objects(s) for s in schema]
+    return schema
+
+
+@functools.cache
+def _crd_schema(reference_dir: Path) -> dict[str, Any]:
+    text = (reference_dir / "kuberay-v1.7.0" / "ray.io_rayservices.yaml").read_text()
+    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return dict(_close_objects(v1["schema"]["openAPIV3Schema"]))
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"kvBackend": "UCX", "gpuNodeCount": 3}, {"gpuNodeType": "p5.48xlarge"}]
+)
+def test_rayservice_validates_against_the_kuberay_1_7_crd(
+    reference_dir: Path, overrides: dict[str, Any]
+) -> None:
+    config = DEFAULTS.with_overrides(overrides)
+    manifest = render_rayservice(config, image=config.image_uri(REGION))
+    jsonschema.validate(manifest, _crd_schema(reference_dir))
+
+
+def test_crd_check_rejects_an_unknown_field(reference_dir: Path, rs: dict[str, Any]) -> None:
+    bad = copy.deepcopy(rs)
+    _worker_container(bad)  # shape check
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["gpuCount"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="gpuCount"):
+        jsonschema.validate(bad, _crd_schema(reference_dir))
+
+
+def test_rayservice_has_the_fields_we_rely_on(rs: dict[str, Any]) -> None:
+    schema = json.loads((SCHEMAS / "rayservice-fields.schema.json").read_text())
+    jsonschema.validate(rs, schema)
+    broken = copy.deepcopy(rs)
+    broken["metadata"]["name"] = "x" * 48
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_our_helm_values_use_only_keys_the_charts_know(reference_dir: Path) -> None:
+    from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, kuberay_operator
+
+    def unknown(ours: Any, ref: Any, prefix: str = "") -> set[str]:
+        """Keys of ours missing from the chart's values; free-form maps (``{}`` in the chart,
+        such as nodeSelector) and resources are not descended into."""
+        out = set()
+        for k, v in ours.items():
+            if k not in ref:
+                out.add(prefix + k)
+            elif isinstance(v, dict) and isinstance(ref[k], dict) and ref[k] and k != "resources":
+                out |= unknown(v, ref[k], prefix + k + ".")
+        return out
+
+    pairs = [
+        (EFA_DEVICE_PLUGIN, "charts/aws-efa-k8s-device-plugin-values.v0.5.30.yaml"),
+        (NVIDIA_DEVICE_PLUGIN, "charts/nvidia-device-plugin-values.v0.20.0.yaml"),
+        (kuberay_operator("1.7.0"), "kuberay-v1.7.0/kuberay-operator-values.yaml"),
+    ]
+    for release, reference in pairs:
+        ref = yaml.safe_load((reference_dir / reference).read_text())
+        assert not unknown(release.values(), ref), release.chart
+
+
+def test_efa_gpu_types_are_ones_the_efa_plugin_supports(reference_dir: Path) -> None:
+    from ray_pd_eks.instance_types import EFA_GPU_TYPES
+
+    values = yaml.safe_load(
+        (reference_dir / "charts/aws-efa-k8s-device-plugin-values.v0.5.30.yaml").read_text()
+    )
+    supported = set(values["supportedInstanceLabels"]["values"])
+    assert set(EFA_GPU_TYPES) <= supported, set(EFA_GPU_TYPES) - supported
+
+
+# -- templates ------------------------------------------------------------------------------
+
+
+def test_template_placeholder_set_is_closed_both_ways() -> None:
+    values = {"NAMESPACE": "x", "PSA_ENFORCE": "baseline"}
+    with pytest.raises(TemplateError, match=r"without a value: \['PSA_ENFORCE'\]"):
+        render("manifests/namespace.yaml", {"NAMESPACE": "x"})
+    with pytest.raises(TemplateError, match=r"without a placeholder: \['EXTRA'\]"):
+        render("manifests/namespace.yaml", {**values, "EXTRA": 1})
+    assert render("manifests/namespace.yaml", values)["metadata"]["name"] == "x"
+
+
+def test_application_name_is_shared_with_the_serve_config() -> None:
+    config = AppConfig.from_context({"modelId": "mistral-7b", "modelSource": "mistralai/M-7B"})
+    (app,) = render_serve_config(config)["applications"]
+    assert app["name"] == config.application_name == "mistral"
