@@ -34,9 +34,7 @@ class Synthesized:
 
     def resources(self, stack: str, rtype: str) -> dict[str, dict[str, Any]]:
         """Resources of one CloudFormation type in one stack, by logical id."""
-        return {
-            k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == rtype
-        }
+        return {k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == rtype}
 
     def only(self, stack: str, rtype: str) -> dict[str, Any]:
         found = list(self.resources(stack, rtype).values())
