@@ -1,0 +1,80 @@
+"""The Kubernetes YAML the app deploys, written as plain files for review or for applying to an
+existing cluster (``helm install -f`` / ``kubectl apply -f``) without CloudFormation.
+
+``app.py`` writes them on every synth to ``<cdk.out>/rendered/``. Where the deploy region is
+not configured, the image URI keeps ``${AWS_REGION}`` for ``envsubst``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from pd_constructs.workload import kuberay_values, render_namespace, render_rayservice
+from ray_pd_eks.config import AppConfig
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the serve config) as readable ``|`` blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(document: Any) -> str:
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def _helm_header(release: HelmRelease) -> str:
+    return (
+        f"# helm upgrade --install {release.release} {release.chart} --repo {release.repository}"
+        f" --version {release.version} --namespace {release.namespace} --create-namespace"
+        f" -f {release.release}-values.yaml\n"
+    )
+
+
+def rendered_files(config: AppConfig) -> dict[str, str]:
+    """File name -> YAML text, in the order they are applied."""
+    region = config.region or "${AWS_REGION}"
+    efa = EFA_DEVICE_PLUGIN.values({"supportedInstanceLabels": {"values": [config.gpu_node_type]}})
+    documents: list[tuple[str, str, Any]] = [
+        ("10-aws-efa-k8s-device-plugin-values.yaml", _helm_header(EFA_DEVICE_PLUGIN), efa),
+        (
+            "11-nvidia-device-plugin-values.yaml",
+            _helm_header(NVIDIA_DEVICE_PLUGIN),
+            NVIDIA_DEVICE_PLUGIN.values(),
+        ),
+        ("20-namespace.yaml", "# kubectl apply -f 20-namespace.yaml\n", render_namespace(config)),
+        (
+            "21-kuberay-operator-values.yaml",
+            "# helm upgrade --install kuberay-operator kuberay-operator --repo "
+            f"https://ray-project.github.io/kuberay-helm/ --version {config.kuberay_version} "
+            "--namespace kuberay-system --create-namespace -f 21-kuberay-operator-values.yaml\n",
+            kuberay_values(config),
+        ),
+        (
+            "30-rayservice.yaml",
+            "# kubectl apply -f 30-rayservice.yaml\n",
+            render_rayservice(config, image=config.image_uri(region)),
+        ),
+    ]
+    banner = "# Rendered by ray-pd-eks from the CDK context at synth time. Do not edit.\n"
+    return {name: banner + header + dump(doc) for name, header, doc in documents}
+
+
+def write_rendered(config: AppConfig, outdir: Path) -> list[Path]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in rendered_files(config).items():
+        path = outdir / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

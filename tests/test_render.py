@@ -1,0 +1,41 @@
+"""Rendered Kubernetes YAML for review or for applying without CloudFormation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pd_constructs.workload import render_rayservice
+from ray_pd_eks.config import DEFAULTS
+from ray_pd_eks.render import rendered_files, write_rendered
+
+
+def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
+    files = rendered_files(DEFAULTS)
+    assert list(files) == [
+        "10-aws-efa-k8s-device-plugin-values.yaml",
+        "11-nvidia-device-plugin-values.yaml",
+        "20-namespace.yaml",
+        "21-kuberay-operator-values.yaml",
+        "30-rayservice.yaml",
+    ]
+    assert "--version v0.5.30" in files["10-aws-efa-k8s-device-plugin-values.yaml"]
+    assert "--version 1.7.0" in files["21-kuberay-operator-values.yaml"]
+    assert "kubectl apply -f 30-rayservice.yaml" in files["30-rayservice.yaml"]
+
+
+def test_rayservice_round_trips_and_keeps_the_region_for_envsubst() -> None:
+    text = rendered_files(DEFAULTS)["30-rayservice.yaml"]
+    assert yaml.safe_load(text) == render_rayservice(
+        DEFAULTS, image=DEFAULTS.image_uri("${AWS_REGION}")
+    )
+    assert "serveConfigV2: |" in text  # readable block, not an escaped string
+
+
+def test_configured_region_is_filled_in(tmp_path: Path) -> None:
+    config = DEFAULTS.with_overrides({"region": "eu-west-1"})
+    paths = write_rendered(config, tmp_path / "rendered")
+    text = (tmp_path / "rendered" / "30-rayservice.yaml").read_text()
+    assert "763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray:serve-llm-cuda-v1.0" in text
+    assert [p.name for p in paths][-1] == "30-rayservice.yaml"
