@@ -89,6 +89,16 @@ class GpuAvailabilityZone(Construct):
         suppress_provider_framework(provider, fn)
 
 
+def _framework_functions(provider: cr.Provider) -> list[lambda_.Function]:
+    """The framework's own functions (onEvent, isComplete, onTimeout) that its roles invoke."""
+    return [
+        c
+        for c in provider.node.children
+        if isinstance(c, lambda_.Function)
+        and c.node.id in ("framework-isComplete", "framework-onTimeout")
+    ]
+
+
 def suppress_provider_framework(provider: cr.Provider, *handlers: lambda_.IFunction) -> None:
     """The CDK Provider framework's own Lambda: runtime and invoke policy set by aws-cdk-lib."""
     acknowledge(
@@ -102,7 +112,9 @@ def suppress_provider_framework(provider: cr.Provider, *handlers: lambda_.IFunct
         "AwsSolutions-IAM5",
         "The Provider framework may invoke any version of its own handler (<arn>:*), as "
         "aws-cdk-lib generates it.",
-        findings=[function_versions_finding(h) for h in handlers],
+        findings=[
+            function_versions_finding(f) for f in (*handlers, *_framework_functions(provider))
+        ],
     )
     acknowledge(
         provider,

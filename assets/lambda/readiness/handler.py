@@ -1,0 +1,646 @@
+"""Readiness waiter for the PD endpoint: a CDK ``custom_resources.Provider`` user handler.
+
+``on_event`` starts the wait; the Provider then calls ``is_complete`` every query interval until
+it returns ``IsComplete: True`` (with ``Data``) or raises. Each ``is_complete`` call is one poll:
+
+1. the GPU nodes are Ready and advertise ``nvidia.com/gpu`` and ``vpc.amazonaws.com/efa``;
+2. the RayService's ``Ready`` condition is True and the Serve app is ``RUNNING``;
+3. prefill and decode run on different nodes;
+4. ``/v1/models`` lists the model and a short chat completion returns text (through the API
+   server's service proxy, so the Lambda needs no route to pod IPs);
+5. which NIXL backend each worker instantiated, from the Ray dashboard's log API.
+
+Terminal states raise at once with a message a person can act on; the Provider turns the
+exception into the CloudFormation failure reason. Nothing survives between polls except the
+event, so time-based judgements use timestamps Kubernetes keeps (see ``terminal_failure``) and
+the start time ``on_event`` adds to the event (the Provider merges on_event's response into the
+event it passes to ``is_complete``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import checks
+import kube
+
+LOG = logging.getLogger("readiness")
+
+STARTED_AT_KEY = "ReadinessStartedAt"  # top-level, so it never leaks into the resource's Data
+DEFAULT_TIMEOUT_SECONDS = 3600  # CloudFormation's one-hour cap on a custom resource
+DEFAULT_QUERY_INTERVAL_SECONDS = 30
+DEFAULT_POLL_BUDGET_SECONDS = 180.0
+# An app that has been UNHEALTHY this long (by KubeRay's healthLastUpdateTime) is not recovering.
+UNHEALTHY_GRACE_SECONDS = 300
+# A GPU pod still failing to schedule this long after the last GPU node turned Ready is not
+# waiting for a device plugin to catch up; the scheduler's message is the diagnosis.
+UNSCHEDULABLE_GRACE_SECONDS = 180
+# Worst case for one API call: 4 attempts x 10 s timeout + 7 s backoff. The poll reserves it so
+# a call started just inside the budget still ends well before the Lambda timeout.
+SLOWEST_CALL_SECONDS = 60
+SERVE_PORT = 8000
+DASHBOARD_PORT = 8265
+# One attempt only: a 503 from a proxy without endpoints just means "next poll", and a single
+# 45 s call keeps the poll inside SLOWEST_CALL_SECONDS.
+CHAT_TIMEOUT_SECONDS = 45.0
+SAMPLE_CHARS = 60
+LOG_LINES = 3000
+LOG_FILES_PER_WORKER = 12
+MAX_REASON_CHARS = 1500
+# CloudFormation caps a custom resource response at 4 KiB, Data included.
+MAX_DATA_VALUE_CHARS = 300
+KV_BACKENDS = ("LIBFABRIC", "UCX")
+
+REQUIRED_PROPERTIES = (
+    "ClusterName",
+    "ClusterEndpoint",
+    "ClusterCertificateAuthorityData",
+    "Namespace",
+    "RayServiceName",
+    "ApplicationName",
+    "ModelId",
+    "KvBackend",
+    "ExpectedGpuNodes",
+)
+
+
+class ReadinessError(Exception):
+    """A terminal failure: the deploy should stop now, with this message as the reason."""
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Process-level knobs from the environment (the only place this module reads it)."""
+
+    poll_budget_seconds: float = DEFAULT_POLL_BUDGET_SECONDS
+    log_level: str = "INFO"
+
+
+def read_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """``POLL_BUDGET_SECONDS`` (default 180): how long one poll may spend on API calls before
+    handing over to the next poll; keep the Lambda timeout >= budget + 2 minutes.
+    ``LOG_LEVEL`` (default INFO)."""
+    env = os.environ if env is None else env
+    budget_text = env.get("POLL_BUDGET_SECONDS", "")
+    try:
+        budget = float(budget_text) if budget_text else DEFAULT_POLL_BUDGET_SECONDS
+    except ValueError as exc:
+        raise ReadinessError(
+            f"POLL_BUDGET_SECONDS must be a number of seconds, got {budget_text!r}"
+        ) from exc
+    return Settings(
+        poll_budget_seconds=max(10.0, budget),
+        log_level=env.get("LOG_LEVEL", "INFO").upper(),
+    )
+
+
+@dataclass(frozen=True)
+class Props:
+    """The custom resource's ``ResourceProperties``: everything the check needs, nothing looked
+    up elsewhere. ``ConfigHash`` and ``ServiceToken`` are accepted and ignored."""
+
+    cluster_name: str
+    endpoint: str
+    ca_data: str
+    namespace: str
+    rayservice: str
+    app_name: str
+    model_id: str
+    kv_backend: str
+    expected_gpu_nodes: int
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    query_interval_seconds: int = DEFAULT_QUERY_INTERVAL_SECONDS
+
+    @property
+    def physical_id(self) -> str:
+        return f"{self.cluster_name}/{self.namespace}/{self.rayservice}"
+
+    @property
+    def serve_service(self) -> str:
+        return f"{self.rayservice}-serve-svc"
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Props:
+        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
+        if missing:
+            raise ReadinessError(
+                "ResourceProperties missing " + ", ".join(missing) + "; the readiness construct "
+                "must pass all of " + ", ".join(REQUIRED_PROPERTIES)
+            )
+        endpoint = str(properties["ClusterEndpoint"])
+        if not endpoint.startswith("https://"):
+            raise ReadinessError(
+                f"ClusterEndpoint must be the cluster's https:// endpoint, got {endpoint!r}"
+            )
+        kv_backend = str(properties["KvBackend"]).upper()
+        if kv_backend not in KV_BACKENDS:
+            raise ReadinessError(
+                f"KvBackend must be one of {', '.join(KV_BACKENDS)}, got "
+                f"{properties['KvBackend']!r}"
+            )
+        return cls(
+            cluster_name=str(properties["ClusterName"]),
+            endpoint=endpoint,
+            ca_data=str(properties["ClusterCertificateAuthorityData"]),
+            namespace=str(properties["Namespace"]),
+            rayservice=str(properties["RayServiceName"]),
+            app_name=str(properties["ApplicationName"]),
+            model_id=str(properties["ModelId"]),
+            kv_backend=kv_backend,
+            expected_gpu_nodes=_positive_int(properties, "ExpectedGpuNodes", None),
+            timeout_seconds=_positive_int(properties, "TimeoutSeconds", DEFAULT_TIMEOUT_SECONDS),
+            query_interval_seconds=_positive_int(
+                properties, "QueryIntervalSeconds", DEFAULT_QUERY_INTERVAL_SECONDS
+            ),
+        )
+
+
+def _positive_int(properties: Mapping[str, Any], key: str, default: int | None) -> int:
+    # CloudFormation delivers every property as a string; tests and direct calls may pass ints.
+    raw = properties.get(key)
+    if raw in (None, "") and default is not None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ReadinessError(f"{key} must be a positive whole number, got {raw!r}")
+    return value
+
+
+# --- dependencies (replaced in tests) ------------------------------------------------------
+
+
+def make_client(props: Props, *, sleep: Callable[[float], None] = time.sleep) -> kube.KubeClient:
+    """A client authenticated as the Lambda's own IAM role (its EKS access entry)."""
+    return kube.KubeClient(
+        props.endpoint,
+        props.ca_data,
+        lambda: kube.eks_token(props.cluster_name),
+        sleep=sleep,
+    )
+
+
+client_factory: Callable[[Props], kube.KubeClient] = make_client
+clock: Callable[[], float] = time.time
+
+
+# --- the Provider contract -----------------------------------------------------------------
+
+
+def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """Start (Create/Update) or end (Delete) the wait; no Kubernetes call happens here."""
+    request_type = event.get("RequestType")
+    if request_type == "Delete":
+        # Never block `cdk destroy`, and never change the id on Delete (the Provider rejects it).
+        LOG.info("Delete %s: nothing to wait for", event.get("PhysicalResourceId"))
+        return {"PhysicalResourceId": event.get("PhysicalResourceId", "")}
+    props = Props.from_properties(event.get("ResourceProperties") or {})
+    LOG.info("%s %s: readiness wait starts", request_type, props.physical_id)
+    return {"PhysicalResourceId": props.physical_id, STARTED_AT_KEY: str(int(clock()))}
+
+
+def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """One poll: ``IsComplete`` False while pending, Data when done; raises on failure."""
+    if event.get("RequestType") == "Delete":
+        return {"IsComplete": True}
+    settings = read_settings()
+    LOG.setLevel(settings.log_level)
+    props = Props.from_properties(event.get("ResourceProperties") or {})
+    now = clock()
+    started = _started_at(event, now)
+    budget = settings.poll_budget_seconds
+    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+    if callable(remaining_ms):
+        budget = min(budget, remaining_ms() / 1000.0 - SLOWEST_CALL_SECONDS)
+    try:
+        outcome = check(
+            props,
+            client_factory(props),
+            now=now,
+            budget_ends=time.monotonic() + max(0.0, budget),
+        )
+    except ReadinessError as exc:
+        message = _one_line(f"Readiness check failed for {props.physical_id}: {exc}")
+        LOG.error("poll: FAILED: %s", message)
+        raise ReadinessError(message) from None
+    except (kube.KubeAuthError, kube.KubeTlsError) as exc:
+        message = _one_line(f"Readiness check failed for {props.physical_id}: {exc}")
+        LOG.error("poll: FAILED: %s", message)
+        raise ReadinessError(message) from None
+
+    if outcome.complete:
+        LOG.info("poll: COMPLETE: %s", json.dumps(outcome.data, sort_keys=True))
+        return {"IsComplete": True, "Data": outcome.data}
+
+    elapsed = now - started
+    give_up_after = _give_up_after(props, settings)
+    LOG.info(
+        "poll: pending %s (%.0f s of %d s): %s",
+        outcome.pending_check,
+        elapsed,
+        props.timeout_seconds,
+        outcome.status,
+    )
+    if elapsed >= give_up_after:
+        message = _one_line(
+            f"Readiness check timed out for {props.physical_id} after {elapsed / 60:.0f} min: "
+            f"still failing: {outcome.pending_check}; last status: {outcome.status}"
+        )
+        LOG.error("poll: FAILED: %s", message)
+        raise ReadinessError(message)
+    return {"IsComplete": False}
+
+
+def _started_at(event: Mapping[str, Any], now: float) -> float:
+    try:
+        return float(event.get(STARTED_AT_KEY) or now)
+    except (TypeError, ValueError):
+        return now
+
+
+def _give_up_after(props: Props, settings: Settings) -> float:
+    """Seconds after the start at which a still-pending poll raises with our own message.
+
+    The Provider's total timeout would end the wait with a bare "Operation timed out", so we
+    stop first. Polls are at most one query interval plus one poll apart, so raising from the
+    first poll past ``timeout - (interval + budget + slowest call)`` lands before the hard stop.
+    """
+    margin = props.query_interval_seconds + settings.poll_budget_seconds + SLOWEST_CALL_SECONDS
+    return max(props.timeout_seconds / 2, props.timeout_seconds - margin)
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= MAX_REASON_CHARS else flat[: MAX_REASON_CHARS - 3] + "..."
+
+
+# --- the checks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    complete: bool
+    data: dict[str, str] = field(default_factory=dict)
+    pending_check: str = ""
+    status: str = ""
+
+
+def _pending(check_name: str, status: str) -> Outcome:
+    return Outcome(complete=False, pending_check=check_name, status=status)
+
+
+def check(
+    props: Props,
+    client: kube.KubeClient,
+    *,
+    now: float,
+    budget_ends: float | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Outcome:
+    """Run every check once, in order; return the first pending one or the Data when done.
+
+    Raises :class:`ReadinessError` for terminal states, and lets ``KubeAuthError`` /
+    ``KubeTlsError`` through (retrying cannot fix either). Other API errors after the client's
+    own retries make the poll pending, so a blip does not fail a deploy but a persistent one
+    shows up as the last status in the timeout message.
+    """
+
+    def out_of_budget(step: str) -> Outcome | None:
+        if budget_ends is not None and monotonic() > budget_ends:
+            return _pending(step, "poll budget used up before this step; the next poll resumes")
+        return None
+
+    ns, rs = props.namespace, props.rayservice
+    try:
+        nodes = checks.gpu_nodes(
+            client.get_json("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}),
+            props.expected_gpu_nodes,
+        )
+        rs_json = _get_rayservice(client, props)
+        state = checks.rayservice_state(rs_json, props.app_name)
+        pods = checks.ray_pods(
+            client.get_json(f"/api/v1/namespaces/{ns}/pods"), rs, state.cluster_names
+        )
+        events = client.get_json(
+            f"/api/v1/namespaces/{ns}/events", {"fieldSelector": "involvedObject.kind=Pod"}
+        )
+    except (kube.KubeAuthError, kube.KubeTlsError):
+        raise
+    except kube.KubeApiError as exc:
+        return _pending("kubernetes-api", str(exc))
+
+    problems = checks.pod_problems(pods, events)
+    failure = terminal_failure(props, nodes, state, problems, now)
+    if failure:
+        raise ReadinessError(failure)
+    pod_note = "; ".join(p.describe() for p in problems)
+    pod_note = f"; pods: {pod_note}" if pod_note else ""
+
+    if not nodes.ok:
+        return _pending("gpu-nodes", nodes.why + pod_note)
+    if not state.running:
+        return _pending("rayservice", state.summary() + pod_note)
+
+    dashboard = kube.RayDashboard(client, ns, rs, port=DASHBOARD_PORT)
+    if late := out_of_budget("placement"):
+        return late
+    serve_json, serve_error = _serve_applications(dashboard)
+    place = checks.placement(pods, serve_json, props.app_name, serve_error=serve_error)
+    if place.conflict:
+        raise ReadinessError(place.why)
+    if not place.ok:
+        return _pending("placement", place.why)
+
+    if late := out_of_budget("models"):
+        return late
+    models, models_status = _list_models(client, props)
+    if props.model_id not in models:
+        if models:
+            raise ReadinessError(
+                f"the endpoint serves {', '.join(models)} but not ModelId {props.model_id}; "
+                "make ModelId match model_loading_config.model_id in serveConfigV2"
+            )
+        return _pending("models", models_status)
+
+    if late := out_of_budget("chat-completion"):
+        return late
+    sample, completion_status = _chat_completion(client, props)
+    if not sample:
+        return _pending("chat-completion", completion_status)
+
+    kv = read_nixl_backends(
+        dashboard,
+        serve_json,
+        props.app_name,
+        deadline=budget_ends,
+        monotonic=monotonic,
+    )
+    fallbacks = kv.fallbacks(props.kv_backend)
+    if fallbacks:
+        raise ReadinessError(
+            f"NIXL instantiated UCX on {', '.join(fallbacks)} although KvBackend is LIBFABRIC "
+            f"(observed {kv.value()}): KV cache moves at TCP speed, not over EFA; set "
+            'kv_connector_extra_config.backends: ["LIBFABRIC"] in both prefill_config and '
+            "decode_config, FI_PROVIDER=efa on the workers, and request vpc.amazonaws.com/efa"
+        )
+
+    if place.method == "serve-replicas":
+        prefill_node = ",".join(place.prefill_nodes)
+        decode_node = ",".join(place.decode_nodes)
+    else:
+        prefill_node = decode_node = f"unknown (worker nodes {' '.join(place.worker_nodes)})"
+    data = {
+        "GpuNodes": ",".join(f"{n.name}:{n.zone}" for n in nodes.usable),
+        "AppStatus": state.app_status or "",
+        "PrefillNode": prefill_node,
+        "DecodeNode": decode_node,
+        "PlacementMethod": place.method,
+        "Models": ",".join(models),
+        "CompletionSample": " ".join(sample.split())[:SAMPLE_CHARS],
+        "KvBackend": kv.value(),
+        "ServeService": f"{props.serve_service}.{ns}:{SERVE_PORT}",
+    }
+    return Outcome(complete=True, data={k: v[:MAX_DATA_VALUE_CHARS] for k, v in data.items()})
+
+
+def _get_rayservice(client: kube.KubeClient, props: Props) -> dict[str, Any]:
+    path = f"/apis/ray.io/v1/namespaces/{props.namespace}/rayservices/{props.rayservice}"
+    try:
+        return client.get_json(path)
+    except kube.KubeApiError as exc:
+        if exc.status == 404:
+            raise ReadinessError(
+                f"RayService {props.namespace}/{props.rayservice} not found ({exc.reason}); "
+                "check RayServiceName and Namespace match the manifest, that the KubeRay CRDs "
+                "are installed, and that this resource depends on the RayService"
+            ) from None
+        raise
+
+
+def terminal_failure(
+    props: Props,
+    nodes: checks.GpuNodes,
+    state: checks.RayServiceState,
+    problems: list[checks.PodProblem],
+    now: float,
+) -> str | None:
+    """The first state that waiting cannot fix, as a message; None if there is none.
+
+    UNHEALTHY uses KubeRay's ``healthLastUpdateTime`` on the app status, which KubeRay sets when
+    the app first turns unhealthy after being healthy: it gives "unhealthy for how long" without
+    remembering earlier polls. Without that timestamp UNHEALTHY stays pending and the timeout
+    message reports it.
+    """
+    app = props.app_name
+    if state.terminal_reason:
+        return state.terminal_message
+    if state.app_status == "DEPLOY_FAILED":
+        return (
+            f"Serve app {app} is DEPLOY_FAILED: {state.app_message or 'no message'}"
+            + _deployment_detail(state)
+            + "; fix serveConfigV2 or the image, then redeploy"
+        )
+    if state.app_status == "UNHEALTHY" and state.app_health_since is not None:
+        unhealthy_for = now - state.app_health_since.timestamp()
+        if unhealthy_for >= UNHEALTHY_GRACE_SECONDS:
+            return (
+                f"Serve app {app} has been UNHEALTHY for {unhealthy_for:.0f} s (since "
+                f"{state.app_health_since.isoformat()}): {state.app_message or 'no message'}"
+                + _deployment_detail(state)
+                + "; read the replica logs in the Ray dashboard"
+            )
+    for problem in problems:
+        if problem.reason == "Unschedulable":
+            if not _unschedulable_is_terminal(problem, nodes, now):
+                continue
+            return (
+                f"Ray pod cannot be scheduled: {problem.describe()}; compare the pod's requests "
+                f"({checks.GPU_RESOURCE}, {checks.EFA_RESOURCE}, cpu, memory) with the nodes' "
+                "allocatable resources and the node selector"
+            )
+        hint = {
+            "ImagePullBackOff": "check the image URI and tag, and that the node role may pull it",
+            "ErrImagePull": "check the image URI and tag, and that the node role may pull it",
+            "CrashLoopBackOff": (
+                f"read its previous log: kubectl logs -n {props.namespace} {problem.pod} "
+                f"-c {problem.container or '<container>'} --previous"
+            ),
+            "CreateContainerConfigError": "a referenced Secret, ConfigMap or key is missing",
+        }.get(problem.reason, "")
+        return f"Ray pod stuck: {problem.describe()}" + (f"; {hint}" if hint else "")
+    return None
+
+
+# The project CLI's `status` called this before it was public; keep the old name working.
+_terminal_failure = terminal_failure
+
+
+def _unschedulable_is_terminal(
+    problem: checks.PodProblem, nodes: checks.GpuNodes, now: float
+) -> bool:
+    """Unschedulable is normal while nodes join and device plugins start; it is final once the
+    scheduler still refuses a GPU pod well after every expected GPU node was usable, or a CPU
+    pod after the grace period."""
+    if problem.observed_at is None:
+        return False
+    if problem.requests_gpu:
+        ready_since = nodes.ready_since
+        if not nodes.ok or ready_since is None:
+            return False
+        return (problem.observed_at - ready_since).total_seconds() >= UNSCHEDULABLE_GRACE_SECONDS
+    since = problem.since or problem.observed_at
+    return now - since.timestamp() >= UNSCHEDULABLE_GRACE_SECONDS
+
+
+def _deployment_detail(state: checks.RayServiceState) -> str:
+    bad = [
+        f"{d.name}={d.status}" + (f" ({d.message[:300]})" if d.message else "")
+        for d in state.deployments
+        if d.status != "HEALTHY"
+    ]
+    return f"; deployments: {'; '.join(bad)}" if bad else ""
+
+
+def _serve_applications(dashboard: kube.RayDashboard) -> tuple[dict[str, Any] | None, str]:
+    try:
+        return dashboard.serve_applications(), ""
+    except kube.KubeApiError as exc:
+        return None, f"GET /api/serve/applications/ via {dashboard.service}: {exc.reason or exc}"
+
+
+def _list_models(client: kube.KubeClient, props: Props) -> tuple[list[str], str]:
+    where = f"GET /v1/models via {props.serve_service}:{SERVE_PORT}"
+    try:
+        _, body = client.service_proxy(
+            props.namespace, props.serve_service, SERVE_PORT, "v1/models", retries=1
+        )
+        payload = json.loads(body)
+    except kube.KubeAuthError:
+        raise
+    except kube.KubeApiError as exc:
+        return [], f"{where}: {exc.reason or exc}"
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return [], f"{where}: response is not JSON"
+    entries = payload.get("data") if isinstance(payload, dict) else None
+    models = [str(m.get("id")) for m in entries or [] if isinstance(m, dict) and m.get("id")]
+    return models, f"{where}: listed {', '.join(models) or 'no models'}"
+
+
+def _chat_completion(client: kube.KubeClient, props: Props) -> tuple[str, str]:
+    where = f"POST /v1/chat/completions via {props.serve_service}:{SERVE_PORT}"
+    request = {
+        "model": props.model_id,
+        "messages": [{"role": "user", "content": "Say OK."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    try:
+        _, body = client.service_proxy(
+            props.namespace,
+            props.serve_service,
+            SERVE_PORT,
+            "v1/chat/completions",
+            method="POST",
+            json_body=request,
+            timeout=CHAT_TIMEOUT_SECONDS,
+            retries=0,
+        )
+        payload = json.loads(body)
+    except kube.KubeAuthError:
+        raise
+    except kube.KubeApiError as exc:
+        if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (404, 408, 429):
+            raise ReadinessError(
+                f"the endpoint rejected a minimal chat completion ({where} returned {exc.status}: "
+                f"{exc.reason}); check the model's engine settings in serveConfigV2"
+            ) from None
+        return "", f"{where}: {exc.reason or exc}"
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "", f"{where}: response is not JSON"
+    text = _completion_text(payload)
+    return text, f"{where}: " + ("returned text" if text else "returned no text")
+
+
+def _completion_text(payload: Any) -> str:
+    """Text of the first choice. Reasoning models may spend a few tokens in a separate
+    reasoning field before any content; that still proves the engine generates."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    choice = choices[0]
+    message = choice.get("message") or {}
+    for value in (
+        message.get("content"),
+        message.get("reasoning_content"),
+        message.get("reasoning"),
+        choice.get("text"),
+    ):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+def read_nixl_backends(
+    dashboard: kube.RayDashboard,
+    serve_json: Mapping[str, Any] | None,
+    app_name: str,
+    *,
+    lines: int = LOG_LINES,
+    max_files: int = LOG_FILES_PER_WORKER,
+    deadline: float | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> checks.KvBackendReport:
+    """Which NIXL backend each worker instantiated, read from its logs without exec.
+
+    Uses the Ray dashboard's log API (through the head service proxy): the Serve replicas name
+    the prefill/decode nodes and worker processes; without them, every alive worker node is
+    read. Anything unreadable is reported as ``unknown: <reason>`` — never as success, and never
+    as a failure of the deploy either (the endpoint has already answered).
+    """
+    try:
+        have_replicas = bool(checks.nixl_targets(serve_json, app_name))
+        ray_nodes = [] if have_replicas else dashboard.nodes()
+        targets = checks.nixl_targets(serve_json, app_name, ray_nodes)
+    except kube.KubeApiError as exc:
+        return checks.KvBackendReport(
+            reason=f"Ray dashboard not readable via {dashboard.service}: {exc.reason or exc}"
+        )
+    if not targets:
+        return checks.KvBackendReport(reason="the Ray dashboard lists no worker nodes")
+    backends: list[tuple[str, str]] = []
+    sources: dict[str, str] = {}
+    for target in targets:
+        try:
+            files = dashboard.list_log_files(target.node_id)
+        except kube.KubeApiError as exc:
+            backends.append((target.label, f"unknown: cannot list logs ({exc.reason or exc})"))
+            continue
+        chosen = checks.log_files_to_read(files, target, max_files)
+        found: str | None = None
+        note = f"no 'Backend ... was instantiated' line in the last {lines} lines of "
+        note += f"{len(chosen)} log file(s)"
+        for filename in chosen:
+            if deadline is not None and monotonic() > deadline:
+                note = "poll budget used up while reading logs"
+                break
+            try:
+                text = dashboard.read_log(target.node_id, filename, lines=lines)
+            except kube.KubeApiError:
+                continue
+            found = checks.nixl_backend(text)
+            if found:
+                sources[target.label] = filename
+                break
+        backends.append((target.label, found or f"unknown: {note} on {target.label}"))
+    return checks.KvBackendReport(backends=tuple(backends), sources=sources)

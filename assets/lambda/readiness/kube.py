@@ -1,0 +1,479 @@
+"""A small Kubernetes API client for EKS: bearer token from IAM, TLS pinned to the cluster CA.
+
+Why not the official ``kubernetes`` package: the readiness Lambda runs on the plain Python
+runtime (standard library + boto3 only) and reads four kinds of objects plus two service
+proxies, so a few hundred lines of ``http.client`` are cheaper than vendoring a client and its
+dependencies. The project's CLI imports this module too, so the public names here are a contract.
+
+Failure policy (the reason this module exists rather than ``urllib``):
+
+* 5xx, 429, connection reset/refused/aborted and timeouts are retried a bounded number of times,
+  with exponential backoff through an injected ``sleep`` (tests pass a no-op);
+* 401/403 raise :class:`KubeAuthError` at once, naming the EKS access entry / RBAC as the fix;
+* a certificate that does not chain to the given CA raises :class:`KubeTlsError` at once;
+* other 4xx (404 included) raise :class:`KubeApiError` at once with the API server's message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import http.client
+import importlib
+import json
+import os
+import ssl
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+TOKEN_PREFIX = "k8s-aws-v1."
+# The API server accepts an EKS token for 15 minutes after signing; refreshing after 10 leaves
+# room for clock skew and for a request that starts just before the refresh point.
+TOKEN_REFRESH_SECONDS = 600.0
+# aws-iam-authenticator signs with a 60 s expiry; EKS ignores it in favour of its own 15-minute
+# window, but we keep the conventional value so the token is byte-for-byte what `aws eks
+# get-token` would produce.
+TOKEN_PRESIGN_EXPIRES_SECONDS = 60
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+
+_MAX_RETRY_AFTER_SECONDS = 10.0
+_ERROR_BODY_CHARS = 300
+
+
+class KubeApiError(Exception):
+    """A Kubernetes API call failed; ``str()`` is one line a person can act on.
+
+    ``status`` is the HTTP status (``None`` when no response arrived, e.g. connection refused or
+    timeout after all retries); ``reason`` is the API server's own message (or the transport
+    error), kept separately so callers can match on it without parsing the sentence.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class KubeAuthError(KubeApiError):
+    """401/403: retrying cannot help; the IAM principal needs an access entry or RBAC."""
+
+
+class KubeTlsError(KubeApiError):
+    """The endpoint's certificate did not verify against the given cluster CA."""
+
+
+def _botocore(module: str) -> Any:
+    # botocore ships no type information; importing through importlib keeps mypy strict without
+    # a type-ignore that would turn stale if a stubs package is ever added, and keeps this module
+    # importable (e.g. for the CLI's --help) on a machine without botocore.
+    return importlib.import_module(f"botocore.{module}")
+
+
+def eks_token(
+    cluster_name: str,
+    session: Any | None = None,
+    region: str | None = None,
+) -> str:
+    """Return a bearer token for the EKS API server, as ``aws eks get-token`` does.
+
+    The token is ``k8s-aws-v1.`` + unpadded base64url of a presigned STS ``GetCallerIdentity``
+    URL whose signature covers the ``x-k8s-aws-id: <cluster_name>`` header, so the API server can
+    prove who signed it and that it was meant for this cluster. Signing is local: no network call,
+    and it works offline with fake credentials.
+
+    ``session`` may be a ``botocore.session.Session`` or a ``boto3.Session`` (default: a new
+    botocore session, i.e. the standard credential chain). ``region`` defaults to the session's
+    region, then ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
+    """
+    if not cluster_name:
+        raise ValueError("eks_token: cluster_name is empty; pass the EKS cluster's name")
+    if session is None:
+        session = _botocore("session").get_session()
+    region = region or _session_region(session) or os.environ.get("AWS_REGION")
+    region = region or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ValueError(
+            "eks_token: no AWS region; pass region= or set AWS_REGION to the cluster's region"
+        )
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise KubeAuthError(
+            "no AWS credentials found to sign the EKS token; configure credentials "
+            "(environment, profile or role) for the principal that has the cluster access entry",
+            reason="no credentials",
+        )
+    # boto3.Session has .client(); botocore's Session has .create_client().
+    make_client = getattr(session, "create_client", None) or session.client
+    sts = make_client("sts", region_name=region)
+    signer = _botocore("signers").RequestSigner(
+        sts.meta.service_model.service_id,
+        region,
+        "sts",
+        "v4",
+        credentials,
+        sts.meta.events,
+    )
+    url = signer.generate_presigned_url(
+        {
+            "method": "GET",
+            "url": f"{sts.meta.endpoint_url}/?Action=GetCallerIdentity&Version=2011-06-15",
+            "body": {},
+            "headers": {CLUSTER_ID_HEADER: cluster_name},
+            "context": {},
+        },
+        region_name=region,
+        expires_in=TOKEN_PRESIGN_EXPIRES_SECONDS,
+        operation_name="",
+    )
+    encoded = base64.urlsafe_b64encode(str(url).encode("utf-8")).decode("ascii")
+    return TOKEN_PREFIX + encoded.rstrip("=")
+
+
+def _session_region(session: Any) -> str | None:
+    region = getattr(session, "region_name", None)  # boto3.Session
+    if region is None and hasattr(session, "get_config_variable"):  # botocore Session
+        region = session.get_config_variable("region")
+    return str(region) if region else None
+
+
+def ssl_context_from_ca_data(ca_data_b64: str) -> ssl.SSLContext:
+    """Build a verifying TLS context trusting only the cluster CA (base64 PEM, as EKS returns it).
+
+    Raises :class:`KubeTlsError` when the value is not base64 of a PEM certificate, because the
+    usual cause is passing the wrong attribute (e.g. the endpoint) in its place.
+    """
+    try:
+        pem = base64.b64decode(ca_data_b64, validate=True).decode("ascii")
+        context = ssl.create_default_context(cadata=pem)
+    except (binascii.Error, UnicodeDecodeError, ssl.SSLError, ValueError) as exc:
+        raise KubeTlsError(
+            "ClusterCertificateAuthorityData is not a base64-encoded PEM certificate "
+            f"({exc}); pass the cluster's certificateAuthority.data from EKS DescribeCluster",
+            reason=str(exc),
+        ) from exc
+    return context
+
+
+class KubeClient:
+    """Kubernetes API over HTTPS with a lazily fetched, periodically refreshed bearer token."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        ca_data_b64: str,
+        token_provider: Callable[[], str],
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff_seconds: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(endpoint)
+        if parsed.scheme != "https" or not parsed.hostname:
+            raise ValueError(
+                f"ClusterEndpoint must be an https:// URL, got {endpoint!r}; "
+                "pass the cluster's endpoint from EKS DescribeCluster"
+            )
+        self.endpoint = endpoint.rstrip("/")
+        self._host = parsed.hostname
+        self._port = parsed.port or 443
+        self._base_path = parsed.path.rstrip("/")
+        self._context = ssl_context_from_ca_data(ca_data_b64)
+        self._token_provider = token_provider
+        self._timeout = timeout
+        self._retries = max(0, retries)
+        self._backoff = backoff_seconds
+        self._sleep = sleep
+        self._clock = clock
+        self._token: str | None = None
+        self._token_at = 0.0
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """GET ``path`` and decode a JSON object (the shape of every Kubernetes read)."""
+        _, body = self.request("GET", path, params=params, headers={"Accept": "application/json"})
+        return _decode_object(body, f"GET {path}")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> tuple[int, bytes]:
+        """Send one request, retrying transient failures; return ``(status, body)`` for 2xx.
+
+        ``timeout``/``retries`` override the client's defaults for one call (e.g. a chat
+        completion that may legitimately take longer than a metadata read).
+        """
+        url = self._base_path + path
+        if params:
+            url += "?" + urllib.parse.urlencode(dict(params))
+        attempts = 1 + (self._retries if retries is None else max(0, retries))
+        what = f"{method} {path}"
+        last_error: KubeApiError | None = None
+        for attempt in range(attempts):
+            if attempt:
+                self._sleep(self._delay(attempt, last_error))
+            try:
+                status, reason, data, retry_after = self._send(
+                    method, url, body, headers, timeout or self._timeout
+                )
+            except ssl.SSLCertVerificationError as exc:
+                raise KubeTlsError(
+                    f"TLS verification of {self.endpoint} failed ({exc.verify_message}): the "
+                    "server certificate does not chain to ClusterCertificateAuthorityData; pass "
+                    "this cluster's certificateAuthority.data",
+                    reason=str(exc),
+                ) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                # Reset/refused/aborted/timeouts, TLS EOFs mid-handshake, truncated responses.
+                last_error = KubeApiError(
+                    f"could not reach the Kubernetes API at {self.endpoint} for {what} after "
+                    f"{attempt + 1} attempt(s): {type(exc).__name__}: {exc}; check that the "
+                    "caller can reach the endpoint on 443 (security group into the cluster "
+                    "security group, endpoint access) and that the API server is healthy",
+                    status=None,
+                    reason=f"{type(exc).__name__}: {exc}",
+                )
+                continue
+            if 200 <= status < 300:
+                return status, data
+            message = _status_message(data) or reason
+            if status in (401, 403):
+                raise KubeAuthError(
+                    _auth_message(status, what, message), status=status, reason=message
+                )
+            error = KubeApiError(
+                f"Kubernetes API {what} returned {status}: {message}",
+                status=status,
+                reason=message,
+                retry_after=retry_after,
+            )
+            if status != 429 and status < 500:
+                raise error
+            last_error = error
+        assert last_error is not None  # the loop always runs at least once
+        raise last_error
+
+    def service_proxy(
+        self,
+        namespace: str,
+        service: str,
+        port: int,
+        path: str,
+        *,
+        method: str = "GET",
+        json_body: dict[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> tuple[int, bytes]:
+        """Call ``path`` on a Service through the API server's proxy subresource.
+
+        Why the proxy: the caller (a Lambda in the VPC) reaches the API server but has no route
+        to pod IPs, and the proxy reuses the same token and RBAC (``services/proxy``).
+        """
+        proxy_path = (
+            f"/api/v1/namespaces/{_q(namespace)}/services/{_q(service)}:{int(port)}/proxy/"
+            + path.lstrip("/")
+        )
+        body = None
+        headers = {"Accept": "application/json"}
+        if json_body is not None:
+            body = json.dumps(json_body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        return self.request(
+            method,
+            proxy_path,
+            body=body,
+            params=params,
+            headers=headers,
+            timeout=timeout,
+            retries=retries,
+        )
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _bearer(self) -> str:
+        now = self._clock()
+        if self._token is None or now - self._token_at >= TOKEN_REFRESH_SECONDS:
+            self._token = self._token_provider()
+            self._token_at = now
+        return self._token
+
+    def _delay(self, attempt: int, last_error: KubeApiError | None) -> float:
+        if last_error is not None and last_error.retry_after is not None:
+            return min(last_error.retry_after, _MAX_RETRY_AFTER_SECONDS)
+        return float(self._backoff * (2 ** (attempt - 1)))
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        timeout: float,
+    ) -> tuple[int, str, bytes, float | None]:
+        all_headers = {"Authorization": f"Bearer {self._bearer()}", "User-Agent": "ray-pd-eks"}
+        all_headers.update(headers or {})
+        connection = http.client.HTTPSConnection(
+            self._host, self._port, timeout=timeout, context=self._context
+        )
+        try:
+            connection.request(method, url, body=body, headers=all_headers)
+            response = connection.getresponse()
+            data = response.read()
+            return response.status, response.reason, data, _retry_after(response)
+        finally:
+            connection.close()
+
+
+def _q(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    value = response.getheader("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+def _decode_object(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise KubeApiError(
+            f"{what} returned a body that is not JSON ({exc}): {_snippet(body)}",
+            reason="invalid JSON",
+        ) from exc
+    if not isinstance(value, dict):
+        raise KubeApiError(f"{what} returned JSON that is not an object", reason="not an object")
+    return value
+
+
+def _status_message(body: bytes) -> str:
+    """Pull ``message`` out of a Kubernetes ``Status`` body, else a short snippet of the body."""
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _snippet(body)
+    if isinstance(value, dict):
+        for key in ("message", "msg", "detail", "error"):
+            if isinstance(value.get(key), str) and value[key]:
+                return str(value[key])
+    return _snippet(body)
+
+
+def _snippet(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace").strip().replace("\n", " ")
+    return text[:_ERROR_BODY_CHARS]
+
+
+def _auth_message(status: int, what: str, message: str) -> str:
+    if status == 401:
+        return (
+            f"Kubernetes API rejected the token for {what} (401 Unauthorized: {message}); the "
+            "caller's IAM role needs an EKS access entry on this cluster, and the token must be "
+            "signed for this cluster name (x-k8s-aws-id) in the cluster's region"
+        )
+    return (
+        f"Kubernetes API denied {what} (403 Forbidden: {message}); grant the caller's Kubernetes "
+        "group the verb on this resource in its ClusterRole/RoleBinding (RBAC), via the IAM "
+        "role's EKS access entry"
+    )
+
+
+class RayDashboard:
+    """The Ray dashboard (head service, port 8265) reached through the API server proxy.
+
+    Only the read endpoints this project needs: Serve application details (replica placement)
+    and the state API's node list and log files, which let us read worker logs without
+    ``kubectl exec`` (no ``pods/exec`` permission needed).
+    """
+
+    def __init__(
+        self, client: KubeClient, namespace: str, rayservice: str, *, port: int = 8265
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.service = f"{rayservice}-head-svc"
+        self.port = port
+
+    def serve_applications(self) -> dict[str, Any]:
+        """``GET /api/serve/applications/``: apps → deployments → replicas (node_id, node_ip)."""
+        _, body = self._get("api/serve/applications/")
+        return _decode_object(body, "GET /api/serve/applications/")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Ray nodes from the state API (``node_id``, ``node_ip``, ``is_head_node``, ``state``)."""
+        data = self._state_api("api/v0/nodes", {"limit": "1000"})
+        rows = data.get("result") if isinstance(data, dict) else None
+        return [row for row in rows or [] if isinstance(row, dict)]
+
+    def list_log_files(self, node_id: str) -> list[str]:
+        """Every log file name on a Ray node (flattened over the API's categories)."""
+        data = self._state_api("api/v0/logs", {"node_id": node_id})
+        files: list[str] = []
+        if isinstance(data, dict):
+            for names in data.values():
+                if isinstance(names, list):
+                    files.extend(str(name) for name in names)
+        return files
+
+    def read_log(self, node_id: str, filename: str, *, lines: int = 2000) -> str:
+        """The last ``lines`` lines of one log file, as text."""
+        _, body = self._get(
+            "api/v0/logs/file",
+            {"node_id": node_id, "filename": filename, "lines": str(lines), "format": "text"},
+        )
+        return body.decode("utf-8", errors="replace")
+
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+        return self.client.service_proxy(
+            self.namespace, self.service, self.port, path, params=params
+        )
+
+    def _state_api(self, path: str, params: Mapping[str, str]) -> Any:
+        # State API replies are {"result": <ok>, "msg": <error>, "data": {"result": <payload>}}.
+        _, body = self._get(path, params)
+        envelope = _decode_object(body, f"GET {path}")
+        if envelope.get("result") is False:
+            raise KubeApiError(
+                f"Ray dashboard {path} failed: {envelope.get('msg') or 'no message'}",
+                status=None,
+                reason=str(envelope.get("msg") or ""),
+            )
+        data = envelope.get("data")
+        return data.get("result") if isinstance(data, dict) else None
+
+
+__all__ = [
+    "KubeApiError",
+    "KubeAuthError",
+    "KubeClient",
+    "KubeTlsError",
+    "RayDashboard",
+    "eks_token",
+    "ssl_context_from_ca_data",
+]

@@ -1,0 +1,276 @@
+"""The deploy proves the endpoint works: a custom resource that waits until the Serve app is
+RUNNING on EFA and answers a real chat completion (handler: ``assets/lambda/readiness/``).
+
+Least privilege inside the cluster: the Lambda role's EKS access entry maps it to one
+Kubernetes group, bound to read-only rules on exactly what the handler reads, plus the service
+proxy of the two Ray services it calls. No cluster-admin, no ``AmazonEKSViewPolicy`` (which
+does not cover ``ray.io``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from aws_cdk import CustomResource, Duration, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
+from pd_constructs.network import suppress_provider_framework
+
+READINESS_GROUP = "ray-pd-eks:readiness"
+QUERY_INTERVAL = Duration.seconds(30)
+# One poll spends at most POLL_BUDGET_SECONDS on API calls; the Lambda timeout leaves room for
+# the slowest call started just inside the budget (see the handler's constants).
+POLL_BUDGET_SECONDS = 180
+HANDLER_TIMEOUT = Duration.minutes(5)
+SERVE_PORT = 8000
+DASHBOARD_PORT = 8265
+
+
+def readiness_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
+    """ClusterRole for nodes (cluster-scoped), Role for what lives in the namespace."""
+    serve, head = f"{ray_service}-serve-svc", f"{ray_service}-head-svc"
+    name = "ray-pd-eks-readiness"
+    subjects = [{"kind": "Group", "name": READINESS_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
+    labels = {"app.kubernetes.io/part-of": "ray-pd-eks"}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": subjects,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "rules": [
+                {
+                    "apiGroups": ["ray.io"],
+                    "resources": ["rayservices"],
+                    "resourceNames": [ray_service],
+                    "verbs": ["get"],
+                },
+                {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list"]},
+                {
+                    # The proxy's resource name is the URL segment "<service>:<port>". The chat
+                    # completion is a POST through the proxy, which RBAC calls "create".
+                    "apiGroups": [""],
+                    "resources": ["services/proxy"],
+                    "resourceNames": [f"{serve}:{SERVE_PORT}"],
+                    "verbs": ["get", "create"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["services/proxy"],
+                    "resourceNames": [f"{head}:{DASHBOARD_PORT}"],
+                    "verbs": ["get"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects,
+        },
+    ]
+
+
+def config_hash(manifest: Any) -> str:
+    """Changes whenever the RayService does, so CloudFormation re-runs the check on Update."""
+    text = json.dumps(manifest, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class ReadinessCheck(Construct):
+    """Waits (up to ``timeout``, at most one hour) for the endpoint to prove itself; fails the
+    deploy with the reason when it cannot. ``Delete`` returns at once.
+
+    The facts it found are attributes of ``resource`` (``AppStatus``, ``PrefillNode``,
+    ``DecodeNode``, ``KvBackend``, ``Models``, ``GpuNodes``, ``CompletionSample``, ...).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        namespace: str,
+        ray_service_name: str,
+        application_name: str,
+        model_id: str,
+        kv_backend: str,
+        expected_gpu_nodes: int,
+        timeout: Duration,
+        manifest_fingerprint: str,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        minutes = timeout.to_minutes()
+        if minutes > 60:
+            raise ValueError(f"ReadinessCheck timeout {minutes} min: CloudFormation allows 60")
+
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=cluster.vpc,
+            description="Readiness check: HTTPS to the EKS API endpoint only",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.security_group_id(cluster.cluster_security_group_id),
+            ec2.Port.tcp(443),
+            "Kubernetes API",
+        )
+        # STS for the EKS token: through the NAT gateway (no VPC endpoint is created).
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS STS (presigned token) over HTTPS"
+        )
+        ec2.CfnSecurityGroupIngress(
+            self,
+            "ClusterIngress",
+            group_id=cluster.cluster_security_group_id,
+            source_security_group_id=self.security_group.security_group_id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            description="Readiness check to the Kubernetes API",
+        )
+        log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        common: dict[str, Any] = {
+            "runtime": PYTHON_RUNTIME,
+            "code": lambda_code("readiness"),
+            "vpc": cluster.vpc,
+            "vpc_subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            "security_groups": [self.security_group],
+            "log_group": log_group,
+            "environment": {"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
+        }
+        on_event = lambda_.Function(
+            self,
+            "OnEvent",
+            handler="handler.on_event",
+            timeout=Duration.seconds(30),
+            description="Readiness check: starts the wait",
+            **common,
+        )
+        is_complete = lambda_.Function(
+            self,
+            "IsComplete",
+            handler="handler.is_complete",
+            timeout=HANDLER_TIMEOUT,
+            description="Readiness check: one poll of nodes, RayService, endpoint and EFA",
+            **common,
+        )
+        role = is_complete.role
+        assert role is not None
+        self.access_entry = eks.CfnAccessEntry(
+            self,
+            "AccessEntry",
+            cluster_name=cluster.cluster_name,
+            principal_arn=role.role_arn,
+            kubernetes_groups=[READINESS_GROUP],
+            type="STANDARD",
+        )
+        self.rbac = eks.KubernetesManifest(
+            self,
+            "Rbac",
+            cluster=as_icluster(cluster),
+            manifest=readiness_rbac(namespace=namespace, ray_service=ray_service_name),
+        )
+        provider = cr.Provider(
+            self,
+            "Provider",
+            on_event_handler=on_event,
+            is_complete_handler=is_complete,
+            query_interval=QUERY_INTERVAL,
+            total_timeout=timeout,
+            log_group=log_group,
+            # Every state transition is logged, without the event payloads.
+            disable_waiter_state_machine_logging=False,
+            waiter_state_machine_log_options=cr.LogOptions(
+                destination=logs.LogGroup(
+                    self,
+                    "WaiterLogs",
+                    retention=log_retention,
+                    removal_policy=log_removal_policy,
+                ),
+                level=sfn.LogLevel.ALL,
+                include_execution_data=False,
+            ),
+        )
+        self.resource = CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type="Custom::RayServiceReadiness",
+            properties={
+                "ClusterName": cluster.cluster_name,
+                "ClusterEndpoint": cluster.cluster_endpoint,
+                "ClusterCertificateAuthorityData": cluster.cluster_certificate_authority_data,
+                "Namespace": namespace,
+                "RayServiceName": ray_service_name,
+                "ApplicationName": application_name,
+                "ModelId": model_id,
+                "KvBackend": kv_backend,
+                "ExpectedGpuNodes": str(expected_gpu_nodes),
+                "TimeoutSeconds": str(int(timeout.to_seconds())),
+                "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),
+                "ConfigHash": manifest_fingerprint,
+            },
+        )
+        self.resource.node.add_dependency(self.access_entry, self.rbac)
+
+        for fn in (on_event, is_complete):
+            acknowledge(
+                fn,
+                "AwsSolutions-IAM4",
+                "AWSLambdaBasicExecutionRole and AWSLambdaVPCAccessExecutionRole only let the "
+                "function write its own logs and attach to the VPC.",
+                findings=[LAMBDA_BASIC, LAMBDA_VPC],
+            )
+        suppress_provider_framework(provider, on_event, is_complete)
+        waiter = provider.node.find_child("waiter-state-machine")
+        acknowledge(
+            waiter,
+            "AwsSolutions-IAM5",
+            "CloudWatch Logs delivery for Step Functions (logs:CreateLogDelivery and friends) "
+            "supports no resource-level permissions; AWS documents Resource * for it.",
+            findings=["Resource::*"],
+        )
+        acknowledge(
+            provider,
+            "AwsSolutions-SF2",
+            "The Provider framework's waiter state machine offers no X-Ray setting; every "
+            "transition is logged to CloudWatch instead.",
+        )
+
+    def attribute(self, name: str) -> str:
+        return self.resource.get_att_string(name)

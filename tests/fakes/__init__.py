@@ -1,0 +1,1 @@
+"""Test doubles shared by the handler and CLI tests (a fake Kubernetes API over real TLS)."""

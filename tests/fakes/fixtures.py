@@ -1,0 +1,44 @@
+"""pytest fixtures for the fake Kubernetes API. Load them as a plugin in the test module:
+
+    pytest_plugins = ["tests.fakes.fixtures"]
+
+(rather than ``from ... import kube_api``, which ruff flags as redefined by every test parameter
+of that name, and which imports this module before pytest can register it). Kept out of
+``conftest.py`` so several engineers' fixtures cannot collide there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fakes.kube_api import FAKE_ACCESS_KEY_ID, FAKE_REGION, FakeKubeApi
+
+__all__ = ["FAKE_ACCESS_KEY_ID", "FAKE_REGION", "fake_aws_env", "kube_api"]
+
+
+@pytest.fixture
+def kube_api() -> Iterator[FakeKubeApi]:
+    """A started fake API server with empty state; call ``set_stage`` or set attributes."""
+    server = FakeKubeApi().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def fake_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fake static AWS credentials and a region, isolated from the developer's own config, so
+    botocore can presign the EKS token offline and deterministically."""
+    empty = tmp_path_factory.mktemp("aws") / "none"
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", FAKE_REGION)
+    monkeypatch.setenv("AWS_REGION", FAKE_REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

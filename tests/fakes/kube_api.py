@@ -1,0 +1,916 @@
+"""A fake Kubernetes API server: real TLS on 127.0.0.1, the slice of the API this project uses.
+
+Why a real server rather than mocking ``http.client``: the code under test verifies TLS against
+a CA given as base64 PEM, authenticates with a bearer token, retries on resets and 5xx, and goes
+through the API server's service proxy to the Ray dashboard and the Serve endpoint. Only a real
+socket exercises all of that.
+
+Usage (see ``tests/fakes/fixtures.py`` for the pytest fixture)::
+
+    server = FakeKubeApi().start()
+    server.set_stage("deploying")           # a coherent scenario, see STAGES
+    props = server.props()                  # ResourceProperties for the readiness handler
+    server.inject_fault(503, times=2, path_contains="/api/v1/nodes")
+    server.requests                         # every request: method, path, query, headers, body
+    server.close()
+
+State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice``,
+``serve_applications``, ``ray_nodes``, ``ray_logs``) built with the ``make_*`` helpers below, plus
+``set_proxy(...)`` for any service-proxy response. Served endpoints:
+
+* ``GET /api/v1/nodes`` (``labelSelector`` ``k=v[,k=v]``), ``GET /api/v1/namespaces/{ns}/pods``,
+  ``GET /api/v1/namespaces/{ns}/events``,
+  ``GET /apis/ray.io/v1/namespaces/{ns}/rayservices/{name}`` (404 ``Status`` when unset);
+* ``/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}``: routes set with ``set_proxy``
+  win; otherwise ``<rs>-head-svc:8265`` answers the Ray dashboard endpoints from the state
+  (``api/serve/applications/``, ``api/v0/nodes``, ``api/v0/logs``, ``api/v0/logs/file``), and
+  anything else answers 503 "no endpoints available", as a real API server does before a
+  Service has ready endpoints.
+
+Requests without ``Authorization: Bearer k8s-aws-v1.…`` get 401, as EKS would.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import re
+import socket
+import ssl
+import struct
+import threading
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import trustme
+
+CLUSTER_NAME = "ray-llm-multinode"
+NAMESPACE = "inference"
+RAYSERVICE = "ray-llm"
+APP_NAME = "qwen"
+MODEL_ID = "qwen3.5-9b"
+RAY_CLUSTER = f"{RAYSERVICE}-x7k2p"
+ZONE = "us-west-2a"
+
+GPU_NODE_A = "ip-10-0-1-10.us-west-2.compute.internal"
+GPU_NODE_B = "ip-10-0-1-11.us-west-2.compute.internal"
+SYSTEM_NODE = "ip-10-0-0-5.us-west-2.compute.internal"
+HEAD_POD = f"{RAY_CLUSTER}-head-9qz4d"
+WORKER_POD_A = f"{RAY_CLUSTER}-gpu-workers-worker-4xq9z"
+WORKER_POD_B = f"{RAY_CLUSTER}-gpu-workers-worker-8m2tw"
+HEAD_IP, WORKER_IP_A, WORKER_IP_B = "10.0.0.30", "10.0.1.20", "10.0.1.21"
+RAY_HEAD_ID = "a" * 56
+RAY_NODE_A = "b" * 56
+RAY_NODE_B = "c" * 56
+PREFILL_DEPLOYMENT = "Prefill:PDPrefillServer:qwen3_5-9b"
+DECODE_DEPLOYMENT = "Decode:PDDecodeServer:qwen3_5-9b"
+INGRESS_DEPLOYMENT = "OpenAiIngress"
+PREFILL_WORKER_ID = "1f" * 28
+DECODE_WORKER_ID = "2e" * 28
+COMPLETION_TEXT = "OK."
+FAKE_REGION = "us-west-2"
+FAKE_ACCESS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+
+STAGES = ("nodes-not-ready", "deploying", "running", "models", "serving")
+
+FaultKind = int | Literal["reset"]
+
+
+# --- object builders -----------------------------------------------------------------------
+
+
+def ts(value: datetime | None = None, *, ago: float = 0.0) -> str:
+    """RFC 3339 as Kubernetes writes it; ``ago`` seconds before ``value`` (default now)."""
+    moment = (value or datetime.now(UTC)) - timedelta(seconds=ago)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_node(
+    name: str,
+    *,
+    ready: bool = True,
+    gpus: int = 1,
+    efa: int = 1,
+    zone: str = ZONE,
+    instance_type: str = "g6.8xlarge",
+    role: str | None = "gpu-worker",
+    ready_ago: float = 3600.0,
+) -> dict[str, Any]:
+    """A Node; ``ready_ago`` is how long ago its Ready condition last changed."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "node.kubernetes.io/instance-type": instance_type,
+        "topology.kubernetes.io/zone": zone,
+    }
+    if role:
+        labels["role"] = role
+    resources = {"cpu": "32", "memory": "128Gi"}
+    if gpus or efa:
+        resources |= {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": str(efa)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "allocatable": dict(resources),
+            "capacity": dict(resources),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "lastTransitionTime": ts(ago=ready_ago),
+                }
+            ],
+        },
+    }
+
+
+def make_pod(
+    name: str,
+    *,
+    node_type: Literal["head", "worker"] = "worker",
+    node: str | None = None,
+    ip: str | None = None,
+    phase: str = "Running",
+    gpus: int | None = None,
+    cluster: str = RAY_CLUSTER,
+    namespace: str = NAMESPACE,
+    waiting_reason: str | None = None,
+    waiting_message: str = "",
+    restart_count: int = 0,
+    last_exit_code: int | None = None,
+    unschedulable_message: str | None = None,
+    unschedulable_ago: float = 600.0,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """A KubeRay pod. Workers request one GPU and one EFA device unless ``gpus`` says otherwise.
+
+    ``waiting_reason`` (e.g. ``ImagePullBackOff``) puts the ``ray-worker``/``ray-head``
+    container in that waiting state; ``unschedulable_message`` makes the pod Pending with
+    ``PodScheduled=False/Unschedulable`` since ``unschedulable_ago`` seconds.
+    """
+    gpu_count = (1 if node_type == "worker" else 0) if gpus is None else gpus
+    container_name = "ray-head" if node_type == "head" else "ray-worker"
+    limits: dict[str, str] = {"cpu": "8", "memory": "64Gi"}
+    if gpu_count:
+        limits |= {"nvidia.com/gpu": str(gpu_count), "vpc.amazonaws.com/efa": "1"}
+    conditions: list[dict[str, Any]] = []
+    container_status: dict[str, Any] = {
+        "name": container_name,
+        "ready": phase == "Running" and waiting_reason is None,
+        "restartCount": restart_count,
+        "state": {"running": {"startedAt": ts(ago=300)}},
+    }
+    if unschedulable_message is not None:
+        phase, node, ip = "Pending", None, None
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": unschedulable_message,
+                "lastTransitionTime": ts(ago=unschedulable_ago),
+            }
+        )
+    else:
+        conditions.append({"type": "PodScheduled", "status": "True"})
+    if waiting_reason is not None:
+        container_status["state"] = {
+            "waiting": {"reason": waiting_reason, "message": waiting_message}
+        }
+    if last_exit_code is not None:
+        container_status["lastState"] = {
+            "terminated": {"exitCode": last_exit_code, "reason": "Error", "finishedAt": ts()}
+        }
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            "ray.io/cluster": cluster,
+            "ray.io/node-type": node_type,
+            "ray.io/is-ray-node": "yes",
+            "ray.io/group": "headgroup" if node_type == "head" else "gpu-workers",
+        },
+        "creationTimestamp": ts(ago=900),
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = ts()
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions}
+    if unschedulable_message is None:
+        status["containerStatuses"] = [container_status]
+    if ip:
+        status["podIP"] = ip
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": container_name, "resources": {"limits": limits, "requests": limits}}
+        ]
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+
+def make_event(
+    pod: str,
+    reason: str,
+    message: str,
+    *,
+    event_type: str = "Warning",
+    ago: float = 5.0,
+    namespace: str = NAMESPACE,
+    count: int = 1,
+) -> dict[str, Any]:
+    """A core/v1 Event about a pod, last seen ``ago`` seconds ago."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod}.{abs(hash((reason, message))):x}", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+        "reason": reason,
+        "message": message,
+        "type": event_type,
+        "count": count,
+        "firstTimestamp": ts(ago=ago + 60 * (count - 1)),
+        "lastTimestamp": ts(ago=ago),
+    }
+
+
+def make_rayservice(
+    name: str = RAYSERVICE,
+    *,
+    app: str = APP_NAME,
+    app_status: str | None = "RUNNING",
+    ready: bool | None = True,
+    ready_reason: str | None = None,
+    app_message: str = "",
+    deployments: Mapping[str, str] | None = None,
+    health_ago: float | None = None,
+    extra_conditions: list[dict[str, Any]] | None = None,
+    namespace: str = NAMESPACE,
+    cluster: str = RAY_CLUSTER,
+    generation: int = 1,
+    observed_generation: int | None = 1,
+) -> dict[str, Any]:
+    """A RayService with KubeRay v1.7 status.
+
+    ``ready`` None leaves out the Ready condition (KubeRay has not reconciled yet); ``app_status``
+    None leaves out the app. ``deployments`` maps deployment name → status (default: PD
+    deployments all HEALTHY when RUNNING, UPDATING otherwise). ``health_ago`` sets the app's
+    ``healthLastUpdateTime`` that many seconds ago.
+    """
+    status: dict[str, Any] = {}
+    conditions: list[dict[str, Any]] = list(extra_conditions or [])
+    if ready is not None:
+        conditions.insert(
+            0,
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": ready_reason or ("NonZeroServeEndpoints" if ready else "Initializing"),
+                "message": "",
+                "lastTransitionTime": ts(ago=120),
+            },
+        )
+    if conditions:
+        status["conditions"] = conditions
+    if observed_generation is not None:
+        status["observedGeneration"] = observed_generation
+    if app_status is not None:
+        if deployments is None:
+            healthy = app_status == "RUNNING"
+            deployments = {
+                INGRESS_DEPLOYMENT: "HEALTHY" if healthy else "UPDATING",
+                PREFILL_DEPLOYMENT: "HEALTHY" if healthy else "UPDATING",
+                DECODE_DEPLOYMENT: "HEALTHY" if healthy else "UPDATING",
+            }
+        app_json: dict[str, Any] = {
+            "status": app_status,
+            "message": app_message,
+            "serveDeploymentStatuses": {
+                dep: {"status": dep_status, "message": ""}
+                for dep, dep_status in deployments.items()
+            },
+        }
+        if health_ago is not None:
+            app_json["healthLastUpdateTime"] = ts(ago=health_ago)
+        status["activeServiceStatus"] = {
+            "rayClusterName": cluster,
+            "applicationStatuses": {app: app_json},
+        }
+    elif ready is not None:
+        status["pendingServiceStatus"] = {"rayClusterName": cluster}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": name, "namespace": namespace, "generation": generation},
+        "spec": {"serveConfigV2": "applications: []\n"},
+        "status": status,
+    }
+
+
+def make_replica(
+    node_id: str,
+    node_ip: str,
+    *,
+    deployment: str,
+    state: str = "RUNNING",
+    worker_id: str = "",
+    pid: int = 4242,
+) -> dict[str, Any]:
+    """One entry of a deployment's ``replicas`` in the dashboard's Serve details."""
+    suffix = f"{abs(hash((deployment, node_id))) % 10**8:08d}"
+    return {
+        "node_id": node_id,
+        "node_ip": node_ip,
+        "actor_id": "f" * 32,
+        "actor_name": f"SERVE_REPLICA::{APP_NAME}#{deployment}#{suffix}",
+        "worker_id": worker_id,
+        "log_file_path": f"/serve/replica_{APP_NAME}_{deployment}_{suffix}.log",
+        "replica_id": suffix,
+        "state": state,
+        "pid": pid,
+        "start_time_s": 1.0,
+    }
+
+
+def make_serve_applications(
+    app: str = APP_NAME, deployments: Mapping[str, list[dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    """``GET /api/serve/applications/`` as the dashboard returns it (trimmed)."""
+    return {
+        "controller_info": {"node_id": RAY_HEAD_ID, "node_ip": HEAD_IP},
+        "proxy_location": "EveryNode",
+        "applications": {
+            app: {
+                "name": app,
+                "route_prefix": "/",
+                "status": "RUNNING",
+                "message": "",
+                "deployments": {
+                    name: {"name": name, "status": "HEALTHY", "message": "", "replicas": replicas}
+                    for name, replicas in (deployments or {}).items()
+                },
+            }
+        },
+    }
+
+
+def make_pd_serve_applications(
+    *,
+    prefill: tuple[str, str] = (RAY_NODE_A, WORKER_IP_A),
+    decode: tuple[str, str] = (
+        RAY_NODE_B,
+        WORKER_IP_B,
+    ),
+) -> dict[str, Any]:
+    """Serve details with one prefill and one decode replica on the given (node_id, node_ip)."""
+    return make_serve_applications(
+        APP_NAME,
+        {
+            INGRESS_DEPLOYMENT: [make_replica(RAY_HEAD_ID, HEAD_IP, deployment=INGRESS_DEPLOYMENT)],
+            PREFILL_DEPLOYMENT: [
+                make_replica(*prefill, deployment=PREFILL_DEPLOYMENT, worker_id=PREFILL_WORKER_ID)
+            ],
+            DECODE_DEPLOYMENT: [
+                make_replica(*decode, deployment=DECODE_DEPLOYMENT, worker_id=DECODE_WORKER_ID)
+            ],
+        },
+    )
+
+
+def make_ray_node(node_id: str, ip: str, *, head: bool = False) -> dict[str, Any]:
+    """A row of the state API's ``/api/v0/nodes``."""
+    return {
+        "node_id": node_id,
+        "node_ip": ip,
+        "is_head_node": head,
+        "state": "ALIVE",
+        "node_name": ip,
+    }
+
+
+def nixl_log(backend: str | None) -> str:
+    """A vLLM worker's stderr; with ``backend`` it contains NIXL's instantiation line."""
+    lines = [
+        "INFO 11-30 01:02:03 [core.py:58] Initializing a V1 LLM engine",
+        "INFO 11-30 01:02:04 [nixl_connector.py:480] Initializing NIXL wrapper",
+    ]
+    if backend:
+        lines.append(
+            f"2026-11-30 01:02:05 NIXL INFO    _api.py:361 Backend {backend} was instantiated"
+        )
+    lines.append("INFO 11-30 01:02:09 [gpu_model_runner.py:1740] Model loading took 17.9 GiB")
+    return "\n".join(lines) + "\n"
+
+
+def chat_completion_body(text: str = COMPLETION_TEXT, model: str = MODEL_ID) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A Kubernetes ``Status`` object, the body of every API error."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+# --- the server ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def authorization(self) -> str:
+        return next((v for k, v in self.headers.items() if k.lower() == "authorization"), "")
+
+
+@dataclass
+class _Fault:
+    kind: FaultKind
+    path_contains: str
+    remaining: int
+
+
+@dataclass(frozen=True)
+class ProxyResponse:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+_CA: trustme.CA | None = None
+_CERT: trustme.LeafCert | None = None
+_PROXY_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy/(.*)$")
+
+
+def _shared_ca() -> tuple[trustme.CA, trustme.LeafCert]:
+    # Key generation is the slow part of trustme; one CA per test session is enough.
+    global _CA, _CERT
+    if _CA is None or _CERT is None:
+        _CA = trustme.CA()
+        _CERT = _CA.issue_cert("127.0.0.1", "localhost")
+    return _CA, _CERT
+
+
+class FakeKubeApi:
+    """The fake API server and its mutable state. Thread-safe for one test at a time."""
+
+    def __init__(
+        self,
+        *,
+        cluster_name: str = CLUSTER_NAME,
+        namespace: str = NAMESPACE,
+        rayservice: str = RAYSERVICE,
+        app_name: str = APP_NAME,
+        model_id: str = MODEL_ID,
+    ) -> None:
+        self.cluster_name = cluster_name
+        self.namespace = namespace
+        self.rayservice_name = rayservice
+        self.app_name = app_name
+        self.model_id = model_id
+        self.nodes: list[dict[str, Any]] = []
+        self.pods: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.rayservice: dict[str, Any] | None = None
+        self.serve_applications: dict[str, Any] | None = None
+        self.ray_nodes: list[dict[str, Any]] = []
+        self.ray_logs: dict[str, dict[str, str]] = {}
+        self.requests: list[RecordedRequest] = []
+        self._proxy: dict[tuple[str, int, str, str], ProxyResponse] = {}
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self._httpd: _TlsServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> FakeKubeApi:
+        _, cert = _shared_ca()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(context)
+        self._httpd = _TlsServer(("127.0.0.1", 0), _Handler, context, self)
+        # A short poll interval keeps shutdown() (hence fixture teardown) near-instant.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> FakeKubeApi:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "call start() first"
+        return f"https://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def ca_data(self) -> str:
+        """The CA as EKS returns ``certificateAuthority.data``: base64 of the PEM."""
+        return base64.b64encode(_shared_ca()[0].cert_pem.bytes()).decode("ascii")
+
+    @staticmethod
+    def other_ca_data() -> str:
+        """A valid CA that did not sign this server's certificate (for the TLS-failure test)."""
+        return base64.b64encode(trustme.CA().cert_pem.bytes()).decode("ascii")
+
+    def props(self, **overrides: Any) -> dict[str, Any]:
+        """``ResourceProperties`` pointing the readiness handler at this server."""
+        props: dict[str, Any] = {
+            "ServiceToken": "arn:aws:lambda:us-west-2:111111111111:function:provider",
+            "ClusterName": self.cluster_name,
+            "ClusterEndpoint": self.url,
+            "ClusterCertificateAuthorityData": self.ca_data,
+            "Namespace": self.namespace,
+            "RayServiceName": self.rayservice_name,
+            "ApplicationName": self.app_name,
+            "ModelId": self.model_id,
+            "KvBackend": "LIBFABRIC",
+            "ExpectedGpuNodes": "2",
+            "ConfigHash": "0123abcd",
+        }
+        props.update(overrides)
+        return props
+
+    # -- state ------------------------------------------------------------------------------
+
+    def set_proxy(
+        self,
+        service: str,
+        port: int,
+        path: str,
+        *,
+        status: int = 200,
+        body: bytes | str | Mapping[str, Any] | list[Any] = b"",
+        method: str = "GET",
+        content_type: str | None = None,
+    ) -> None:
+        """Answer ``method`` on ``service:port/proxy/path`` (path without leading slash or
+        query) with ``status`` and ``body`` (dict/list → JSON)."""
+        if isinstance(body, bytes):
+            data, ctype = body, "application/json"
+        elif isinstance(body, str):
+            data, ctype = body.encode(), "text/plain"
+        else:
+            data, ctype = json.dumps(body).encode(), "application/json"
+        with self._lock:
+            self._proxy[(service, port, method.upper(), path.lstrip("/"))] = ProxyResponse(
+                status, data, content_type or ctype
+            )
+
+    def clear_proxy(self, service: str, port: int, path: str, *, method: str = "GET") -> None:
+        with self._lock:
+            self._proxy.pop((service, port, method.upper(), path.lstrip("/")), None)
+
+    def inject_fault(self, kind: FaultKind, *, times: int = 1, path_contains: str = "") -> None:
+        """Fail the next ``times`` requests whose path contains ``path_contains``: an HTTP
+        status (500, 503, 429 with ``Retry-After: 0``, 401, 403 …) or ``"reset"`` (TCP RST
+        after the request is read)."""
+        with self._lock:
+            self._faults.append(_Fault(kind, path_contains, times))
+
+    def requests_to(self, path_contains: str, method: str | None = None) -> list[RecordedRequest]:
+        return [
+            r
+            for r in list(self.requests)
+            if path_contains in r.path and (method is None or r.method == method)
+        ]
+
+    @property
+    def serve_service(self) -> str:
+        return f"{self.rayservice_name}-serve-svc"
+
+    @property
+    def head_service(self) -> str:
+        return f"{self.rayservice_name}-head-svc"
+
+    def set_nixl_backend(self, prefill: str | None, decode: str | None = "same") -> None:
+        """Rewrite both GPU workers' logs so NIXL reports these backends (None: no line)."""
+        decode_backend = prefill if decode == "same" else decode
+        self.ray_logs[RAY_NODE_A] = _worker_logs(PREFILL_WORKER_ID, nixl_log(prefill))
+        self.ray_logs[RAY_NODE_B] = _worker_logs(DECODE_WORKER_ID, nixl_log(decode_backend))
+
+    def set_stage(self, stage: str) -> None:
+        """Replace all state with a coherent point of a deploy, in order:
+
+        ``nodes-not-ready``  GPU nodes joined but NotReady, no EFA yet; workers Pending
+                             (Unschedulable, Insufficient nvidia.com/gpu); RayService Initializing.
+        ``deploying``        nodes Ready with GPU+EFA for an hour; pods Running on distinct
+                             nodes; Ready=False/Initializing, app DEPLOYING.
+        ``running``          Ready=True, app RUNNING; dashboard shows prefill on GPU_NODE_A's
+                             pod and decode on GPU_NODE_B's; serve-svc has no endpoints yet (503).
+        ``models``           ``/v1/models`` lists the model; chat completions still 503.
+        ``serving``          chat completions answer; worker logs say LIBFABRIC was instantiated.
+        """
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
+        index = STAGES.index(stage)
+        with self._lock:
+            self._proxy.clear()
+        self.events = []
+        self.serve_applications = None
+        self.ray_nodes = []
+        self.ray_logs = {}
+        system = make_node(SYSTEM_NODE, role="system", gpus=0, efa=0, instance_type="m7i.xlarge")
+        head = make_pod(HEAD_POD, node_type="head", node=SYSTEM_NODE, ip=HEAD_IP)
+        if index == 0:
+            self.nodes = [
+                system,
+                make_node(GPU_NODE_A, ready=False, efa=0, ready_ago=20),
+                make_node(GPU_NODE_B, ready=False, gpus=0, efa=0, ready_ago=20),
+            ]
+            message = (
+                "0/3 nodes are available: 1 node(s) had untolerated taint, "
+                "2 Insufficient nvidia.com/gpu."
+            )
+            self.pods = [
+                head,
+                make_pod(WORKER_POD_A, unschedulable_message=message, unschedulable_ago=60),
+                make_pod(WORKER_POD_B, unschedulable_message=message, unschedulable_ago=60),
+            ]
+            self.events = [
+                make_event(WORKER_POD_A, "FailedScheduling", message, ago=30),
+                make_event(WORKER_POD_B, "FailedScheduling", message, ago=30),
+            ]
+            self.rayservice = make_rayservice(ready=False, app_status=None)
+            return
+        self.nodes = [system, make_node(GPU_NODE_A), make_node(GPU_NODE_B)]
+        self.pods = [
+            head,
+            make_pod(WORKER_POD_A, node=GPU_NODE_A, ip=WORKER_IP_A),
+            make_pod(WORKER_POD_B, node=GPU_NODE_B, ip=WORKER_IP_B),
+        ]
+        if index == 1:
+            self.rayservice = make_rayservice(ready=False, app_status="DEPLOYING")
+            return
+        self.rayservice = make_rayservice(ready=True, app_status="RUNNING")
+        self.serve_applications = make_pd_serve_applications()
+        self.ray_nodes = [
+            make_ray_node(RAY_HEAD_ID, HEAD_IP, head=True),
+            make_ray_node(RAY_NODE_A, WORKER_IP_A),
+            make_ray_node(RAY_NODE_B, WORKER_IP_B),
+        ]
+        self.set_nixl_backend(None)
+        if index >= 3:
+            models = {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}
+            self.set_proxy(self.serve_service, 8000, "v1/models", body=models)
+        if index >= 4:
+            self.set_proxy(
+                self.serve_service,
+                8000,
+                "v1/chat/completions",
+                method="POST",
+                body=chat_completion_body(model=self.model_id),
+            )
+            self.set_nixl_backend("LIBFABRIC")
+
+    # -- request handling (called from server threads) --------------------------------------
+
+    def _take_fault(self, path: str) -> FaultKind | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.remaining > 0 and fault.path_contains in path:
+                    fault.remaining -= 1
+                    return fault.kind
+        return None
+
+    def _route(self, method: str, path: str, query: dict[str, str]) -> ProxyResponse:
+        ns = self.namespace
+        if method == "GET" and path == "/api/v1/nodes":
+            items = [n for n in self.nodes if _matches(n, query.get("labelSelector", ""))]
+            return _json(200, _list("NodeList", items))
+        if method == "GET" and path == f"/api/v1/namespaces/{ns}/pods":
+            items = [p for p in self.pods if _matches(p, query.get("labelSelector", ""))]
+            return _json(200, _list("PodList", items))
+        if method == "GET" and path == f"/api/v1/namespaces/{ns}/events":
+            return _json(200, _list("EventList", self.events))
+        if method == "GET" and path == (
+            f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{self.rayservice_name}"
+        ):
+            if self.rayservice is None:
+                return _not_found(f'rayservices.ray.io "{self.rayservice_name}" not found')
+            return _json(200, self.rayservice)
+        proxy = _PROXY_RE.match(path)
+        if proxy and proxy.group(1) == ns:
+            return self._route_proxy(
+                method, proxy.group(2), int(proxy.group(3)), proxy.group(4), query
+            )
+        return _not_found("the server could not find the requested resource")
+
+    def _route_proxy(
+        self, method: str, service: str, port: int, rest: str, query: dict[str, str]
+    ) -> ProxyResponse:
+        with self._lock:
+            explicit = self._proxy.get((service, port, method, rest))
+        if explicit is not None:
+            return explicit
+        if service == self.head_service and port == 8265 and method == "GET":
+            dashboard = self._dashboard(rest, query)
+            if dashboard is not None:
+                return dashboard
+        return _json(
+            503,
+            status_body(
+                503, "ServiceUnavailable", f'no endpoints available for service "{service}"'
+            ),
+        )
+
+    def _dashboard(self, rest: str, query: dict[str, str]) -> ProxyResponse | None:
+        if rest == "api/serve/applications/":
+            if self.serve_applications is None:
+                return None
+            return _json(200, self.serve_applications)
+        if rest == "api/v0/nodes":
+            rows = self.ray_nodes
+            listing = {"total": len(rows), "num_after_truncation": len(rows), "result": rows}
+            return _json(200, {"result": True, "msg": "", "data": {"result": listing}})
+        node_id = query.get("node_id", "")
+        if rest == "api/v0/logs":
+            if node_id not in self.ray_logs:
+                return _json(500, {"result": False, "msg": f"node {node_id} not found", "data": {}})
+            return _json(
+                200,
+                {
+                    "result": True,
+                    "msg": "",
+                    "data": {"result": _categorise(self.ray_logs[node_id])},
+                },
+            )
+        if rest == "api/v0/logs/file":
+            text = self.ray_logs.get(node_id, {}).get(query.get("filename", ""))
+            if text is None:
+                return ProxyResponse(
+                    200, b"[get_logs] Fetch log error: file not found", "text/plain"
+                )
+            lines = int(query.get("lines", "1000"))
+            return ProxyResponse(
+                200, "".join(text.splitlines(True)[-lines:]).encode(), "text/plain"
+            )
+        return None
+
+
+def _worker_logs(worker_id: str, worker_err: str) -> dict[str, str]:
+    return {
+        "raylet.out": "raylet started\n",
+        f"worker-{'9a' * 28}-01000000-3100.err": "idle worker\n",
+        f"worker-{worker_id}-01000000-4242.err": worker_err,
+        f"worker-{worker_id}-01000000-4242.out": "replica started\n",
+        "python-core-worker-abc_4242.log": "core worker log\n",
+    }
+
+
+def _categorise(files: Mapping[str, str]) -> dict[str, list[str]]:
+    categories: dict[str, list[str]] = {}
+    for name in files:
+        if name.startswith("worker-"):
+            key = "worker_err" if name.endswith(".err") else "worker_out"
+        elif name.startswith("raylet"):
+            key = "raylet"
+        else:
+            key = "internal"
+        categories.setdefault(key, []).append(name)
+    return categories
+
+
+def _matches(obj: Mapping[str, Any], selector: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def _list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}
+
+
+def _json(status: int, body: Any) -> ProxyResponse:
+    return ProxyResponse(status, json.dumps(body).encode())
+
+
+def _not_found(message: str) -> ProxyResponse:
+    return _json(404, status_body(404, "NotFound", message))
+
+
+class _TlsServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[http.server.BaseHTTPRequestHandler],
+        context: ssl.SSLContext,
+        api: FakeKubeApi,
+    ) -> None:
+        super().__init__(address, handler)
+        self.context = context
+        self.api = api
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # TLS is wrapped per connection in its worker thread, so a client that rejects our
+        # certificate (the wrong-CA test) fails its own handshake without stalling others.
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            _Handler(tls, client_address, self)
+        finally:
+            tls.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # resets and aborted handshakes are the point of some tests
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _TlsServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        api = self.server.api
+        split = urllib.parse.urlsplit(self.path)
+        query = dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        api.requests.append(
+            RecordedRequest(self.command, split.path, query, dict(self.headers.items()), body)
+        )
+        fault = api._take_fault(split.path)
+        if fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        if isinstance(fault, int):
+            reasons = {401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests"}
+            message = {
+                401: "Unauthorized",
+                403: (
+                    'nodes is forbidden: User "readiness" cannot list resource "nodes" in API '
+                    'group "" at the cluster scope'
+                ),
+            }.get(fault, f"injected fault {fault}")
+            self._send(
+                _json(fault, status_body(fault, reasons.get(fault, "InternalError"), message))
+            )
+            return
+        authorization = self.headers.get("Authorization", "")
+        if not authorization.startswith("Bearer k8s-aws-v1."):
+            self._send(_json(401, status_body(401, "Unauthorized", "Unauthorized")))
+            return
+        self._send(api._route(self.command, split.path, query))
+
+    def _send(self, response: ProxyResponse) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        if response.status == 429:
+            self.send_header("Retry-After", "0")
+        self.end_headers()
+        self.wfile.write(response.body)

@@ -1,0 +1,176 @@
+"""The readiness custom resource in the workload stack: Provider, Lambdas, access, RBAC."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pd_constructs.readiness import READINESS_GROUP, config_hash, readiness_rbac
+from pd_constructs.workload import render_rayservice
+from ray_pd_eks.config import DEFAULTS
+from tests.synth import Synthesized
+
+
+def _res(app: Synthesized) -> dict[str, Any]:
+    return dict(app.templates["Workload"]["Resources"])
+
+
+def _readiness(app: Synthesized) -> tuple[str, dict[str, Any]]:
+    (item,) = [(k, v) for k, v in _res(app).items() if v["Type"] == "Custom::RayServiceReadiness"]
+    return item
+
+
+def _functions(app: Synthesized) -> dict[str, dict[str, Any]]:
+    return {
+        v["Properties"]["Handler"]: v["Properties"]
+        for v in app.resources("Workload", "AWS::Lambda::Function").values()
+        if v["Properties"]["Handler"].startswith("handler.")
+    }
+
+
+def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) -> None:
+    _, cr = _readiness(default_app)
+    props = cr["Properties"]
+    assert {k: v for k, v in props.items() if isinstance(v, str)} == {
+        "Namespace": "inference",
+        "RayServiceName": "ray-llm",
+        "ApplicationName": "qwen",
+        "ModelId": "qwen3.5-9b",
+        "KvBackend": "LIBFABRIC",
+        "ExpectedGpuNodes": "2",
+        "TimeoutSeconds": "3600",
+        "QueryIntervalSeconds": "30",
+        "ConfigHash": props["ConfigHash"],
+    }
+    assert len(props["ConfigHash"]) == 16
+    for key, attribute in (
+        ("ClusterName", "ExportsOutputRefCluster"),
+        ("ClusterEndpoint", "Endpoint"),
+        ("ClusterCertificateAuthorityData", "CertificateAuthorityData"),
+    ):
+        assert attribute in props[key]["Fn::ImportValue"], key
+
+
+def test_config_hash_changes_with_the_rayservice_and_only_then() -> None:
+    from tests.synth import synth as _unused  # noqa: F401  (keeps import cost out of this test)
+
+    def fingerprint(overrides: dict[str, Any]) -> str:
+        c = DEFAULTS.with_overrides(overrides)
+        return config_hash(render_rayservice(c, image=c.image_uri("-")))
+
+    assert fingerprint({}) == fingerprint({"readinessTimeoutMinutes": 30})
+    assert fingerprint({}) != fingerprint({"maxModelLen": 8192})
+
+
+def test_check_runs_after_the_rayservice_with_its_access_in_place(default_app: Synthesized) -> None:
+    resources = _res(default_app)
+    _, cr = _readiness(default_app)
+    depends = set(cr["DependsOn"])
+    rayservice = next(
+        k
+        for k, v in resources.items()
+        if v["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "RayService" in k
+    )
+    access_entry = next(k for k, v in resources.items() if v["Type"] == "AWS::EKS::AccessEntry")
+    rbac = next(k for k in resources if k.startswith("ReadinessRbac"))
+    assert {rayservice, access_entry, rbac} <= depends
+
+
+def test_provider_polls_every_30s_up_to_the_configured_timeout(
+    default_app: Synthesized,
+) -> None:
+    machine = default_app.only("Workload", "AWS::StepFunctions::StateMachine")["Properties"]
+    definition = "".join(
+        p for p in machine["DefinitionString"]["Fn::Join"][1] if isinstance(p, str)
+    )
+    assert '"IntervalSeconds":30,"MaxAttempts":120' in definition  # 60 min / 30 s
+    assert machine["LoggingConfiguration"]["Level"] == "ALL"
+    assert machine["LoggingConfiguration"]["IncludeExecutionData"] is False
+
+
+def test_lambdas_current_runtime_timeouts_and_vpc(default_app: Synthesized) -> None:
+    fns = _functions(default_app)
+    assert set(fns) == {"handler.on_event", "handler.is_complete"}
+    for fn in fns.values():
+        assert fn["Runtime"] == "python3.14"
+        assert len(fn["VpcConfig"]["SubnetIds"]) == 2
+        assert all("PrivateSubnet" in s["Fn::ImportValue"] for s in fn["VpcConfig"]["SubnetIds"])
+    # One poll must end well under Lambda's 15 minutes.
+    assert fns["handler.is_complete"]["Timeout"] == 300
+    assert fns["handler.on_event"]["Timeout"] == 30
+    assert fns["handler.is_complete"]["Environment"]["Variables"] == {"POLL_BUDGET_SECONDS": "180"}
+
+
+def test_security_group_reaches_only_the_api_server_and_sts(default_app: Synthesized) -> None:
+    (sg,) = [
+        v["Properties"]
+        for k, v in default_app.resources("Workload", "AWS::EC2::SecurityGroup").items()
+        if k.startswith("ReadinessSecurityGroup")
+    ]
+    egress = sg["SecurityGroupEgress"]
+    assert [(e["FromPort"], e["ToPort"], e["IpProtocol"]) for e in egress] == [
+        (443, 443, "tcp"),
+        (443, 443, "tcp"),
+    ]
+    assert "ClusterSecurityGroupId" in egress[0]["DestinationSecurityGroupId"]["Fn::ImportValue"]
+    ingress = default_app.only("Workload", "AWS::EC2::SecurityGroupIngress")["Properties"]
+    assert (ingress["FromPort"], ingress["ToPort"]) == (443, 443)
+    assert "ClusterSecurityGroupId" in ingress["GroupId"]["Fn::ImportValue"]
+
+
+def test_access_entry_maps_the_poller_role_to_one_group_without_policies(
+    default_app: Synthesized,
+) -> None:
+    entry = default_app.only("Workload", "AWS::EKS::AccessEntry")["Properties"]
+    assert entry["KubernetesGroups"] == [READINESS_GROUP]
+    assert entry["Type"] == "STANDARD"
+    assert "AccessPolicies" not in entry  # not cluster admin, not AmazonEKSViewPolicy
+    role_id = entry["PrincipalArn"]["Fn::GetAtt"][0]
+    assert role_id == _functions(default_app)["handler.is_complete"]["Role"]["Fn::GetAtt"][0]
+
+
+def test_rbac_is_read_only_except_posting_to_the_serve_service() -> None:
+    objects = {o["kind"]: o for o in readiness_rbac(namespace="inference", ray_service="ray-llm")}
+    assert objects["ClusterRole"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+    role = objects["Role"]
+    assert role["metadata"]["namespace"] == "inference"
+    rules = {(r["apiGroups"][0], tuple(r["resources"])): r for r in role["rules"]}
+    assert rules[("ray.io", ("rayservices",))]["resourceNames"] == ["ray-llm"]
+    assert rules[("ray.io", ("rayservices",))]["verbs"] == ["get"]
+    proxies = [r for r in role["rules"] if r["resources"] == ["services/proxy"]]
+    assert {tuple(r["resourceNames"]): tuple(r["verbs"]) for r in proxies} == {
+        ("ray-llm-serve-svc:8000",): ("get", "create"),
+        ("ray-llm-head-svc:8265",): ("get",),
+    }
+    writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    for rule in objects["ClusterRole"]["rules"] + role["rules"]:
+        if rule["resources"] != ["services/proxy"]:
+            assert not writes & set(rule["verbs"]), rule
+    for binding in ("ClusterRoleBinding", "RoleBinding"):
+        assert objects[binding]["subjects"] == [
+            {"kind": "Group", "name": READINESS_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
+        ]
+
+
+def test_rbac_manifest_is_deployed_in_the_workload_stack(default_app: Synthesized) -> None:
+    (rbac,) = [v for k, v in _res(default_app).items() if k.startswith("ReadinessRbac")]
+    kinds = [o["kind"] for o in json.loads(rbac["Properties"]["Manifest"])]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+
+
+def test_readiness_facts_are_stack_outputs(default_app: Synthesized) -> None:
+    outputs = default_app.templates["Workload"]["Outputs"]
+    cr_id, _ = _readiness(default_app)
+    for fact in ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models"):
+        assert outputs[f"Readiness{fact}"]["Value"] == {"Fn::GetAtt": [cr_id, fact]}
+    assert outputs["PortForwardCommand"]["Value"] == (
+        "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000"
+    )
+
+
+def test_variant_settings_reach_the_check(variant_app: Synthesized) -> None:
+    _, cr = _readiness(variant_app)
+    assert cr["Properties"]["KvBackend"] == "UCX"
+    assert cr["Properties"]["ExpectedGpuNodes"] == "3"

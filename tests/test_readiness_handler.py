@@ -1,0 +1,738 @@
+"""The readiness custom resource's handler against a real HTTPS Kubernetes API on loopback.
+
+Every behaviour of issue 4's waiter is driven through ``on_event``/``is_complete`` exactly as the
+CDK Provider calls them; the fake server (``tests/fakes/kube_api.py``) verifies TLS with its own
+CA, demands an EKS-style bearer token and records every request. ``sleep`` is a no-op recorder.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import importlib.util
+import json
+import logging
+import string
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.fakes import kube_api as fake
+from tests.fakes.kube_api import (
+    FAKE_ACCESS_KEY_ID,
+    FakeKubeApi,
+    make_event,
+    make_pod,
+    make_rayservice,
+)
+
+pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), fake_aws_env
+
+READINESS_DIR = Path(__file__).resolve().parents[1] / "assets" / "lambda" / "readiness"
+
+
+def _load_lambda() -> tuple[ModuleType, ModuleType, ModuleType]:
+    # The Lambda runtime puts the asset root on sys.path and imports `handler`; do the same, but
+    # register the handler under a unique name so other Lambdas' `handler.py` cannot collide.
+    if str(READINESS_DIR) not in sys.path:
+        sys.path.insert(0, str(READINESS_DIR))
+    kube_module = importlib.import_module("kube")
+    checks_module = importlib.import_module("checks")
+    spec = importlib.util.spec_from_file_location("readiness_handler", READINESS_DIR / "handler.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["readiness_handler"] = module
+    spec.loader.exec_module(module)
+    return module, kube_module, checks_module
+
+
+handler, kube, checks = _load_lambda()
+
+GPU_RESOURCE_TEXT = "2 Insufficient nvidia.com/gpu"
+EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def token() -> str:
+    """One real EKS token for the module: signing is offline but not free, so reuse it."""
+    session = importlib.import_module("botocore.session").Session()
+    session.set_credentials(FAKE_ACCESS_KEY_ID, "secret/for/tests/only")
+    return str(kube.eks_token(fake.CLUSTER_NAME, session=session, region="us-west-2"))
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch, token: str) -> list[float]:
+    """Route the handler's client through a no-op sleep that records each backoff."""
+    recorded: list[float] = []
+
+    def factory(props: Any) -> Any:
+        return kube.KubeClient(props.endpoint, props.ca_data, lambda: token, sleep=recorded.append)
+
+    monkeypatch.setattr(handler, "client_factory", factory)
+    return recorded
+
+
+def cfn_event(server: FakeKubeApi, request_type: str = "Create", **props: Any) -> dict[str, Any]:
+    """A CloudFormation custom-resource event as the Provider framework forwards it."""
+    event: dict[str, Any] = {
+        "RequestType": request_type,
+        "ServiceToken": "arn:aws:lambda:us-west-2:111111111111:function:provider",
+        "ResponseURL": "...",
+        "StackId": "arn:aws:cloudformation:us-west-2:111111111111:stack/Workload/1",
+        "RequestId": "6d1c6b5a-0000-4000-8000-000000000001",
+        "LogicalResourceId": "ReadinessCheck",
+        "ResourceType": "Custom::PdReadiness",
+        "ResourceProperties": server.props(**props),
+    }
+    if request_type != "Create":
+        event["PhysicalResourceId"] = f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}"
+    return event
+
+
+def started(event: dict[str, Any], *, ago: float = 0.0) -> dict[str, Any]:
+    """The event is_complete receives: the request merged with on_event's response."""
+    merged = {**event, **handler.on_event(event, None)}
+    merged[handler.STARTED_AT_KEY] = str(int(float(merged[handler.STARTED_AT_KEY]) - ago))
+    return merged
+
+
+def poll(event: dict[str, Any]) -> dict[str, Any]:
+    return dict(handler.is_complete(event, None))
+
+
+def pending_check(caplog: pytest.LogCaptureFixture) -> str:
+    """The check named by the last "poll: pending <check>" log line."""
+    lines = [r.getMessage() for r in caplog.records if "poll: pending" in r.getMessage()]
+    assert lines, "no pending poll was logged"
+    return lines[-1].split("poll: pending ", 1)[1].split(" ", 1)[0]
+
+
+def fail_message(event: dict[str, Any]) -> str:
+    with pytest.raises(handler.ReadinessError) as info:
+        poll(event)
+    return str(info.value)
+
+
+@pytest.fixture(autouse=True)
+def _log_level(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="readiness")
+
+
+# --- Provider contract ---------------------------------------------------------------------
+
+
+def test_on_event_create_returns_physical_id_and_start_time(kube_api: FakeKubeApi) -> None:
+    before = int(time.time())
+    response = handler.on_event(cfn_event(kube_api), None)
+    assert response["PhysicalResourceId"] == "ray-llm-multinode/inference/ray-llm"
+    assert before <= int(response[handler.STARTED_AT_KEY]) <= int(time.time())
+    assert "Data" not in response  # the start time must not leak into the resource's Data
+    assert kube_api.requests == []
+
+
+def test_on_event_update_keeps_the_same_physical_id(kube_api: FakeKubeApi) -> None:
+    response = handler.on_event(cfn_event(kube_api, "Update", ConfigHash="new"), None)
+    assert response["PhysicalResourceId"] == "ray-llm-multinode/inference/ray-llm"
+
+
+def test_delete_returns_at_once_without_api_calls(
+    kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_client(props: Any) -> Any:
+        raise AssertionError("Delete must not build a Kubernetes client")
+
+    monkeypatch.setattr(handler, "client_factory", no_client)
+    event = cfn_event(kube_api, "Delete")
+    event["ResourceProperties"] = {"ServiceToken": "x"}  # even with properties gone
+    assert handler.on_event(event, None) == {"PhysicalResourceId": event["PhysicalResourceId"]}
+    assert handler.is_complete(event, None) == {"IsComplete": True}
+    assert kube_api.requests == []
+
+
+def test_missing_and_invalid_properties_fail_with_the_property_name(
+    kube_api: FakeKubeApi,
+) -> None:
+    event = cfn_event(kube_api)
+    del event["ResourceProperties"]["ModelId"]
+    with pytest.raises(handler.ReadinessError, match="missing ModelId"):
+        handler.on_event(event, None)
+    with pytest.raises(handler.ReadinessError, match="KvBackend must be one of LIBFABRIC, UCX"):
+        handler.on_event(cfn_event(kube_api, KvBackend="TCP"), None)
+    with pytest.raises(handler.ReadinessError, match="ExpectedGpuNodes must be a positive"):
+        handler.on_event(cfn_event(kube_api, ExpectedGpuNodes="two"), None)
+
+
+@pytest.mark.parametrize("expected", ["2", 2])
+def test_expected_gpu_nodes_accepts_cloudformation_strings_and_ints(
+    kube_api: FakeKubeApi, expected: object
+) -> None:
+    props = handler.Props.from_properties(kube_api.props(ExpectedGpuNodes=expected))
+    assert props.expected_gpu_nodes == 2
+    assert props.timeout_seconds == 3600
+
+
+# --- the happy path, stage by stage --------------------------------------------------------
+
+
+def test_happy_path_waits_through_each_stage_then_returns_data(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    event = started(cfn_event(kube_api))
+    expected_pending = {
+        "nodes-not-ready": "gpu-nodes",
+        "deploying": "rayservice",
+        "running": "models",
+        "models": "chat-completion",
+    }
+    for stage, check_name in expected_pending.items():
+        kube_api.set_stage(stage)
+        assert poll(event) == {"IsComplete": False}, stage
+        assert pending_check(caplog) == check_name, stage
+
+    kube_api.set_stage("serving")
+    result = poll(event)
+
+    assert result == {
+        "IsComplete": True,
+        "Data": {
+            "GpuNodes": f"{fake.GPU_NODE_A}:us-west-2a,{fake.GPU_NODE_B}:us-west-2a",
+            "AppStatus": "RUNNING",
+            "PrefillNode": fake.GPU_NODE_A,
+            "DecodeNode": fake.GPU_NODE_B,
+            "PlacementMethod": "serve-replicas",
+            "Models": "qwen3.5-9b",
+            "CompletionSample": "OK.",
+            "KvBackend": "LIBFABRIC,LIBFABRIC",
+            "ServeService": "ray-llm-serve-svc.inference:8000",
+        },
+    }
+    # Only the "no endpoints" 503 of /v1/models was retried (once); the completion is not.
+    assert sleeps == [1.0]
+
+
+def test_nodes_not_ready_status_names_the_missing_device_plugin(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("nodes-not-ready")
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    line = next(r.getMessage() for r in caplog.records if "poll: pending" in r.getMessage())
+    assert "0/2 GPU nodes Ready" in line
+    assert "vpc.amazonaws.com/efa allocatable 0 (EFA device plugin not running?)" in line
+    # Unschedulable while the nodes are still joining is expected, so it is reported, not fatal.
+    assert "Insufficient nvidia.com/gpu" in line
+
+
+def test_gpu_nodes_without_an_efa_device_keep_the_wait_pending(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.nodes = [
+        fake.make_node(fake.GPU_NODE_A, efa=0),
+        fake.make_node(fake.GPU_NODE_B),
+    ]
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    assert pending_check(caplog) == "gpu-nodes"
+    assert "1/2 GPU nodes Ready" in caplog.text
+
+
+def test_requests_use_the_service_proxy_with_the_specified_completion(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    assert poll(started(cfn_event(kube_api)))["IsComplete"] is True
+
+    models = kube_api.requests_to("/services/ray-llm-serve-svc:8000/proxy/v1/models", "GET")
+    chats = kube_api.requests_to(
+        "/api/v1/namespaces/inference/services/ray-llm-serve-svc:8000/proxy/v1/chat/completions",
+        "POST",
+    )
+    assert len(models) == 1 and len(chats) == 1
+    assert json.loads(chats[0].body) == {
+        "model": "qwen3.5-9b",
+        "messages": [{"role": "user", "content": "Say OK."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    serve_details = kube_api.requests_to("ray-llm-head-svc:8265/proxy/api/serve/applications/")
+    assert len(serve_details) == 1
+    log_reads = kube_api.requests_to("ray-llm-head-svc:8265/proxy/api/v0/logs/file")
+    assert {r.query["node_id"] for r in log_reads} == {fake.RAY_NODE_A, fake.RAY_NODE_B}
+    assert all(r.authorization.startswith("Bearer k8s-aws-v1.") for r in kube_api.requests)
+    assert not any("exec" in r.path for r in kube_api.requests)
+
+
+def test_update_waits_while_the_status_describes_the_previous_spec(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("serving")
+    event = started(cfn_event(kube_api, "Update"))
+    kube_api.rayservice = make_rayservice(generation=2, observed_generation=1)
+    assert poll(event) == {"IsComplete": False}
+    assert pending_check(caplog) == "rayservice"
+
+    upgrading = {"type": "UpgradeInProgress", "status": "True", "reason": "BothActivePending"}
+    kube_api.rayservice = make_rayservice(extra_conditions=[upgrading])
+    assert poll(event) == {"IsComplete": False}
+
+    kube_api.rayservice = make_rayservice(generation=2, observed_generation=2)
+    assert poll(event)["IsComplete"] is True
+
+
+def test_deprecated_service_status_is_never_trusted(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.rayservice = make_rayservice(ready=None, app_status=None)
+    assert kube_api.rayservice is not None
+    kube_api.rayservice["status"]["serviceStatus"] = "Running"
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    assert pending_check(caplog) == "rayservice"
+
+
+# --- terminal failures ---------------------------------------------------------------------
+
+
+def test_deploy_failed_fails_at_once_with_the_app_message(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = make_rayservice(
+        ready=False,
+        app_status="DEPLOY_FAILED",
+        app_message="Failed to import ray.serve.llm:build_pd_openai_app",
+        deployments={fake.PREFILL_DEPLOYMENT: "UNHEALTHY"},
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "Serve app qwen is DEPLOY_FAILED" in message
+    assert "Failed to import ray.serve.llm:build_pd_openai_app" in message
+    assert f"{fake.PREFILL_DEPLOYMENT}=UNHEALTHY" in message
+    assert message.startswith("Readiness check failed for ray-llm-multinode/inference/ray-llm")
+
+
+def test_unhealthy_briefly_is_pending(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("running")
+    kube_api.rayservice = make_rayservice(ready=True, app_status="UNHEALTHY", health_ago=30)
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    assert pending_check(caplog) == "rayservice"
+
+
+def test_unhealthy_persisting_fails_with_its_duration(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("running")
+    kube_api.rayservice = make_rayservice(
+        ready=True,
+        app_status="UNHEALTHY",
+        app_message="The deployment failed health checks 3 times",
+        health_ago=600,
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "Serve app qwen has been UNHEALTHY for 6" in message
+    assert "The deployment failed health checks 3 times" in message
+
+
+def test_image_pull_backoff_fails_naming_the_pod_and_event(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    pull_error = 'Back-off pulling image "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:bad-tag"'
+    kube_api.pods[1] = make_pod(
+        fake.WORKER_POD_A,
+        node=fake.GPU_NODE_A,
+        ip=fake.WORKER_IP_A,
+        phase="Pending",
+        waiting_reason="ImagePullBackOff",
+        waiting_message=pull_error,
+    )
+    kube_api.events = [
+        make_event(fake.WORKER_POD_A, "Failed", "Failed to pull image ...: not found", ago=60),
+        make_event(fake.WORKER_POD_A, "BackOff", pull_error, ago=5),
+    ]
+    message = fail_message(started(cfn_event(kube_api)))
+    assert (
+        f"Ray pod stuck: pod {fake.WORKER_POD_A} container ray-worker: ImagePullBackOff" in message
+    )
+    assert pull_error in message
+    assert "check the image URI and tag" in message
+
+
+def test_crash_loop_backoff_fails_with_the_exit_code(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.pods[2] = make_pod(
+        fake.WORKER_POD_B,
+        node=fake.GPU_NODE_B,
+        ip=fake.WORKER_IP_B,
+        waiting_reason="CrashLoopBackOff",
+        waiting_message="back-off 40s restarting failed container",
+        restart_count=4,
+        last_exit_code=137,
+    )
+    kube_api.events = [
+        make_event(fake.WORKER_POD_B, "BackOff", "Back-off restarting failed container ray-worker")
+    ]
+    message = fail_message(started(cfn_event(kube_api)))
+    assert f"pod {fake.WORKER_POD_B} container ray-worker: CrashLoopBackOff" in message
+    assert "restarted 4 times, last exit code 137" in message
+    assert "Back-off restarting failed container ray-worker" in message
+    assert f"kubectl logs -n inference {fake.WORKER_POD_B} -c ray-worker --previous" in message
+
+
+@pytest.mark.parametrize("shortage", [GPU_RESOURCE_TEXT, EFA_RESOURCE_TEXT])
+def test_unschedulable_after_gpu_nodes_are_ready_fails_quoting_the_scheduler(
+    kube_api: FakeKubeApi, sleeps: list[float], shortage: str
+) -> None:
+    kube_api.set_stage("deploying")
+    scheduler = f"0/3 nodes are available: 1 node(s) didn't match node selector, {shortage}."
+    kube_api.pods[2] = make_pod(fake.WORKER_POD_B, unschedulable_message=scheduler)
+    kube_api.events = [make_event(fake.WORKER_POD_B, "FailedScheduling", scheduler, ago=10)]
+    message = fail_message(started(cfn_event(kube_api)))
+    assert f"Ray pod cannot be scheduled: pod {fake.WORKER_POD_B}: Unschedulable" in message
+    assert shortage in message
+
+
+def test_unschedulable_just_after_nodes_turned_ready_is_pending(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.nodes = [
+        fake.make_node(fake.GPU_NODE_A, ready_ago=60),
+        fake.make_node(fake.GPU_NODE_B, ready_ago=60),
+    ]
+    scheduler = f"0/3 nodes are available: {EFA_RESOURCE_TEXT}."
+    kube_api.pods[2] = make_pod(fake.WORKER_POD_B, unschedulable_message=scheduler)
+    kube_api.events = [make_event(fake.WORKER_POD_B, "FailedScheduling", scheduler, ago=10)]
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    assert pending_check(caplog) == "rayservice"
+
+
+def test_initializing_timeout_fails_at_once(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = make_rayservice(
+        ready=False,
+        ready_reason="InitializingTimeout",
+        app_status=None,
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "InitializingTimeout" in message
+    assert "KubeRay gave up initialising the RayService" in message
+
+
+def test_rayservice_not_found_fails_naming_the_properties(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = None
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "RayService inference/ray-llm not found" in message
+    assert "RayServiceName and Namespace" in message
+
+
+def test_timeout_names_the_still_failing_check_and_last_status(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    # Default give-up point: 3600 s - (30 s interval + 180 s poll budget + 60 s slowest call).
+    event = started(cfn_event(kube_api), ago=3340)
+    message = fail_message(event)
+    assert (
+        "Readiness check timed out for ray-llm-multinode/inference/ray-llm after 56 min" in message
+    )
+    assert "still failing: rayservice" in message
+    assert "last status: Ready=False/Initializing; app qwen=DEPLOYING" in message
+
+
+def test_no_timeout_while_well_inside_the_budget(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    assert poll(started(cfn_event(kube_api), ago=3300)) == {"IsComplete": False}
+    # A shorter TimeoutSeconds moves the give-up point accordingly.
+    short = started(cfn_event(kube_api, TimeoutSeconds="1200", QueryIntervalSeconds="30"), ago=960)
+    assert "still failing: rayservice" in fail_message(short)
+
+
+def test_libfabric_configured_but_ucx_instantiated_fails(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", "UCX")
+    message = fail_message(started(cfn_event(kube_api)))
+    assert (
+        f"NIXL instantiated UCX on decode@{fake.WORKER_IP_B} although KvBackend is LIBFABRIC"
+        in message
+    )
+    assert "observed LIBFABRIC,UCX" in message
+    assert 'backends: ["LIBFABRIC"]' in message
+
+
+def test_ucx_configured_and_instantiated_is_reported(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("UCX")
+    result = poll(started(cfn_event(kube_api, KvBackend="UCX")))
+    assert result["Data"]["KvBackend"] == "UCX,UCX"
+
+
+def test_nixl_backend_unreadable_is_unknown_with_a_reason_not_success(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend(None)
+    result = poll(started(cfn_event(kube_api)))
+    assert result["IsComplete"] is True
+    values = result["Data"]["KvBackend"].split(",")
+    assert len(values) == 2
+    assert all(v.startswith("unknown: no 'Backend ... was instantiated' line") for v in values)
+
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/logs", status=403, body=b"{}")
+    blocked = poll(started(cfn_event(kube_api)))["Data"]["KvBackend"]
+    assert blocked.startswith("unknown: cannot list logs")
+
+
+def test_placement_falls_back_to_worker_pods_when_serve_details_are_unreadable(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/serve/applications/", status=500)
+    kube_api.ray_nodes = [
+        fake.make_ray_node(fake.RAY_HEAD_ID, fake.HEAD_IP, head=True),
+        fake.make_ray_node(fake.RAY_NODE_A, fake.WORKER_IP_A),
+        fake.make_ray_node(fake.RAY_NODE_B, fake.WORKER_IP_B),
+    ]
+    data = poll(started(cfn_event(kube_api)))["Data"]
+    assert data["PlacementMethod"] == "worker-pods"
+    assert data["PrefillNode"] == f"unknown (worker nodes {fake.GPU_NODE_A} {fake.GPU_NODE_B})"
+    # Logs are still read, per Ray worker node from the state API's node list.
+    assert data["KvBackend"] == "LIBFABRIC,LIBFABRIC"
+
+
+def test_prefill_and_decode_on_one_node_fails(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    kube_api.set_stage("serving")
+    kube_api.serve_applications = fake.make_pd_serve_applications(
+        prefill=(fake.RAY_NODE_A, fake.WORKER_IP_A), decode=(fake.RAY_NODE_A, fake.WORKER_IP_A)
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert f"prefill and decode replicas share node(s) {fake.GPU_NODE_A}" in message
+
+
+def test_model_missing_from_the_endpoint_fails(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(
+        kube_api.serve_service, 8000, "v1/models", body={"data": [{"id": "other-model"}]}
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "serves other-model but not ModelId qwen3.5-9b" in message
+
+
+# --- transport: retries, auth, TLS, token --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "backoff"),
+    [(500, [1.0, 2.0]), (503, [1.0, 2.0]), (429, [0.0, 0.0]), ("reset", [1.0, 2.0])],
+)
+def test_transient_errors_are_retried_within_the_poll(
+    kube_api: FakeKubeApi, sleeps: list[float], fault: object, backoff: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.inject_fault(fault, times=2, path_contains="/api/v1/nodes")  # type: ignore[arg-type]
+    assert poll(started(cfn_event(kube_api)))["IsComplete"] is True
+    assert len(kube_api.requests_to("/api/v1/nodes")) == 3
+    assert sleeps == backoff  # 429 honours the server's Retry-After: 0
+
+
+def test_retries_are_bounded_and_a_persistent_error_keeps_the_poll_pending(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.inject_fault(503, times=100, path_contains="/api/v1/nodes")
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    assert len(kube_api.requests_to("/api/v1/nodes")) == 4
+    assert sleeps == [1.0, 2.0, 4.0]
+    assert pending_check(caplog) == "kubernetes-api"
+
+
+def test_401_fails_at_once_naming_the_access_entry(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.inject_fault(401, path_contains="/api/v1/nodes")
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "401 Unauthorized" in message
+    assert "EKS access entry" in message
+    assert sleeps == [] and len(kube_api.requests) == 1
+
+
+def test_403_fails_at_once_naming_rbac(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    kube_api.set_stage("serving")
+    kube_api.inject_fault(403, path_contains="/api/v1/nodes")
+    message = fail_message(started(cfn_event(kube_api)))
+    assert 'cannot list resource "nodes"' in message
+    assert "RBAC" in message
+    assert sleeps == [] and len(kube_api.requests) == 1
+
+
+def test_wrong_ca_fails_with_a_tls_message_and_no_retries(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    event = started(
+        cfn_event(kube_api, ClusterCertificateAuthorityData=FakeKubeApi.other_ca_data())
+    )
+    message = fail_message(event)
+    assert f"TLS verification of {kube_api.url} failed" in message
+    assert "ClusterCertificateAuthorityData" in message
+    assert sleeps == [] and kube_api.requests == []
+
+
+def test_ca_data_that_is_not_base64_pem_fails_clearly(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    event = started(cfn_event(kube_api, ClusterCertificateAuthorityData=kube_api.url))
+    assert "not a base64-encoded PEM certificate" in fail_message(event)
+
+
+@pytest.mark.usefixtures("fake_aws_env")
+def test_token_is_a_presigned_get_caller_identity_url_bound_to_the_cluster() -> None:
+    token = kube.eks_token("ray-llm-multinode")
+
+    assert token.startswith("k8s-aws-v1.")
+    payload = token.removeprefix("k8s-aws-v1.")
+    assert "=" not in payload
+    assert set(payload) <= set(string.ascii_letters + string.digits + "-_")
+    url = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
+    parsed = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(parsed.query))
+    assert (parsed.scheme, parsed.netloc, parsed.path) == (
+        "https",
+        "sts.us-west-2.amazonaws.com",
+        "/",
+    )
+    assert query["Action"] == "GetCallerIdentity"
+    assert query["Version"] == "2011-06-15"
+    assert query["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert query["X-Amz-Expires"] == "60"
+    assert query["X-Amz-SignedHeaders"].split(";") == ["host", "x-k8s-aws-id"]
+    assert query["X-Amz-Credential"].startswith(f"{FAKE_ACCESS_KEY_ID}/")
+    assert query["X-Amz-Credential"].endswith("/us-west-2/sts/aws4_request")
+    assert len(query["X-Amz-Signature"]) == 64
+
+
+@pytest.mark.usefixtures("fake_aws_env")
+def test_default_client_signs_with_the_lambda_credentials(kube_api: FakeKubeApi) -> None:
+    kube_api.set_stage("deploying")
+    props = handler.Props.from_properties(kube_api.props())
+    client = handler.make_client(props, sleep=lambda _: None)
+    assert client.get_json("/api/v1/nodes")["kind"] == "NodeList"
+    bearer = kube_api.requests[0].authorization.removeprefix("Bearer ")
+    payload = bearer.removeprefix("k8s-aws-v1.")
+    url = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
+    assert "X-Amz-SignedHeaders=host%3Bx-k8s-aws-id" in url
+
+
+def test_token_is_fetched_lazily_and_refreshed_after_ten_minutes(kube_api: FakeKubeApi) -> None:
+    kube_api.set_stage("deploying")
+    now = [1000.0]
+    issued: list[str] = []
+
+    def provider() -> str:
+        issued.append(f"k8s-aws-v1.token{len(issued)}")
+        return issued[-1]
+
+    client = kube.KubeClient(kube_api.url, kube_api.ca_data, provider, clock=lambda: now[0])
+    assert issued == []
+    client.get_json("/api/v1/nodes")
+    client.get_json("/api/v1/nodes")
+    now[0] += 601
+    client.get_json("/api/v1/nodes")
+    assert issued == ["k8s-aws-v1.token0", "k8s-aws-v1.token1"]
+    assert [r.authorization for r in kube_api.requests] == [
+        "Bearer k8s-aws-v1.token0",
+        "Bearer k8s-aws-v1.token0",
+        "Bearer k8s-aws-v1.token1",
+    ]
+
+
+def test_404_raises_at_once_with_the_status(kube_api: FakeKubeApi) -> None:
+    slept: list[float] = []
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.x", sleep=slept.append
+    )
+    with pytest.raises(kube.KubeApiError) as info:
+        client.get_json("/apis/ray.io/v1/namespaces/inference/rayservices/ray-llm")
+    assert info.value.status == 404
+    assert info.value.reason == 'rayservices.ray.io "ray-llm" not found'
+    assert str(info.value).endswith('returned 404: rayservices.ray.io "ray-llm" not found')
+    assert slept == [] and len(kube_api.requests) == 1
+
+
+def test_polls_log_one_line_without_credentials(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube_api.set_stage("deploying")
+    poll(started(cfn_event(kube_api)))
+    kube_api.set_stage("serving")
+    poll(started(cfn_event(kube_api)))
+    polls = [r.getMessage() for r in caplog.records if r.getMessage().startswith("poll:")]
+    assert len(polls) == 2 and all("\n" not in line for line in polls)
+    assert "poll: COMPLETE" in polls[1]
+    assert "k8s-aws-v1" not in caplog.text and "Bearer" not in caplog.text
+
+
+# --- pure checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "backend"),
+    [
+        ("2026-11-30 NIXL INFO _api.py:361 Backend LIBFABRIC was instantiated\n", "LIBFABRIC"),
+        ("Backend UCX was instantiated", "UCX"),
+        ("Backend UCX was instantiated\nBackend LIBFABRIC was instantiated\n", "LIBFABRIC"),
+        ("Initializing NIXL wrapper\n", None),
+        ("", None),
+    ],
+)
+def test_nixl_backend_reads_the_instantiation_line(text: str, backend: str | None) -> None:
+    assert checks.nixl_backend(text) == backend
+
+
+def test_gpu_nodes_ignores_nodes_without_the_gpu_worker_label() -> None:
+    nodes = {
+        "items": [
+            fake.make_node(fake.SYSTEM_NODE, role="system", gpus=1, efa=1),
+            fake.make_node(fake.GPU_NODE_A),
+        ]
+    }
+    result = checks.gpu_nodes(nodes, 2)
+    assert [n.name for n in result.nodes] == [fake.GPU_NODE_A]
+    assert result.ok is False
+    assert result.why.startswith("1/2 GPU nodes Ready")
+    node = result.nodes[0]
+    assert (node.gpu_allocatable, node.efa_allocatable, node.instance_type, node.zone) == (
+        1,
+        1,
+        "g6.8xlarge",
+        "us-west-2a",
+    )
+
+
+def test_placement_maps_replica_ips_to_pods_and_nodes() -> None:
+    server = FakeKubeApi()
+    server.set_stage("serving")
+    result = checks.placement({"items": server.pods}, server.serve_applications, "qwen")
+    assert (result.method, result.ok) == ("serve-replicas", True)
+    assert (result.prefill_nodes, result.decode_nodes) == ((fake.GPU_NODE_A,), (fake.GPU_NODE_B,))
+    assert result.head_node == fake.SYSTEM_NODE
