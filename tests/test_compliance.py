@@ -46,7 +46,7 @@ def test_cdk_nag_runs_and_fails_an_unacknowledged_finding(tmp_path: Any) -> None
 
 def _acknowledgments(scope: cdk.Stage) -> list[dict[str, str]]:
     key = cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY
-    found = []
+    found: list[dict[str, str]] = []
     for node in scope.node.find_all():
         for entry in node.node.metadata:
             if entry.type == key:

@@ -58,7 +58,9 @@ def test_command_line_strings_are_parsed_to_their_types() -> None:
             "gpuNodeCount": "3",
             "enforceEager": "false",
             "gpuMemoryUtilization": "0.8",
-            "adminPrincipalArns": "arn:aws:iam::123456789012:role/A,arn:aws:iam::123456789012:user/b",
+            "adminPrincipalArns": (
+                "arn:aws:iam::123456789012:role/A,arn:aws:iam::123456789012:user/b"
+            ),
             "endpointPublicCidrs": '["198.51.100.0/24"]',
         }
     )

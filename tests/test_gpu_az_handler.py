@@ -82,7 +82,9 @@ def test_requested_az_without_the_type_fails_with_the_alternatives() -> None:
 
 def test_region_without_the_type_fails() -> None:
     ec2, _ = _ec2([])
-    with pytest.raises(RuntimeError, match="no Availability Zone of this region offers g6.8xlarge"):
+    with pytest.raises(
+        RuntimeError, match=r"no Availability Zone of this region offers g6\.8xlarge"
+    ):
         handler.on_event(_event("Create"), None, ec2=ec2)
 
 

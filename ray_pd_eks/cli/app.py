@@ -1,0 +1,71 @@
+"""What every command receives: the parsed flags, the validated config, and injectable effects.
+
+:class:`Runtime` gathers everything with a side effect outside the process (streams, the AWS
+session, the clock, sleeping, running kubectl) so tests drive real commands without sleeping,
+without AWS and without a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TextIO
+
+from ray_pd_eks.cli.aws import Aws, SessionFactory, default_session
+from ray_pd_eks.config import AppConfig
+
+
+def _run_process(argv: Sequence[str], env: Mapping[str, str] | None) -> int:
+    return subprocess.call(list(argv), env=dict(env) if env is not None else None)
+
+
+@dataclass
+class Runtime:
+    """Side effects of the tool; the defaults are the real ones."""
+
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    session_factory: SessionFactory = default_session
+    clock: Callable[[], float] = time.monotonic  # for intervals and timeouts
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # vs API timestamps
+    sleep: Callable[[float], None] = time.sleep
+    which: Callable[[str], str | None] = shutil.which
+    run_process: Callable[[Sequence[str], Mapping[str, str] | None], int] = _run_process
+
+
+class App:
+    """One invocation: flags, config, runtime, and the AWS session once a command needs it."""
+
+    def __init__(self, args: argparse.Namespace, config: AppConfig, runtime: Runtime) -> None:
+        self.args = args
+        self.config = config
+        self.runtime = runtime
+        self._aws: Aws | None = None
+
+    @property
+    def aws(self) -> Aws:
+        if self._aws is None:
+            self._aws = Aws(
+                self.config,
+                profile=self.args.profile,
+                region=self.args.region,
+                session_factory=self.runtime.session_factory,
+            )
+        return self._aws
+
+    def print(self, *lines: str) -> None:
+        for line in lines:
+            self.runtime.stdout.write(line + "\n")
+
+    def warn(self, line: str) -> None:
+        self.runtime.stderr.write(line + "\n")
+
+    def debug(self, line: str) -> None:
+        if self.args.debug:
+            self.runtime.stderr.write(f"debug: {line}\n")

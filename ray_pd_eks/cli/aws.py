@@ -1,0 +1,176 @@
+"""The caller's AWS session, and botocore errors turned into one line a user can act on.
+
+All AWS calls of the tool go through :class:`Aws`: one session (``--profile``), one region
+(``--region``, else the context's ``region``, else the profile's), one client per service.
+Tests replace the session factory and put botocore ``Stubber``s on the clients it hands out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from botocore import exceptions as bce
+
+from ray_pd_eks.cli.errors import DEPLOY_COMMAND, AccessError, CliError, UsageError
+from ray_pd_eks.config import AppConfig
+
+SessionFactory = Callable[[str | None], Any]
+
+_ACCESS_DENIED = frozenset(
+    {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "Forbidden"}
+)
+_BAD_CREDENTIALS = frozenset(
+    {
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "SignatureDoesNotMatch",
+        "RequestExpired",
+        "AuthFailure",
+    }
+)
+
+
+def default_session(profile: str | None) -> Any:
+    """A boto3 session; imported here so ``--help`` and ``endpoint`` start fast."""
+    import boto3
+
+    return boto3.Session(profile_name=profile)
+
+
+def no_credentials_message(profile: str | None) -> str:
+    where = f"profile '{profile}'" if profile else "the environment, ~/.aws or an SSO login"
+    return (
+        f"no AWS credentials found in {where}: run `aws configure` or `aws sso login`, "
+        "or pass --profile NAME"
+    )
+
+
+def error_code(err: bce.ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _error_text(err: bce.ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Message", "")) or error_code(err)
+
+
+@contextmanager
+def aws_errors(action: str, profile: str | None = None) -> Iterator[None]:
+    """Translate botocore failures of ``action`` (e.g. ``eks:DescribeCluster``) into CliErrors.
+
+    Only credential, access and connectivity failures are translated; other ClientErrors
+    propagate so the caller can treat expected codes (``ResourceNotFoundException``) itself.
+    """
+    try:
+        yield
+    except CliError:
+        raise
+    except (bce.NoCredentialsError, bce.PartialCredentialsError):
+        raise AccessError(no_credentials_message(profile)) from None
+    except (bce.TokenRetrievalError, bce.SSOTokenLoadError, bce.UnauthorizedSSOTokenError):
+        login = f"aws sso login --profile {profile}" if profile else "aws sso login"
+        raise AccessError(f"the AWS SSO session has expired: run `{login}`") from None
+    except bce.CredentialRetrievalError as err:
+        raise AccessError(f"cannot load AWS credentials: {err}") from None
+    except (bce.EndpointConnectionError, bce.ConnectTimeoutError) as err:
+        raise AccessError(f"cannot reach AWS for {action}: {err}") from None
+    except bce.ClientError as err:
+        code = error_code(err)
+        if code in _ACCESS_DENIED:
+            raise AccessError(
+                f"access denied for {action}: {_error_text(err)} — grant it to your IAM "
+                "principal or use another --profile"
+            ) from None
+        if code in _BAD_CREDENTIALS:
+            raise AccessError(
+                f"AWS rejected the credentials ({code}) for {action}: refresh them "
+                "(`aws sso login`, new keys) or pass another --profile"
+            ) from None
+        raise
+
+
+class Aws:
+    """Lazily created clients of one session and region, plus the few lookups shared by commands."""
+
+    def __init__(
+        self,
+        config: AppConfig,
+        *,
+        profile: str | None,
+        region: str | None,
+        session_factory: SessionFactory,
+    ) -> None:
+        self.config = config
+        self.profile = profile
+        try:
+            self.session = session_factory(profile)
+        except bce.ProfileNotFound:
+            raise UsageError(
+                f"AWS profile '{profile}' not found: check `aws configure list-profiles`"
+            ) from None
+        if region:
+            self.region, self.region_source = region, "--region"
+        elif config.region:
+            self.region, self.region_source = config.region, "context key 'region'"
+        elif getattr(self.session, "region_name", None):
+            self.region, self.region_source = str(self.session.region_name), "AWS profile/env"
+        else:
+            raise UsageError(
+                "no AWS region: pass --region, set -c region=..., or export AWS_REGION"
+            )
+        self._clients: dict[str, Any] = {}
+        self._identity: dict[str, Any] | None = None
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self.session.client(service, region_name=self.region)
+        return self._clients[service]
+
+    @contextmanager
+    def errors(self, action: str) -> Iterator[None]:
+        with aws_errors(action, self.profile):
+            yield
+
+    def identity(self) -> dict[str, Any]:
+        """``sts:GetCallerIdentity``; the one call that proves credentials work."""
+        if self._identity is None:
+            with self.errors("sts:GetCallerIdentity"):
+                # Resolving credentials can itself fail (expired SSO): same translation.
+                if self.session.get_credentials() is None:
+                    raise AccessError(no_credentials_message(self.profile))
+                self._identity = dict(self.client("sts").get_caller_identity())
+        return self._identity
+
+    def principal_arn(self) -> str:
+        """The IAM ARN to put in an access entry (an assumed-role session maps to its role)."""
+        arn = str(self.identity().get("Arn", ""))
+        return iam_principal(arn)
+
+    def describe_cluster(self, name: str) -> dict[str, Any]:
+        self.identity()
+        with self.errors("eks:DescribeCluster"):
+            try:
+                return dict(self.client("eks").describe_cluster(name=name)["cluster"])
+            except bce.ClientError as err:
+                if error_code(err) != "ResourceNotFoundException":
+                    raise
+        raise AccessError(
+            f"EKS cluster '{name}' not found in {self.region}: deploy it first "
+            f"(`{DEPLOY_COMMAND}`), or point the tool at it with -c clusterName=... / --region"
+        )
+
+
+def iam_principal(arn: str) -> str:
+    """``arn:aws:sts::1:assumed-role/R/session`` -> ``arn:aws:iam::1:role/R``; others unchanged.
+
+    EKS access entries take the role, not the session. A role path is not visible in the
+    session ARN; a role with a path needs its full ARN from ``aws iam get-role``.
+    """
+    parts = arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+        role = parts[5].split("/")[1]
+        return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
+    return arn

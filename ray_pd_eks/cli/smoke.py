@@ -1,0 +1,179 @@
+"""``smoke``: one real request to the model, through the Kubernetes API server's service proxy.
+
+The proxy path needs no port-forward and no route to pod IPs, only the same access as
+``status``. The price: the API server buffers a proxied response, and the client here reads it
+whole, so the streamed chunks arrive together. The time to first token is therefore reported
+as an upper bound (the whole response's latency), and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ray_pd_eks.cli.app import App
+from ray_pd_eks.cli.cluster import Cluster
+from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed, UsageError
+
+NAME = "smoke"
+HELP = "list the models and send one chat completion through the API server proxy"
+DESCRIPTION = """\
+Send GET /v1/models and one streamed POST /v1/chat/completions (temperature 0) to
+<rayServiceName>-serve-svc:8000 through the Kubernetes API server's service proxy, and print
+the answer, the latency and the tokens per second as measured from this machine.
+
+The proxy delivers the stream in one piece, so "first token" is an upper bound (the time until
+the whole answer arrived). For true streaming latency use `endpoint` and `curl -N`.
+Exit 1 if the model is not listed or no text comes back."""
+
+DEFAULT_PROMPT = "In one sentence: why separate prefill and decode onto different GPUs?"
+COMPLETION_TIMEOUT_SECONDS = 180.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message to send")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="completion length limit (default: 64)",
+    )
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    chunks: int  # SSE data chunks that carried text
+    completion_tokens: int | None  # from usage, when the server sent it
+    streamed: bool
+
+
+def parse_completion(body: bytes) -> Completion:
+    """An SSE stream (``data: {...}`` lines, ``data: [DONE]``) or, if the server did not
+    stream, a plain chat completion object."""
+    text = body.decode("utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        obj = json.loads(text)
+        choices = obj.get("choices") or [{}]
+        content = str((choices[0].get("message") or {}).get("content") or "")
+        usage = obj.get("usage") or {}
+        return Completion(content, 1 if content else 0, usage.get("completion_tokens"), False)
+    parts: list[str] = []
+    chunks = 0
+    tokens: int | None = None
+    for line in text.splitlines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError:
+            continue
+        for choice in chunk.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content")
+            if piece:
+                parts.append(str(piece))
+                chunks += 1
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            tokens = int(usage["completion_tokens"])
+    return Completion("".join(parts), chunks, tokens, True)
+
+
+def _proxy(cluster: Cluster, path: str, **kwargs: Any) -> tuple[int, bytes]:
+    """Call the serve service; a proxy error means the service has no ready endpoint yet."""
+    config = cluster.app.config
+    service = f"{config.ray_service_name}-serve-svc"
+    with cluster.errors():  # access and reachability problems keep their own messages
+        try:
+            result: tuple[int, bytes] = cluster.client.service_proxy(
+                config.namespace, service, 8000, path, **kwargs
+            )
+            return result
+        except cluster.kube.KubeAuthError:
+            raise
+        except cluster.kube.KubeApiError as err:
+            if err.status is None:
+                raise
+            raise CheckFailed(
+                f"/{path} through svc/{service}:8000 failed: {err} — is the app RUNNING? "
+                "Check with `python -m ray_pd_eks status`"
+            ) from None
+
+
+def run(app: App) -> int:
+    config = app.config
+    if app.args.max_tokens < 1:
+        raise UsageError("--max-tokens must be at least 1")
+    cluster = Cluster(app)
+    cluster.rayservice()  # a missing RayService is exit 3 with its own fix, not a proxy 404
+    clock = app.runtime.clock
+    app.print(
+        f"Smoke test of {config.model_id} via svc/{config.ray_service_name}-serve-svc:8000 "
+        f"(API server proxy, cluster {config.cluster_name})"
+    )
+
+    started = clock()
+    _, body = _proxy(cluster, "v1/models")
+    models_seconds = clock() - started
+    try:
+        listed = [str(m.get("id")) for m in json.loads(body).get("data", [])]
+    except (json.JSONDecodeError, AttributeError):
+        raise CheckFailed(f"/v1/models did not return a model list: {body[:200]!r}") from None
+    if config.model_id not in listed:
+        raise CheckFailed(
+            f"/v1/models does not list '{config.model_id}' "
+            f"(it lists: {', '.join(listed) or 'none'}): the app may still be deploying, "
+            "or modelId differs from the deployed one"
+        )
+    app.print(f"  models      {', '.join(listed)}  ({models_seconds:.2f} s)")
+
+    request = {
+        "model": config.model_id,
+        "messages": [{"role": "user", "content": app.args.prompt}],
+        "max_tokens": app.args.max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = clock()
+    _, body = _proxy(
+        cluster,
+        "v1/chat/completions",
+        method="POST",
+        json_body=request,
+        timeout=COMPLETION_TIMEOUT_SECONDS,
+        retries=0,  # never send a completion twice
+    )
+    seconds = clock() - started
+    completion = parse_completion(body)
+    if not completion.text.strip():
+        raise CheckFailed(
+            f"the chat completion returned no text ({len(body)} bytes: {body[:200]!r}); "
+            "look at the worker logs (`python -m ray_pd_eks status`, then kubectl logs)"
+        )
+    app.print(f"  answer      {completion.text.strip()[:300]!r}")
+    if completion.streamed:
+        app.print(
+            f"  first token <= {seconds:.2f} s  (upper bound: the proxy delivered all "
+            f"{completion.chunks} chunks at once)"
+        )
+    else:
+        app.print(f"  latency     {seconds:.2f} s  (the server did not stream)")
+    tokens, source = completion.completion_tokens, "usage.completion_tokens"
+    if tokens is None and completion.streamed:
+        tokens, source = completion.chunks, "streamed chunks"  # one token per chunk in vLLM
+    if tokens is None or seconds <= 0:
+        app.print("  tokens/s    n/a  (no token count or no measurable time)")
+    else:
+        app.print(
+            f"  tokens/s    {tokens / seconds:.1f}  ({tokens} tokens from {source} in "
+            f"{seconds:.2f} s, end to end)"
+        )
+    app.print("OK: the endpoint answers")
+    return EXIT_OK

@@ -1,0 +1,57 @@
+"""The readiness Lambda's modules, imported by path so the tool and the Lambda share one copy.
+
+``assets/lambda/readiness/`` is a Lambda asset, not a package: in the Lambda its files are
+top-level modules (``import kube``). Copying them into this package would let the two drift, so
+``kube`` and ``checks`` are loaded from the repository under those same top-level names, because
+``handler`` imports them by those names. A module of that name from another file (some
+unrelated ``kube``) is never silently reused: that is an error. ``handler`` itself gets a
+private name, since every Lambda asset has a ``handler.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+READINESS_DIR = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "readiness"
+
+
+def _load(name: str, module_name: str | None = None) -> ModuleType:
+    path = READINESS_DIR / f"{name}.py"
+    name = module_name or name
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None)
+        if origin and Path(origin).resolve() == path:
+            return loaded
+        raise ImportError(f"a different module named '{name}' is already imported ({origin})")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before exec: its siblings import it by this name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def kube() -> ModuleType:
+    """``assets/lambda/readiness/kube.py``: KubeClient, eks_token, RayDashboard, errors."""
+    return _load("kube")
+
+
+def checks() -> ModuleType:
+    """``assets/lambda/readiness/checks.py``: pure verdicts on Kubernetes and Ray JSON."""
+    return _load("checks")
+
+
+def handler() -> ModuleType:
+    """``assets/lambda/readiness/handler.py``: the readiness verdicts and the NIXL log reader."""
+    kube()
+    checks()
+    return _load("handler", "ray_pd_eks_readiness_handler")

@@ -1,0 +1,153 @@
+"""``efa-check``: nodes, worker pod specs and the NIXL backend read from Ray logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_fixtures import REGION, Harness, cli_harness, stub_cluster, write_cdk_json
+from tests.fakes.kube_api import (
+    GPU_NODE_A,
+    GPU_NODE_B,
+    WORKER_IP_A,
+    WORKER_IP_B,
+    WORKER_POD_A,
+    WORKER_POD_B,
+    FakeKubeApi,
+    make_node,
+)
+
+PREFILL = f"prefill@{WORKER_IP_A}"
+DECODE = f"decode@{WORKER_IP_B}"
+
+pytest_plugins = ["tests.fakes.fixtures"]  # the ``kube_api`` fixture: a fresh fake API server
+
+
+@pytest.fixture
+def cli(kube_api: FakeKubeApi, tmp_path: Path) -> Harness:
+    return cli_harness(kube_api, tmp_path)
+
+
+def serving(kube_api: FakeKubeApi, fi_provider: str | None = "efa") -> None:
+    """The serving stage, with FI_PROVIDER on the workers as the RayService manifest sets it.
+
+    The shared fake builds pods without env; this adds it here rather than in the fake.
+    """
+    kube_api.set_stage("serving")
+    for pod in kube_api.pods:
+        if pod["metadata"]["labels"]["ray.io/node-type"] == "worker" and fi_provider:
+            pod["spec"]["containers"][0]["env"] = [
+                {"name": "FI_PROVIDER", "value": fi_provider},
+                {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            ]
+
+
+def finding(out: str, text: str) -> str:
+    (line,) = [line.strip() for line in out.splitlines() if text in line]
+    return line
+
+
+def test_libfabric_on_both_workers_passes(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    result = cli.run("efa-check")
+    assert result.code == 0, result.out + result.err
+    assert finding(result.out, GPU_NODE_A) == (
+        f"OK    nodes         {GPU_NODE_A} (us-west-2a): EFA capacity 1, allocatable 1"
+    )
+    assert finding(result.out, WORKER_POD_B) == (
+        f"OK    pods          {WORKER_POD_B}: 1 EFA interface(s), FI_PROVIDER=efa"
+    )
+    prefill = finding(result.out, PREFILL)
+    assert prefill.startswith(f"OK    backend       {PREFILL}: LIBFABRIC (from worker-")
+    assert finding(result.out, DECODE).startswith(f"OK    backend       {DECODE}: LIBFABRIC")
+    assert "0 FAIL, 0 WARN: the KV cache path uses EFA" in result.out
+    assert (
+        '  kubectl logs -n inference -l ray.io/node-type=worker --tail=-1 | grep -h "Backend .* '
+        'was instantiated"' in result.out
+    )
+    # Logs came through the head service's proxy, i.e. the Ray dashboard log API.
+    assert kube_api.requests_to("/services/ray-llm-head-svc:8265/proxy/api/v0/logs/file")
+
+
+def test_ucx_fallback_fails_and_names_the_fix(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    kube_api.set_nixl_backend("LIBFABRIC", "UCX")
+    result = cli.run("efa-check")
+    assert result.code == 1
+    line = finding(result.out, DECODE)
+    assert line.startswith(f"FAIL  backend       {DECODE}: UCX (from worker-")
+    assert "the KV cache moves over TCP, not EFA" in line
+    assert 'backends: ["LIBFABRIC"]' in line and "FI_PROVIDER=efa" in line
+    assert "request vpc.amazonaws.com/efa" in line and "EFA device plugin" in line
+    assert "1 FAIL, 0 WARN: the KV cache path is not proven on EFA" in result.out
+
+
+def test_ucx_is_fine_when_configured_for_comparison(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api, fi_provider=None)  # the UCX variant sets UCX_TLS, not FI_PROVIDER
+    kube_api.set_nixl_backend("UCX")
+    result = cli.run("efa-check", "-c", "kvBackend=UCX")
+    assert result.code == 0, result.out
+    assert finding(result.out, PREFILL).startswith(f"OK    backend       {PREFILL}: UCX")
+    assert finding(result.out, WORKER_POD_A) == (
+        f"OK    pods          {WORKER_POD_A}: kvBackend UCX (TCP comparison): EFA not required"
+    )
+
+
+def test_unreadable_backend_is_not_a_pass(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    kube_api.set_nixl_backend(None)  # no "Backend ... was instantiated" line anywhere
+    result = cli.run("efa-check")
+    assert result.code == 1
+    line = finding(result.out, PREFILL)
+    assert line.startswith(f"FAIL  backend       {PREFILL}: unknown: no 'Backend ... was")
+
+
+def test_node_without_efa_fails_with_the_plugin_hint(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    kube_api.nodes[2] = make_node(GPU_NODE_B, efa=0)
+    result = cli.run("efa-check")
+    assert result.code == 1
+    line = finding(result.out, f"{GPU_NODE_B}:")
+    assert line.startswith(f"FAIL  nodes         {GPU_NODE_B}: EFA capacity 0, allocatable 0")
+    assert "the EFA device plugin does not advertise EFA here" in line
+
+
+def test_worker_without_fi_provider_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api, fi_provider=None)
+    result = cli.run("efa-check")
+    assert result.code == 1
+    assert finding(result.out, WORKER_POD_A) == (
+        f"FAIL  pods          {WORKER_POD_A}: FI_PROVIDER is unset, not efa: fix the worker "
+        "group spec"
+    )
+
+
+def test_without_serve_details_every_worker_node_is_read(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    serving(kube_api)
+    kube_api.serve_applications = None  # dashboard answers 503 for the Serve details
+    result = cli.run("efa-check")
+    assert result.code == 0, result.out
+    assert finding(result.out, f"node@{WORKER_IP_A}").startswith(
+        f"OK    backend       node@{WORKER_IP_A}: LIBFABRIC"
+    )
+
+
+def test_gpu_nodes_in_two_zones_fail(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    kube_api.nodes[2] = make_node(GPU_NODE_B, zone="us-west-2b")
+    result = cli.run("efa-check")
+    assert result.code == 1
+    assert "FAIL  nodes         GPU nodes span us-west-2a, us-west-2b: EFA needs one AZ" in (
+        result.out
+    )
+
+
+def test_rayservice_missing_is_exit_3(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    harness = Harness(write_cdk_json(tmp_path, region=REGION))
+    stub_cluster(harness.session, kube_api.url, kube_api.ca_data)
+    result = harness.run("efa-check")
+    assert result.code == 3
+    assert result.err.startswith("error: RayService 'ray-llm' not found")

@@ -1,0 +1,137 @@
+"""``smoke`` through the fake API server's service proxy to the serve service."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.cli_fixtures import Harness, cli_harness
+from tests.fakes.kube_api import FakeKubeApi, chat_completion_body
+
+SERVE = "ray-llm-serve-svc"
+
+pytest_plugins = ["tests.fakes.fixtures"]  # the ``kube_api`` fixture: a fresh fake API server
+
+
+@pytest.fixture
+def cli(kube_api: FakeKubeApi, tmp_path: Path) -> Harness:
+    return cli_harness(kube_api, tmp_path)
+
+
+def sse(*pieces: str, usage_tokens: int | None = None) -> str:
+    """A vLLM-style OpenAI chat stream."""
+    chunks: list[dict[str, object]] = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
+    chunks += [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+    if usage_tokens is not None:
+        chunks.append({"choices": [], "usage": {"completion_tokens": usage_tokens}})
+    lines = [f"data: {json.dumps(c)}\n\n" for c in chunks]
+    return "".join(lines) + "data: [DONE]\n\n"
+
+
+def serve(kube_api: FakeKubeApi, body: str | dict[str, object]) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(
+        SERVE,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        body=body,
+        content_type="text/event-stream" if isinstance(body, str) else None,
+    )
+
+
+def test_models_and_a_streamed_completion(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serve(kube_api, sse("KV cache ", "moves ", "fast.", usage_tokens=12))
+    cli.clock.tick = 0.25
+    result = cli.run("smoke", "--max-tokens", "16", "--prompt", "hi")
+    assert result.code == 0, result.err
+    assert re.search(r"^  models      qwen3\.5-9b  \(\d+\.\d\d s\)$", result.out, re.M)
+    assert "  answer      'KV cache moves fast.'" in result.out
+    assert "(upper bound: the proxy delivered all 3 chunks at once)" in result.out
+    rate = re.search(
+        r"tokens/s    (\S+)  \(12 tokens from usage\.completion_tokens in (\d+\.\d\d) s", result.out
+    )
+    assert rate is not None, result.out
+    assert result.out.rstrip().endswith("OK: the endpoint answers")
+    (post,) = kube_api.requests_to(f"/services/{SERVE}:8000/proxy/v1/chat/completions", "POST")
+    sent = json.loads(post.body)
+    assert sent == {
+        "model": "qwen3.5-9b",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def test_token_rate_uses_measured_time(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serve(kube_api, sse("a", "b", "c", "d"))  # no usage: counts the chunks
+    cli.clock.tick = 0.5
+    result = cli.run("smoke")
+    assert result.code == 0, result.err
+    match = re.search(r"tokens/s    (\S+)  \(4 tokens from streamed chunks in (\S+) s", result.out)
+    assert match is not None, result.out
+    seconds = float(match.group(2))
+    assert seconds >= 0.5
+    assert match.group(1) == f"{4 / seconds:.1f}"
+    assert f"first token <= {seconds:.2f} s" in result.out
+
+
+def test_model_not_listed_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serve(kube_api, sse("x"))
+    kube_api.set_proxy(SERVE, 8000, "v1/models", body={"data": [{"id": "llama-3"}]})
+    result = cli.run("smoke")
+    assert result.code == 1
+    assert result.err == (
+        "error: /v1/models does not list 'qwen3.5-9b' (it lists: llama-3): the app may still "
+        "be deploying, or modelId differs from the deployed one\n"
+    )
+    assert kube_api.requests_to("chat/completions") == []
+
+
+def test_no_text_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serve(kube_api, sse(usage_tokens=0))
+    result = cli.run("smoke")
+    assert result.code == 1
+    assert result.err.startswith("error: the chat completion returned no text (")
+
+
+def test_serve_service_without_endpoints_fails_with_a_hint(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("running")  # Serve app RUNNING but serve-svc has no endpoints yet
+    result = cli.run("smoke")
+    assert result.code == 1
+    assert result.err.startswith(f"error: /v1/models through svc/{SERVE}:8000 failed:")
+    assert 'no endpoints available for service "ray-llm-serve-svc"' in result.err
+    assert result.err.rstrip().endswith("Check with `python -m ray_pd_eks status`")
+
+
+def test_completion_is_never_retried(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serve(kube_api, sse("x"))
+    kube_api.inject_fault(502, path_contains="chat/completions")
+    result = cli.run("smoke")
+    assert result.code == 1
+    assert len(kube_api.requests_to("chat/completions")) == 1
+
+
+def test_a_server_that_does_not_stream_is_reported(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serve(kube_api, chat_completion_body("Plain answer."))
+    result = cli.run("smoke")
+    assert result.code == 0
+    assert "  answer      'Plain answer.'" in result.out
+    assert "(the server did not stream)" in result.out
+    assert "  latency     " in result.out
+    assert "  tokens/s    n/a  (no token count or no measurable time)" in result.out
+
+
+def test_rayservice_missing_is_exit_3(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    kube_api.rayservice = None
+    result = cli.run("smoke")
+    assert result.code == 3
+    assert result.err.startswith("error: RayService 'ray-llm' not found in namespace 'inference'")
