@@ -137,7 +137,7 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
     events = sorted(events_json.get("items", []), key=lambda e: str(_event_time(e) or ""))
     failure = None
     if rayservice is not None:
-        failure = handler._terminal_failure(
+        failure = handler.terminal_failure(
             cluster.readiness_props(), nodes, state, problems, now.timestamp()
         )
     return Snapshot(rayservice, state, nodes, pods, problems, placement, events, failure)
@@ -146,7 +146,7 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
 def _event_time(event: dict[str, Any]) -> datetime | None:
     """When an event was last seen, by the readiness checks' own rule (the newest of its
     several timestamp fields)."""
-    result: datetime | None = lambda_code.checks()._event_time(event)
+    result: datetime | None = lambda_code.checks().event_time(event)
     return result
 
 

@@ -356,7 +356,7 @@ def _pod_gpus(pod: Mapping[str, Any]) -> int:
     return total
 
 
-def _event_time(event: Mapping[str, Any]) -> datetime | None:
+def event_time(event: Mapping[str, Any]) -> datetime | None:
     candidates = [
         parse_time(_get(event, "series", "lastObservedTime")),
         parse_time(event.get("lastTimestamp")),
@@ -419,9 +419,9 @@ def pod_problems(
         matching = [e for e in events_by_pod.get(pod, []) if e.get("reason") in reasons]
         if not matching:
             return "", None
-        event = max(matching, key=lambda e: _event_time(e) or datetime.min.replace(tzinfo=UTC))
+        event = max(matching, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=UTC))
         text = f"{event.get('reason')}: {_str(event.get('message') or event.get('note'))}"
-        return text.strip(), _event_time(event)
+        return text.strip(), event_time(event)
 
     problems: list[PodProblem] = []
     for pod in _items(pods_json):

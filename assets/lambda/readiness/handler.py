@@ -483,7 +483,6 @@ def terminal_failure(
 
 
 # The project CLI's `status` called this before it was public; keep the old name working.
-_terminal_failure = terminal_failure
 
 
 def _unschedulable_is_terminal(
