@@ -1,26 +1,56 @@
 #!/usr/bin/env python3
-"""The CDK app: one RayPdEksStage built from the typed configuration in CDK context."""
+"""The CDK app. By default one RayPdEksStage built from the typed configuration in CDK context.
+
+When cdk.json's context declares a ``pipeline`` (see pipeline.example.json), the app is the
+promotion pipeline stack instead, whose stages deploy that same Stage once per environment. The
+plain Stage is then left out on purpose: every environment is reached through the pipeline, and
+`cdk deploy --all` must not also deploy an unmanaged copy to whatever account the caller's
+credentials point at. `-c pipeline=` switches the pipeline off for one command (a sandbox).
+
+cdk-nag's AwsSolutions checks run as a validation plugin, as in the tests: an unacknowledged
+finding fails `cdk synth`.
+"""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
 
 from ray_pd_eks.config import AppConfig, ConfigError
+from ray_pd_eks.pipeline_config import pipeline_from_context
+from ray_pd_eks.render import write_rendered
 from ray_pd_eks.stage import RayPdEksStage
+from stacks.pipeline_stack import PipelineStack
 
 STAGE_ID = "RayPdEks"
+PIPELINE_STACK_ID = "RayPdEksPipeline"
 
 
-def main() -> None:
-    app = cdk.App()
+def build(app: cdk.App) -> RayPdEksStage | PipelineStack:
+    """Add the app's contents to ``app``; raises ConfigError on an invalid configuration."""
+    context = app.node.get_all_context()
+    config = AppConfig.from_context(context)
+    pipeline = pipeline_from_context(context, config)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    if pipeline is None:
+        return RayPdEksStage(app, STAGE_ID, config=config)
+    env = cdk.Environment(account=pipeline.account, region=pipeline.region)
+    return PipelineStack(app, PIPELINE_STACK_ID, pipeline_config=pipeline, env=env)
+
+
+def main(app: cdk.App | None = None) -> None:
+    app = app or cdk.App()
     try:
-        config = AppConfig.from_context(app.node.get_all_context())
+        built = build(app)
     except ConfigError as err:
         sys.exit(f"Invalid configuration, nothing synthesized:\n{err}")
-    RayPdEksStage(app, STAGE_ID, config=config)
     app.synth()
+    if isinstance(built, RayPdEksStage):
+        # The Kubernetes YAML it deploys, for review or for an existing cluster (README).
+        write_rendered(built.config, Path(app.outdir) / "rendered")
 
 
 if __name__ == "__main__":

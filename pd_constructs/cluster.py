@@ -18,6 +18,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk.aws_lambda import ILayerVersion
 from constructs import Construct
 
@@ -55,7 +56,8 @@ class PdCluster(Construct):
     entries for the configured administrators, and a kubectl provider in the private subnets.
 
     The API endpoint is private unless ``endpoint_public_cidrs`` is given; then it is public and
-    private, with the public side open only to those CIDRs.
+    private, with the public side open only to those CIDRs. The kubectl provider's log groups
+    keep ``log_retention_days`` and go with the stack unless ``log_removal_policy`` retains them.
     """
 
     def __init__(
@@ -66,6 +68,8 @@ class PdCluster(Construct):
         vpc: ec2.IVpc,
         cluster_name: str,
         kubernetes_version: str,
+        log_retention_days: int,
+        log_removal_policy: RemovalPolicy,
         admin_principal_arns: Sequence[str] = (),
         endpoint_public_cidrs: Sequence[str] = (),
     ) -> None:
@@ -110,6 +114,7 @@ class PdCluster(Construct):
             ),
             output_config_command=False,
         )
+        _own_kubectl_log_groups(self.cluster, log_retention_days, log_removal_policy)
         for i, arn in enumerate(admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{i}",
@@ -158,6 +163,18 @@ class PdCluster(Construct):
                 "AwsSolutions-EKS1",
                 "endpointPublicCidrs asks for a public endpoint; it is open only to those CIDRs.",
             )
+
+
+def _own_kubectl_log_groups(
+    cluster: eks.Cluster, retention_days: int, removal_policy: RemovalPolicy
+) -> None:
+    """aws-cdk-lib gives the kubectl provider's functions log groups of its own (feature flag
+    ``@aws-cdk/aws-lambda:useCdkManagedLogGroup``) that are RETAINed with two years' retention,
+    so every ``cdk destroy`` would leave two log groups behind. Apply the app's settings."""
+    for child in cluster.node.find_child("KubectlProvider").node.find_all():
+        if isinstance(child, logs.CfnLogGroup):
+            child.retention_in_days = retention_days
+            child.apply_removal_policy(removal_policy)
 
 
 def _kubectl_handler(cluster: eks.Cluster) -> lambda_.IFunction:

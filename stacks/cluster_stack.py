@@ -10,6 +10,7 @@ from constructs import Construct
 
 from pd_constructs.cluster import EfaGpuNodeGroup, GpuDevicePlugins, PdCluster, SystemNodeGroup
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_removal_policy
 
 
 class ClusterStack(Stack):
@@ -32,6 +33,8 @@ class ClusterStack(Stack):
             kubernetes_version=config.kubernetes_version,
             admin_principal_arns=config.admin_principal_arns,
             endpoint_public_cidrs=config.endpoint_public_cidrs,
+            log_retention_days=config.log_retention_days,
+            log_removal_policy=log_removal_policy(config),
         )
         self.cluster = self.eks.cluster
         self.system_nodes = SystemNodeGroup(

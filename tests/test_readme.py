@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ray_pd_eks.cli.main import COMMANDS
-from ray_pd_eks.config import DEFAULTS, AppConfig
+from ray_pd_eks.config import DEFAULTS, OTHER_CONTEXT_KEYS, AppConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -36,7 +36,7 @@ def test_every_setting_is_documented_with_its_default() -> None:
 
 
 def test_every_context_override_in_the_readme_is_a_real_setting() -> None:
-    keys = set(AppConfig.context_keys())
+    keys = set(AppConfig.context_keys()) | OTHER_CONTEXT_KEYS
     used = set(re.findall(r"-c (\w+)=", README)) - {"key"}  # "-c key=value" in prose
     assert used, "README shows no -c overrides"
     assert used <= keys, used - keys

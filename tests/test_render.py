@@ -39,3 +39,14 @@ def test_configured_region_is_filled_in(tmp_path: Path) -> None:
     text = (tmp_path / "rendered" / "30-rayservice.yaml").read_text()
     assert "763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray:serve-llm-cuda-v1.0" in text
     assert [p.name for p in paths][-1] == "30-rayservice.yaml"
+
+
+def test_cdk_synth_writes_the_rendered_files_next_to_the_templates(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+
+    import app as app_module
+
+    app_module.main(cdk.App(outdir=str(tmp_path), context={"maxModelLen": 8192}))
+    text = (tmp_path / "rendered" / "30-rayservice.yaml").read_text()
+    assert "max_model_len: 8192" in text
+    assert any(tmp_path.glob("assembly-RayPdEks/*Workload*.template.json"))

@@ -1,0 +1,191 @@
+"""`cdk destroy` removes what the app created: nothing is retained unless a setting asks for it
+(or it is on the allow-list below, with the reason), log groups expire, keys are scheduled for
+deletion, and the order of removal is the reverse of the walkthrough's, through dependencies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aws_cdk import CfnElement, Stack
+from constructs import IConstruct
+
+from ray_pd_eks.config import AppConfig
+from tests.synth import Synthesized
+from tests.test_pipeline import SynthesizedPipeline, synth_pipeline
+
+RETAINING = frozenset({"Retain", "RetainExceptOnCreate", "Snapshot"})
+PIPELINE_KEEPS = "pipeline"
+
+
+@pytest.fixture(scope="module")
+def pipeline() -> SynthesizedPipeline:
+    return synth_pipeline()
+
+
+def _stage_stacks(
+    name: str, config: AppConfig, templates: dict[str, dict[str, Any]]
+) -> Iterator[tuple[str, AppConfig | None, dict[str, Any]]]:
+    for stack_id, template in templates.items():
+        yield f"{name}/{stack_id}", config, template
+
+
+def all_stacks(
+    default_app: Synthesized, variant_app: Synthesized, pipeline: SynthesizedPipeline
+) -> list[tuple[str, AppConfig | None, dict[str, Any]]]:
+    """Every synthesized stack: (label, the Stage's config or None for the pipeline's own
+    stacks, template)."""
+    stacks = [
+        *_stage_stacks("default", default_app.config, default_app.templates),
+        *_stage_stacks("variant", variant_app.config, variant_app.templates),
+        ("pipeline/RayPdEksPipeline", None, pipeline.template),
+    ]
+    stacks += [(f"pipeline/{n}", None, t) for n, t in pipeline.support_templates.items()]
+    for name, templates in pipeline.stage_templates.items():
+        stage_config = pipeline.stack.stages[name].config
+        stacks += _stage_stacks(f"pipeline/{name}", stage_config, templates)
+    return stacks
+
+
+def allowed_to_survive(config: AppConfig | None, rtype: str) -> str | None:
+    """Why a retained resource of ``rtype`` may outlive `cdk destroy`, or None if it may not.
+
+    The allow-list, in full:
+    - CloudWatch log groups of a Stage when ``retainLogs`` is on: the setting exists so that a
+      production environment keeps its logs for audit after the stacks are gone.
+    - The pipeline's artifact buckets (its own, and the replication bucket of each other region's
+      support stack): CDK Pipelines retains them because CloudFormation cannot delete a
+      non-empty bucket. They hold build artifacts only; empty and delete them by hand after
+      destroying the pipeline (README, "What survives, and why").
+    Nothing else: not the VPC, the cluster, its KMS key, the kubectl layer or the node groups.
+    """
+    if config is not None and config.retain_logs and rtype == "AWS::Logs::LogGroup":
+        return "retainLogs"
+    if config is None and rtype == "AWS::S3::Bucket":
+        return PIPELINE_KEEPS
+    return None
+
+
+def retained(
+    stacks: list[tuple[str, AppConfig | None, dict[str, Any]]],
+) -> list[tuple[str, str, str, str | None]]:
+    """(stack, logical id, type, why) for every resource that a delete or replacement keeps."""
+    found = []
+    for label, config, template in stacks:
+        for logical_id, resource in template.get("Resources", {}).items():
+            policies = {resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")}
+            if policies & RETAINING:
+                why = allowed_to_survive(config, resource["Type"])
+                found.append((label, logical_id, resource["Type"], why))
+    return found
+
+
+def test_nothing_is_retained_unless_allowed(
+    default_app: Synthesized, variant_app: Synthesized, pipeline: SynthesizedPipeline
+) -> None:
+    found = retained(all_stacks(default_app, variant_app, pipeline))
+    not_allowed = [f for f in found if f[3] is None]
+    assert not_allowed == []
+
+
+def test_the_allow_list_is_exactly_what_we_expect(
+    default_app: Synthesized, variant_app: Synthesized, pipeline: SynthesizedPipeline
+) -> None:
+    """Pins the survivors, so the documented list cannot drift: nothing from a Stage without
+    retainLogs; with it, every log group of the Stage and nothing else; the pipeline's two
+    artifact buckets (its own and the us-east-1 replication bucket)."""
+    stacks = all_stacks(default_app, variant_app, pipeline)
+    found = retained(stacks)
+    for label, config, template in stacks:
+        kept = sorted(rtype for stack, _, rtype, _ in found if stack == label)
+        if config is None:
+            expected = ["AWS::S3::Bucket"] if "Pipeline" in label else []
+        elif config.retain_logs:
+            log_groups = [r for r in template["Resources"].values()]
+            expected = [r["Type"] for r in log_groups if r["Type"] == "AWS::Logs::LogGroup"]
+        else:
+            expected = []
+        assert kept == expected, label
+    assert sum(1 for f in found if f[3] == PIPELINE_KEEPS) == 2
+    assert sum(1 for f in found if f[3] == "retainLogs") >= 8  # variant and prod: 4+ each
+
+
+def test_every_log_group_expires(
+    default_app: Synthesized, variant_app: Synthesized, pipeline: SynthesizedPipeline
+) -> None:
+    for label, config, template in all_stacks(default_app, variant_app, pipeline):
+        for logical_id, resource in template["Resources"].items():
+            if resource["Type"] == "AWS::Logs::LogGroup":
+                days = resource["Properties"].get("RetentionInDays")
+                expected = config.log_retention_days if config else days
+                assert days is not None and days == expected, (label, logical_id, days)
+
+
+def test_keys_are_deleted_with_a_pending_window(
+    default_app: Synthesized, variant_app: Synthesized, pipeline: SynthesizedPipeline
+) -> None:
+    keys = 0
+    for label, config, template in all_stacks(default_app, variant_app, pipeline):
+        for logical_id, resource in template["Resources"].items():
+            if resource["Type"] != "AWS::KMS::Key":
+                continue
+            keys += 1
+            assert resource.get("DeletionPolicy") == "Delete", (label, logical_id)
+            if config is not None:  # the app's own key: 7 days; the pipeline's: KMS's 30
+                assert resource["Properties"]["PendingWindowInDays"] == 7, (label, logical_id)
+    assert keys >= 4  # default, variant, two stages, and the pipeline's own
+
+
+def _depends_on(template: dict[str, Any], logical_id: str) -> set[str]:
+    value = template["Resources"][logical_id].get("DependsOn", [])
+    return {value} if isinstance(value, str) else set(value)
+
+
+def _logical_id(construct: IConstruct) -> str:
+    """The logical id of an L2 construct's CloudFormation resource."""
+    child: IConstruct | None = construct
+    while child is not None and not isinstance(child, CfnElement):
+        child = child.node.default_child
+    assert isinstance(child, CfnElement), construct.node.path
+    return Stack.of(child).get_logical_id(child)
+
+
+def test_stacks_go_workload_then_cluster_then_network(default_app: Synthesized) -> None:
+    """Stack dependencies make `cdk destroy --all` delete the workload first, network last."""
+    stage = default_app.stage
+    assert stage.network.dependencies == []
+    assert stage.cluster.dependencies == [stage.network]
+    assert stage.cluster in stage.workload.dependencies
+
+
+def test_device_plugins_go_before_the_gpu_nodes(default_app: Synthesized) -> None:
+    stack = default_app.stage.cluster
+    template = default_app.templates["Cluster"]
+    gpu_nodes = _logical_id(stack.gpu_nodes.nodegroup)
+    for plugin in (stack.device_plugins.efa.chart, stack.device_plugins.nvidia.chart):
+        assert gpu_nodes in _depends_on(template, _logical_id(plugin)), plugin.node.path
+
+
+def test_rayservice_goes_before_kuberay_which_goes_before_the_namespace(
+    default_app: Synthesized,
+) -> None:
+    workload = default_app.stage.workload.workload
+    template = default_app.templates["Workload"]
+    namespace = _logical_id(workload.namespace)
+    operator = _logical_id(workload.operator.chart)
+    rayservice = _logical_id(workload.rayservice)
+    assert namespace in _depends_on(template, operator)
+    assert operator in _depends_on(template, rayservice)
+
+
+def test_nothing_creates_aws_resources_behind_cloudformations_back(
+    default_app: Synthesized, variant_app: Synthesized
+) -> None:
+    """A LoadBalancer Service or a PVC would leave an ELB or EBS volume after the cluster goes."""
+    for app in (default_app, variant_app):
+        text = json.dumps(app.templates)
+        assert "LoadBalancer" not in text
+        assert "PersistentVolumeClaim" not in text
+        assert "volumeClaimTemplates" not in text
