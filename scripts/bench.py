@@ -23,7 +23,7 @@ BUDGETS = {"cdk synth": 10.0, "test suite": 60.0}
 
 def _timed(cmd: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
