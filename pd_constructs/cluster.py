@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import yaml
 from aws_cdk import (
     Annotations,
     CfnCondition,
     Duration,
+    Fn,
     RemovalPolicy,
     Stack,
     lambda_layer_kubectl_v35,
@@ -31,6 +34,7 @@ from pd_constructs.nag import (
     acknowledge,
     function_versions_finding,
 )
+from pd_constructs.templates import load_yaml
 
 GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
 SYSTEM_LABELS = {"role": "system"}
@@ -209,13 +213,41 @@ def _node_role(scope: Construct) -> iam.Role:
     return role
 
 
+NODEADM_CONTENT_TYPE = "application/node.eks.aws"
+
+
+def gpu_node_config(local_nvme: bool) -> dict[str, Any] | None:
+    """The nodeadm ``NodeConfig`` of the GPU nodes: NVMe RAID0 for containerd, kubelet and the
+    model cache when the instance type has instance store; nothing to add otherwise."""
+    return dict(load_yaml("nodeadm/gpu-node-config.yaml")) if local_nvme else None
+
+
+def nodeadm_user_data(node_config: Mapping[str, Any]) -> str:
+    """MIME multi-part user data carrying one NodeConfig part. Managed node groups require the
+    multi-part form; EKS merges in its own part (the cluster's endpoint and CA)."""
+    user_data = ec2.MultipartUserData()
+    user_data.add_part(
+        ec2.MultipartBody.from_raw_body(
+            content_type=NODEADM_CONTENT_TYPE,
+            body=yaml.safe_dump(dict(node_config), sort_keys=False),
+        )
+    )
+    return user_data.render()
+
+
 def _launch_template_data(
     root_volume_gib: int,
     network_interfaces: list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty] | None = None,
     placement_group: str | None = None,
+    *,
+    root_volume_iops: int | None = None,
+    root_volume_throughput: int | None = None,
+    user_data: str | None = None,
+    capacity_reservation_id: str = "",
 ) -> ec2.CfnLaunchTemplate.LaunchTemplateDataProperty:
     """IMDSv2 only (hop limit 2 so pods behind the node can still reach it through the CNI),
-    and an encrypted gp3 root volume."""
+    an encrypted gp3 root volume (with raised IOPS/throughput when it holds images and caches),
+    optional nodeadm user data and an optional targeted capacity reservation."""
     return ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
         metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
             http_endpoint="enabled",
@@ -228,6 +260,8 @@ def _launch_template_data(
                 ebs=ec2.CfnLaunchTemplate.EbsProperty(
                     volume_size=root_volume_gib,
                     volume_type="gp3",
+                    iops=root_volume_iops,
+                    throughput=root_volume_throughput,
                     encrypted=True,
                     delete_on_termination=True,
                 ),
@@ -237,6 +271,16 @@ def _launch_template_data(
         placement=(
             ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group)
             if placement_group
+            else None
+        ),
+        user_data=Fn.base64(user_data) if user_data else None,
+        capacity_reservation_specification=(
+            ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+                capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+                    capacity_reservation_id=capacity_reservation_id
+                )
+            )
+            if capacity_reservation_id
             else None
         ),
     )
@@ -287,6 +331,14 @@ class EfaGpuNodeGroup(Construct):
     allows all traffic to and from itself (EFA's requirement). Nodes are labelled
     ``role=gpu-worker`` and ``nvidia.com/gpu.present=true`` and tainted
     ``nvidia.com/gpu=true:NoSchedule`` so only GPU workloads land there.
+
+    Storage: with ``node_config`` (NVMe RAID0) images and caches live on instance store and the
+    root volume only holds the OS; without it the root volume gets ``root_volume_iops`` and
+    ``root_volume_throughput``. Capacity: ``capacity_reservation_id`` targets an On-Demand
+    Capacity Reservation. ``placement_group_name`` uses an existing placement group (the one a
+    reservation was created in); without it the group gets a cluster placement group of its
+    own, unless a reservation is targeted (a reservation is usable in a cluster placement
+    group only if it was created in that group).
     """
 
     def __init__(
@@ -300,6 +352,11 @@ class EfaGpuNodeGroup(Construct):
         instance_type: str,
         node_count: int,
         root_volume_gib: int,
+        node_config: Mapping[str, Any] | None = None,
+        root_volume_iops: int | None = None,
+        root_volume_throughput: int | None = None,
+        capacity_reservation_id: str = "",
+        placement_group_name: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         self.efa_security_group = ec2.SecurityGroup(
@@ -315,9 +372,21 @@ class EfaGpuNodeGroup(Construct):
         self.efa_security_group.add_egress_rule(
             self.efa_security_group, ec2.Port.all_traffic(), "EFA traffic to the GPU nodes"
         )
-        self.placement_group = ec2.PlacementGroup(
-            self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
-        )
+        self.placement_group: ec2.PlacementGroup | None = None
+        placement = placement_group_name or None
+        if not placement and not capacity_reservation_id:
+            self.placement_group = ec2.PlacementGroup(
+                self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
+            )
+            placement = self.placement_group.placement_group_name
+        elif not placement:
+            Annotations.of(self).add_warning_v2(
+                "ray-pd-eks:noPlacementGroup",
+                "gpuCapacityReservationId is set without gpuPlacementGroupName: the GPU nodes "
+                "launch without a cluster placement group (a reservation is usable in one only "
+                "if it was created in it). Create the reservation in a cluster placement group "
+                "and set -c gpuPlacementGroupName=<name> for the lowest EFA latency.",
+            )
         # With explicit network interfaces EKS no longer adds the cluster security group by
         # itself, so it is listed here beside the EFA group.
         efa_interface = ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
@@ -333,9 +402,14 @@ class EfaGpuNodeGroup(Construct):
             launch_template_data=_launch_template_data(
                 root_volume_gib,
                 network_interfaces=[efa_interface],
-                placement_group=self.placement_group.placement_group_name,
+                placement_group=placement,
+                root_volume_iops=None if node_config else root_volume_iops,
+                root_volume_throughput=None if node_config else root_volume_throughput,
+                user_data=nodeadm_user_data(node_config) if node_config else None,
+                capacity_reservation_id=capacity_reservation_id,
             ),
         )
+        self.launch_template = template
         self.nodegroup = eks.Nodegroup(
             self,
             "Resource",

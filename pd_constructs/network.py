@@ -33,6 +33,13 @@ class GpuAvailabilityZone(Construct):
 
     ``requested_az`` empty means "the first AZ that offers ``instance_type``"; a requested AZ is
     checked, so a wrong one fails in seconds instead of after a 20-minute node-group timeout.
+
+    ``capacity_reservation_id`` (default "": none) names an On-Demand Capacity Reservation; the
+    AZ is then the reservation's, and the deploy fails at once unless the reservation is active,
+    for ``instance_type`` on Linux/UNIX with default tenancy, has ``instance_count`` (default 2)
+    instances free (on Create) and was created in ``placement_group_name`` (default "": the
+    stack creates its own cluster placement group, so only a reservation outside any placement
+    group fits).
     """
 
     def __init__(
@@ -44,8 +51,15 @@ class GpuAvailabilityZone(Construct):
         requested_az: str,
         log_retention: logs.RetentionDays,
         log_removal_policy: RemovalPolicy,
+        capacity_reservation_id: str = "",
+        placement_group_name: str = "",
+        instance_count: int = 2,
     ) -> None:
         super().__init__(scope, construct_id)
+        if instance_count < 1:
+            raise ValueError(
+                f"GpuAvailabilityZone instance_count={instance_count}: needs at least 1 node"
+            )
         log_group = logs.LogGroup(
             self,
             "Logs",
@@ -63,7 +77,10 @@ class GpuAvailabilityZone(Construct):
             description="Chooses the Availability Zone of the EFA GPU node group",
         )
         fn.add_to_role_policy(
-            iam.PolicyStatement(actions=["ec2:DescribeInstanceTypeOfferings"], resources=["*"])
+            iam.PolicyStatement(
+                actions=["ec2:DescribeInstanceTypeOfferings", "ec2:DescribeCapacityReservations"],
+                resources=["*"],
+            )
         )
         provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
         self.resource = CustomResource(
@@ -71,13 +88,20 @@ class GpuAvailabilityZone(Construct):
             "Resource",
             service_token=provider.service_token,
             resource_type="Custom::GpuAvailabilityZone",
-            properties={"InstanceType": instance_type, "RequestedAz": requested_az},
+            properties={
+                "InstanceType": instance_type,
+                "RequestedAz": requested_az,
+                "CapacityReservationId": capacity_reservation_id,
+                "PlacementGroupName": placement_group_name,
+                "InstanceCount": str(instance_count),
+            },
         )
         self.az_name = self.resource.get_att_string("AvailabilityZone")
         acknowledge(
             fn,
             "AwsSolutions-IAM5",
-            "ec2:DescribeInstanceTypeOfferings has no resource-level permissions; read-only.",
+            "ec2:DescribeInstanceTypeOfferings and ec2:DescribeCapacityReservations have no "
+            "resource-level permissions; both are read-only.",
             findings=["Resource::*"],
         )
         acknowledge(

@@ -15,10 +15,20 @@ from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import HelmAddon, kuberay_operator
+from pd_constructs.model_access import (
+    MODEL_CACHE,
+    ModelFetchServiceAccount,
+    cache_mount,
+    fetch_init_containers,
+    model_env,
+    node_cache_volume,
+    serve_model_source,
+    service_account_name,
+    token_mount,
+    token_volume,
+)
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
-
-HF_HOME = "/data/hf-cache"
 
 
 def _gib(value: float) -> str:
@@ -41,7 +51,7 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
             {
                 "APP_NAME": config.application_name,
                 "MODEL_ID": config.model_id,
-                "MODEL_SOURCE": config.model_source,
+                "MODEL_SOURCE": serve_model_source(config),
                 "MAX_MODEL_LEN": config.max_model_len,
                 "DTYPE": config.dtype,
                 "GPU_MEMORY_UTILIZATION": config.gpu_memory_utilization,
@@ -60,7 +70,7 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
         {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         # Qwen3.5 is a hybrid (Gated-DeltaNet) model; NIXL needs this state layout for it.
         {"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"},
-        {"name": "HF_HOME", "value": HF_HOME},
+        *model_env(config),
     ]
     if config.kv_backend == "LIBFABRIC":
         env.append({"name": "FI_PROVIDER", "value": "efa"})
@@ -83,9 +93,42 @@ def worker_resources(config: AppConfig) -> dict[str, Any]:
     return resources
 
 
-def render_rayservice(config: AppConfig, *, image: str) -> dict[str, Any]:
-    """The RayService object. ``image`` may hold a CloudFormation token (the deploy region)."""
+def worker_volumes(config: AppConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes) of a GPU worker."""
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, cache_mount()]
+    volumes = [
+        {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": _gib(config.gpu_spec.memory_gib / 8)},
+        },
+        node_cache_volume(config),
+    ]
+    if config.hf_token_secret_arn:
+        mounts.append(token_mount())
+        volumes.append(token_volume())
+    return mounts, volumes
+
+
+def head_volumes(config: AppConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes) of the head: only what model access needs. With S3 staging the
+    head gets the model's config and tokenizer in a pod-local copy at the workers' path."""
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if config.model_s3_uri:
+        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE})
+        volumes.append({"name": "model-cache", "emptyDir": {"sizeLimit": "1Gi"}})
+    if config.hf_token_secret_arn:
+        mounts.append(token_mount())
+        volumes.append(token_volume())
+    return mounts, volumes
+
+
+def render_rayservice(config: AppConfig, *, image: str, region: str = "-") -> dict[str, Any]:
+    """The RayService object. ``image`` and ``region`` may hold a CloudFormation token (the
+    deploy region)."""
     system = config.system_spec
+    worker_mounts, worker_vols = worker_volumes(config)
+    head_mounts, head_vols = head_volumes(config)
     serve_config = yaml.safe_dump(render_serve_config(config), sort_keys=False)
     return dict(
         render(
@@ -96,13 +139,22 @@ def render_rayservice(config: AppConfig, *, image: str) -> dict[str, Any]:
                 "SERVE_CONFIG": serve_config,
                 "RAY_VERSION": config.ray_version,
                 "IMAGE": image,
+                "SERVICE_ACCOUNT": service_account_name(config),
+                "HEAD_INIT_CONTAINERS": fetch_init_containers(
+                    config, region=region, config_only=True
+                ),
+                "HEAD_ENV": model_env(config),
+                "HEAD_VOLUME_MOUNTS": head_mounts,
+                "HEAD_VOLUMES": head_vols,
                 "HEAD_CPU": str(system.vcpus // 2),
                 "HEAD_MEMORY": _gib(system.memory_gib / 2),
                 "WORKER_REPLICAS": config.worker_replicas,
                 "WORKER_RESOURCES": worker_resources(config),
-                "SHM_SIZE": _gib(config.gpu_spec.memory_gib / 8),
                 "WORKER_PRIVILEGED": config.kv_backend == "LIBFABRIC",
                 "WORKER_ENV": worker_env(config),
+                "WORKER_INIT_CONTAINERS": fetch_init_containers(config, region=region),
+                "WORKER_VOLUME_MOUNTS": worker_mounts,
+                "WORKER_VOLUMES": worker_vols,
             },
         )
     )
@@ -127,6 +179,7 @@ class PdWorkload(Construct):
         cluster: eks.Cluster,
         config: AppConfig,
         image: str,
+        region: str,
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = eks.KubernetesManifest(
@@ -139,7 +192,13 @@ class PdWorkload(Construct):
             release=kuberay_operator(config.kuberay_version),
         )
         self.operator.node.add_dependency(self.namespace)
-        self.rayservice_manifest = render_rayservice(config, image=image)
+        self.service_account: ModelFetchServiceAccount | None = None
+        if config.needs_model_access:
+            self.service_account = ModelFetchServiceAccount(
+                self, "ModelFetch", cluster=cluster, config=config, namespace=config.namespace
+            )
+            self.service_account.node.add_dependency(self.namespace)
+        self.rayservice_manifest = render_rayservice(config, image=image, region=region)
         self.rayservice = eks.KubernetesManifest(
             self,
             "RayService",
@@ -150,3 +209,6 @@ class PdWorkload(Construct):
             skip_validation=True,
         )
         self.rayservice.node.add_dependency(self.operator)
+        if self.service_account:
+            # Pod Identity injects credentials when a pod is created: association first.
+            self.rayservice.node.add_dependency(self.service_account)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import ipaddress
 import json
 import re
@@ -37,6 +38,16 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 DLC_ACCOUNT = "763104351884"
 DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
 MIN_GPU_ROOT_GIB = 100  # ~20 GB image + ~18 GB weights + the HF cache's temp copy + logs.
+MIN_GPU_OS_ROOT_GIB = 30  # the NVIDIA AMI's own snapshot, when NVMe holds images and caches
+MIN_SYSTEM_ROOT_GIB = 80  # the Ray head runs the ~20 GB (compressed) DLC image there
+GPU_LOCAL_STORAGE = ("auto", "raid0", "none")
+GP3_IOPS = (3000, 80000)
+GP3_THROUGHPUT = (125, 2000)  # MiB/s; at most 0.25 MiB/s per provisioned IOPS
+MAX_CAPACITY_WAIT_MINUTES = 50
+# Where nodeadm mounts the RAID0 of the instance-store NVMe disks (it bind-mounts containerd's
+# and kubelet's state under it), and the app's cache directory on the node in either case.
+NVME_MOUNT = "/mnt/k8s-disks/0"
+AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.0"
 
 # Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
@@ -49,7 +60,17 @@ _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d)[a-z]$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 _PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_MODEL_SOURCE = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+|s3://[a-z0-9.-]+/\S*)$")
+_MODEL_SOURCE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_S3_URI = re.compile(
+    r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[\w!\-.*'()/]+?)/?$"
+)
+_SECRET_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):secretsmanager:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"secret:(?P<name>[A-Za-z0-9/_+=.@-]{1,512})$"
+)
+_SECRET_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+_CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
+_PLACEMENT_GROUP = re.compile(r"^[A-Za-z0-9][\w.+=@-]{0,254}$")
 _IMAGE = re.compile(
     r"^[a-z0-9.-]+(:\d+)?/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
 )
@@ -150,20 +171,31 @@ class AppConfig:
     # Nodes.
     system_node_type: str = "m7i.xlarge"
     system_node_count: int = 1
-    system_root_volume_gib: int = 50
+    system_root_volume_gib: int = 100
     gpu_node_type: str = "g6.8xlarge"
     gpu_node_count: int = 2
     gpu_nodegroup_name: str = "gpu-workers"
     gpu_az: str = ""  # empty = chosen at deploy time among the AZs that offer gpu_node_type
-    gpu_root_volume_gib: int = 200
+    # Node-local storage: auto = RAID0 of the instance-store NVMe when the type has it.
+    gpu_local_storage: str = "auto"
+    gpu_root_volume_gib: int = 0  # 0 = 50 GiB with NVMe local storage, 200 GiB without
+    gpu_root_volume_iops: int = 16000  # used when the root volume holds images and caches
+    gpu_root_volume_throughput: int = 1000  # MiB/s, likewise
+    # Capacity.
+    gpu_capacity_reservation_id: str = ""  # an On-Demand Capacity Reservation (cr-...)
+    gpu_placement_group_name: str = ""  # empty = a cluster placement group of the stack's own
+    gpu_capacity_wait_minutes: int = 10
     # Software.
     dlc_image: str = ""  # empty = the Ray LLM DLC in account 763104351884 of the deploy region
+    aws_cli_image: str = AWS_CLI_IMAGE  # fetches staged weights and the token (when configured)
     kuberay_version: str = "1.7.0"
     ray_version: str = "2.58.0"
     # Serving.
     ray_service_name: str = "ray-llm"
     model_id: str = "qwen3.5-9b"
     model_source: str = "Qwen/Qwen3.5-9B"
+    model_s3_uri: str = ""  # s3://bucket/prefix holding the model: staged to the node's NVMe
+    hf_token_secret_arn: str = ""  # Secrets Manager secret with a Hugging Face token
     max_model_len: int = 4096
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.90
@@ -204,6 +236,56 @@ class AppConfig:
     @property
     def kubectl_layer_package(self) -> str:
         return KUBECTL_LAYER_PACKAGES[self.kubernetes_version]
+
+    @property
+    def uses_local_nvme(self) -> bool:
+        """Whether the GPU nodes put containerd, kubelet and the model cache on NVMe RAID0."""
+        return self.gpu_local_storage != "none" and self.gpu_spec.nvme_gb > 0
+
+    @property
+    def gpu_root_gib(self) -> int:
+        """The GPU nodes' root volume: small when NVMe holds images and caches."""
+        if self.gpu_root_volume_gib:
+            return self.gpu_root_volume_gib
+        return 50 if self.uses_local_nvme else 200
+
+    @property
+    def node_cache_dir(self) -> str:
+        """The host directory of the model cache on each GPU node (hostPath of the pods)."""
+        base = NVME_MOUNT if self.uses_local_nvme else "/var/lib"
+        return f"{base}/ray-pd-eks/model-cache"
+
+    @property
+    def model_s3_bucket(self) -> str:
+        m = _S3_URI.match(self.model_s3_uri)
+        return m["bucket"] if m else ""
+
+    @property
+    def model_s3_prefix(self) -> str:
+        """The key prefix of the staged model, without a trailing slash."""
+        m = _S3_URI.match(self.model_s3_uri)
+        return m["prefix"].rstrip("/") if m else ""
+
+    @property
+    def staged_model_dir(self) -> str:
+        """Sub-directory of the model cache the S3 copy goes to, keyed by the URI (a changed
+        URI never mixes files with an old copy)."""
+        digest = hashlib.sha256(self.model_s3_uri.encode()).hexdigest()[:12]
+        return f"s3/{self.model_id}-{digest}"
+
+    @property
+    def needs_model_access(self) -> bool:
+        """Whether pods that fetch weights need AWS credentials (Pod Identity)."""
+        return bool(self.model_s3_uri or self.hf_token_secret_arn)
+
+    @property
+    def hf_token_secret_resource(self) -> str:
+        """The IAM resource of the token secret: a partial ARN (no random suffix) gets the
+        ``-??????`` wildcard Secrets Manager documents for it."""
+        arn = self.hf_token_secret_arn
+        if not arn or _SECRET_SUFFIX.search(arn):
+            return arn
+        return f"{arn}-??????"
 
     def image_uri(self, region: str) -> str:
         """The image for head and workers; ``region`` may be a CloudFormation token."""
@@ -331,7 +413,14 @@ def _names(c: AppConfig) -> list[str]:
 def _model_source(c: AppConfig) -> list[str]:
     if _MODEL_SOURCE.match(c.model_source):
         return []
-    why = "must be a Hugging Face repo 'org/name' or an s3://bucket/prefix path"
+    if c.model_source.startswith("s3://"):
+        why = (
+            "Ray 2.58 cannot stream weights from S3 (fixed in Ray 2.59); set "
+            "modelS3Uri to stage them onto the GPU nodes' NVMe, and keep modelSource a "
+            "Hugging Face repo 'org/name'"
+        )
+    else:
+        why = "must be a Hugging Face repo 'org/name' (for S3, set modelS3Uri)"
     return [_problem("modelSource", c.model_source, why)]
 
 
@@ -364,9 +453,97 @@ def _gpu_nodes(c: AppConfig) -> list[str]:
             "or lower the replicas"
         )
         out.append(_problem("decodeReplicas", c.decode_replicas, why))
-    if c.gpu_root_volume_gib < MIN_GPU_ROOT_GIB or c.gpu_root_volume_gib > 16384:
-        why = f"must be {MIN_GPU_ROOT_GIB}..16384 GiB to hold the image and the model weights"
-        out.append(_problem("gpuRootVolumeGib", c.gpu_root_volume_gib, why))
+    return out
+
+
+@_check
+def _gpu_storage(c: AppConfig) -> list[str]:
+    out: list[str] = []
+    if c.gpu_local_storage not in GPU_LOCAL_STORAGE:
+        why = (
+            "must be auto (NVMe RAID0 when the type has instance store), raid0 (require it) "
+            "or none (images and caches on the root volume)"
+        )
+        return [_problem("gpuLocalStorage", c.gpu_local_storage, why)]
+    spec = instance_types.gpu_spec(c.gpu_node_type)
+    if spec is None:
+        return []  # reported by _gpu_nodes
+    if c.gpu_local_storage == "raid0" and spec.nvme_gb == 0:
+        why = (
+            f"{c.gpu_node_type} has no instance-store NVMe; use auto or none, or a type with "
+            "NVMe such as g6.8xlarge"
+        )
+        out.append(_problem("gpuLocalStorage", c.gpu_local_storage, why))
+        return out
+    size = c.gpu_root_volume_gib
+    low = MIN_GPU_OS_ROOT_GIB if c.uses_local_nvme else MIN_GPU_ROOT_GIB
+    if size and not low <= size <= 16384:
+        holds = "the OS (NVMe holds the rest)" if c.uses_local_nvme else "the image and weights"
+        why = f"must be 0 (automatic) or {low}..16384 GiB to hold {holds}"
+        out.append(_problem("gpuRootVolumeGib", size, why))
+        return out
+    if c.uses_local_nvme:
+        return out  # the root volume keeps gp3's baseline; IOPS/throughput are not used
+    iops, mibps = c.gpu_root_volume_iops, c.gpu_root_volume_throughput
+    if not GP3_IOPS[0] <= iops <= GP3_IOPS[1]:
+        why = f"gp3 allows {GP3_IOPS[0]}..{GP3_IOPS[1]} IOPS"
+        out.append(_problem("gpuRootVolumeIops", iops, why))
+    elif iops > 500 * c.gpu_root_gib:
+        why = f"gp3 allows at most 500 IOPS per GiB: raise gpuRootVolumeGib to {-(-iops // 500)}"
+        out.append(_problem("gpuRootVolumeIops", iops, why))
+    if not GP3_THROUGHPUT[0] <= mibps <= GP3_THROUGHPUT[1]:
+        why = f"gp3 allows {GP3_THROUGHPUT[0]}..{GP3_THROUGHPUT[1]} MiB/s"
+        out.append(_problem("gpuRootVolumeThroughput", mibps, why))
+    elif GP3_IOPS[0] <= iops and mibps * 4 > iops:
+        why = f"gp3 allows 0.25 MiB/s per IOPS: raise gpuRootVolumeIops to {mibps * 4}"
+        out.append(_problem("gpuRootVolumeThroughput", mibps, why))
+    return out
+
+
+@_check
+def _capacity(c: AppConfig) -> list[str]:
+    out = []
+    cr = c.gpu_capacity_reservation_id
+    if cr and not _CAPACITY_RESERVATION.match(cr):
+        why = "must be an On-Demand Capacity Reservation id such as cr-0123456789abcdef0, or empty"
+        out.append(_problem("gpuCapacityReservationId", cr, why))
+    pg = c.gpu_placement_group_name
+    if pg and not _PLACEMENT_GROUP.match(pg):
+        why = "must be the name of an existing cluster placement group, or empty"
+        out.append(_problem("gpuPlacementGroupName", pg, why))
+    wait = c.gpu_capacity_wait_minutes
+    if not 1 <= wait <= MAX_CAPACITY_WAIT_MINUTES:
+        why = (
+            f"must be 1..{MAX_CAPACITY_WAIT_MINUTES}: how long GPU launches may fail for lack "
+            "of capacity before the deploy fails"
+        )
+        out.append(_problem("gpuCapacityWaitMinutes", wait, why))
+    return out
+
+
+@_check
+def _model_access(c: AppConfig) -> list[str]:
+    out = []
+    if c.model_s3_uri and not _S3_URI.match(c.model_s3_uri):
+        why = "must be s3://<bucket>/<prefix> (the folder holding config.json and the weights)"
+        out.append(_problem("modelS3Uri", c.model_s3_uri, why))
+    arn = c.hf_token_secret_arn
+    m = _SECRET_ARN.match(arn)
+    if arn and not m:
+        why = (
+            "must be a Secrets Manager secret ARN, "
+            "arn:aws:secretsmanager:<region>:<account>:secret:<name>-<suffix>"
+        )
+        out.append(_problem("hfTokenSecretArn", arn, why))
+    elif m and c.region and m["region"] != c.region:
+        why = f"the secret is in {m['region']}, the deployment in {c.region}: use one in {c.region}"
+        out.append(_problem("hfTokenSecretArn", arn, why))
+    if c.model_s3_uri and arn:
+        why = (
+            "staged weights load offline from the node's copy, so no Hugging Face token is used; "
+            "set only one of modelS3Uri and hfTokenSecretArn"
+        )
+        out.append(_problem("hfTokenSecretArn", arn, why))
     return out
 
 
@@ -403,17 +580,27 @@ def _system_nodes(c: AppConfig) -> list[str]:
         out.append(_problem("systemNodeType", c.system_node_type, why))
     if not 1 <= c.system_node_count <= 20:
         out.append(_problem("systemNodeCount", c.system_node_count, "must be 1..20"))
-    if not 20 <= c.system_root_volume_gib <= 16384:
-        out.append(_problem("systemRootVolumeGib", c.system_root_volume_gib, "must be 20..16384"))
+    if not MIN_SYSTEM_ROOT_GIB <= c.system_root_volume_gib <= 16384:
+        why = f"must be {MIN_SYSTEM_ROOT_GIB}..16384 GiB: the Ray head's DLC image is ~20 GB"
+        out.append(_problem("systemRootVolumeGib", c.system_root_volume_gib, why))
     return out
 
 
 @_check
 def _software(c: AppConfig) -> list[str]:
     out = []
-    if c.dlc_image and not _IMAGE.match(c.dlc_image):
-        why = "must be a full image reference registry/repository:tag (or @sha256:...), or empty"
-        out.append(_problem("dlcImage", c.dlc_image, why))
+    for key, image in (("dlcImage", c.dlc_image), ("awsCliImage", c.aws_cli_image)):
+        if not image and key == "dlcImage":
+            continue
+        if not _IMAGE.match(image):
+            why = "must be a full image reference registry/repository:tag (or @sha256:...)"
+            out.append(_problem(key, image, why + (", or empty" if key == "dlcImage" else "")))
+        elif image.endswith(":latest"):
+            why = (
+                "pin a version tag or digest: nodes keep an image once pulled "
+                "(IfNotPresent), so ':latest' would differ from node to node"
+            )
+            out.append(_problem(key, image, why))
     if not _SEMVER.match(c.kuberay_version):
         out.append(_problem("kuberayVersion", c.kuberay_version, "must be a version like 1.7.0"))
     elif tuple(int(p) for p in c.kuberay_version.split(".")) < (1, 5, 0):

@@ -1,9 +1,9 @@
 """What the app needs to know about EC2 instance types, without calling AWS.
 
 Synthesis must work offline, so the few facts that size pods and gate validation are kept here:
-GPU count, vCPUs, memory and EFA interfaces of the GPU types the stack supports, and a rule for
-the general-purpose x86 families the system node group may use. ``preflight`` checks the live
-values with ``ec2:DescribeInstanceTypes`` before a deploy.
+GPU count, vCPUs, memory, EFA interfaces and local NVMe instance store of the GPU types the stack
+supports, and a rule for the general-purpose x86 families the system node group may use.
+``preflight`` checks the live values with ``ec2:DescribeInstanceTypes`` before a deploy.
 """
 
 from __future__ import annotations
@@ -22,40 +22,44 @@ class InstanceSpec:
     gpus: int = 0
     efa_interfaces: int = 0
     gpu_model: str = ""
+    nvme_gb: int = 0  # total instance-store NVMe (GB, as EC2 states it); 0 = EBS only
 
 
-def _gpu(name: str, vcpus: int, memory_gib: int, gpus: int, efa: int, model: str) -> InstanceSpec:
-    return InstanceSpec(name, vcpus, memory_gib, gpus, efa, model)
+def _gpu(
+    name: str, vcpus: int, memory_gib: int, gpus: int, efa: int, model: str, nvme_gb: int
+) -> InstanceSpec:
+    return InstanceSpec(name, vcpus, memory_gib, gpus, efa, model, nvme_gb)
 
 
-# EFA-capable GPU instance types (EC2 "EFA supported instance types", x86_64, NVIDIA).
+# EFA-capable GPU instance types (EC2 "EFA supported instance types", x86_64, NVIDIA), with
+# their NVMe instance store in GB (all of them have one: 2 x 450 GB on a g6.8xlarge).
 EFA_GPU_TYPES: dict[str, InstanceSpec] = {
     s.name: s
     for s in (
-        _gpu("g4dn.8xlarge", 32, 128, 1, 1, "T4"),
-        _gpu("g4dn.12xlarge", 48, 192, 4, 1, "T4"),
-        _gpu("g4dn.16xlarge", 64, 256, 1, 1, "T4"),
-        _gpu("g4dn.metal", 96, 384, 8, 1, "T4"),
-        _gpu("g5.8xlarge", 32, 128, 1, 1, "A10G"),
-        _gpu("g5.12xlarge", 48, 192, 4, 1, "A10G"),
-        _gpu("g5.16xlarge", 64, 256, 1, 1, "A10G"),
-        _gpu("g5.24xlarge", 96, 384, 4, 1, "A10G"),
-        _gpu("g5.48xlarge", 192, 768, 8, 1, "A10G"),
-        _gpu("g6.8xlarge", 32, 128, 1, 1, "L4"),
-        _gpu("g6.12xlarge", 48, 192, 4, 1, "L4"),
-        _gpu("g6.16xlarge", 64, 256, 1, 1, "L4"),
-        _gpu("g6.24xlarge", 96, 384, 4, 1, "L4"),
-        _gpu("g6.48xlarge", 192, 768, 8, 1, "L4"),
-        _gpu("g6e.8xlarge", 32, 256, 1, 1, "L40S"),
-        _gpu("g6e.12xlarge", 48, 384, 4, 1, "L40S"),
-        _gpu("g6e.16xlarge", 64, 512, 1, 1, "L40S"),
-        _gpu("g6e.24xlarge", 96, 768, 4, 2, "L40S"),
-        _gpu("g6e.48xlarge", 192, 1536, 8, 4, "L40S"),
-        _gpu("p4d.24xlarge", 96, 1152, 8, 4, "A100"),
-        _gpu("p4de.24xlarge", 96, 1152, 8, 4, "A100"),
-        _gpu("p5.48xlarge", 192, 2048, 8, 32, "H100"),
-        _gpu("p5e.48xlarge", 192, 2048, 8, 32, "H200"),
-        _gpu("p5en.48xlarge", 192, 2048, 8, 16, "H200"),
+        _gpu("g4dn.8xlarge", 32, 128, 1, 1, "T4", 900),
+        _gpu("g4dn.12xlarge", 48, 192, 4, 1, "T4", 900),
+        _gpu("g4dn.16xlarge", 64, 256, 1, 1, "T4", 900),
+        _gpu("g4dn.metal", 96, 384, 8, 1, "T4", 1800),
+        _gpu("g5.8xlarge", 32, 128, 1, 1, "A10G", 900),
+        _gpu("g5.12xlarge", 48, 192, 4, 1, "A10G", 3800),
+        _gpu("g5.16xlarge", 64, 256, 1, 1, "A10G", 1900),
+        _gpu("g5.24xlarge", 96, 384, 4, 1, "A10G", 3800),
+        _gpu("g5.48xlarge", 192, 768, 8, 1, "A10G", 7600),
+        _gpu("g6.8xlarge", 32, 128, 1, 1, "L4", 900),
+        _gpu("g6.12xlarge", 48, 192, 4, 1, "L4", 3760),
+        _gpu("g6.16xlarge", 64, 256, 1, 1, "L4", 1880),
+        _gpu("g6.24xlarge", 96, 384, 4, 1, "L4", 3760),
+        _gpu("g6.48xlarge", 192, 768, 8, 1, "L4", 7520),
+        _gpu("g6e.8xlarge", 32, 256, 1, 1, "L40S", 900),
+        _gpu("g6e.12xlarge", 48, 384, 4, 1, "L40S", 3800),
+        _gpu("g6e.16xlarge", 64, 512, 1, 1, "L40S", 1900),
+        _gpu("g6e.24xlarge", 96, 768, 4, 2, "L40S", 3800),
+        _gpu("g6e.48xlarge", 192, 1536, 8, 4, "L40S", 7600),
+        _gpu("p4d.24xlarge", 96, 1152, 8, 4, "A100", 8000),
+        _gpu("p4de.24xlarge", 96, 1152, 8, 4, "A100", 8000),
+        _gpu("p5.48xlarge", 192, 2048, 8, 32, "H100", 30720),
+        _gpu("p5e.48xlarge", 192, 2048, 8, 32, "H200", 30720),
+        _gpu("p5en.48xlarge", 192, 2048, 8, 16, "H200", 30720),
     )
 }
 

@@ -12,7 +12,13 @@ from typing import Any
 
 import yaml
 
+from pd_constructs.cluster import gpu_node_config
 from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from pd_constructs.warmup import (
+    render_image_prepull,
+    render_model_prefetch,
+    render_warmup_namespace,
+)
 from pd_constructs.workload import kuberay_values, render_namespace, render_rayservice
 from ray_pd_eks.config import AppConfig
 
@@ -30,6 +36,8 @@ _Dumper.add_representer(str, _str)
 
 
 def dump(document: Any) -> str:
+    if isinstance(document, list):  # several objects in one file
+        return "---\n".join(dump(d) for d in document)
     return yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100)
 
 
@@ -44,13 +52,34 @@ def _helm_header(release: HelmRelease) -> str:
 def rendered_files(config: AppConfig) -> dict[str, str]:
     """File name -> YAML text, in the order they are applied."""
     region = config.region or "${AWS_REGION}"
+    image = config.image_uri(region)
     efa = EFA_DEVICE_PLUGIN.values({"supportedInstanceLabels": {"values": [config.gpu_node_type]}})
-    documents: list[tuple[str, str, Any]] = [
+    documents: list[tuple[str, str, Any]] = []
+    node_config = gpu_node_config(config.uses_local_nvme)
+    if node_config:
+        documents.append(
+            (
+                "05-gpu-node-config.yaml",
+                "# nodeadm NodeConfig: one part of the GPU launch template's MIME user data\n",
+                node_config,
+            )
+        )
+    documents += [
         ("10-aws-efa-k8s-device-plugin-values.yaml", _helm_header(EFA_DEVICE_PLUGIN), efa),
         (
             "11-nvidia-device-plugin-values.yaml",
             _helm_header(NVIDIA_DEVICE_PLUGIN),
             NVIDIA_DEVICE_PLUGIN.values(),
+        ),
+        (
+            "12-node-warmup.yaml",
+            "# kubectl apply -f 12-node-warmup.yaml (with S3 staging or a token, the pods also "
+            "need the model-fetch service account and its Pod Identity association)\n",
+            [
+                render_warmup_namespace(),
+                render_image_prepull(image=image),
+                render_model_prefetch(config, image=image, region=region),
+            ],
         ),
         ("20-namespace.yaml", "# kubectl apply -f 20-namespace.yaml\n", render_namespace(config)),
         (
@@ -63,7 +92,7 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
         (
             "30-rayservice.yaml",
             "# kubectl apply -f 30-rayservice.yaml\n",
-            render_rayservice(config, image=config.image_uri(region)),
+            render_rayservice(config, image=image, region=region),
         ),
     ]
     banner = "# Rendered by ray-pd-eks from the CDK context at synth time. Do not edit.\n"

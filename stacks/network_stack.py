@@ -26,6 +26,9 @@ class NetworkStack(Stack):
             "GpuAz",
             instance_type=config.gpu_node_type,
             requested_az=config.gpu_az,
+            capacity_reservation_id=config.gpu_capacity_reservation_id,
+            placement_group_name=config.gpu_placement_group_name,
+            instance_count=config.gpu_node_count,
             log_retention=log_retention(config),
             log_removal_policy=log_removal_policy(config),
         )

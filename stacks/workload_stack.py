@@ -29,7 +29,12 @@ class WorkloadStack(Stack):
     ):
         super().__init__(scope, construct_id, **kwargs)
         self.workload = PdWorkload(
-            self, "Workload", cluster=cluster, config=config, image=config.image_uri(Aws.REGION)
+            self,
+            "Workload",
+            cluster=cluster,
+            config=config,
+            image=config.image_uri(Aws.REGION),
+            region=Aws.REGION,
         )
         self.readiness = ReadinessCheck(
             self,

@@ -9,6 +9,10 @@ import pytest
 
 from tests.synth import ROOT, Synthesized, synth
 
+S3_URI = "s3://example-models/qwen/Qwen3.5-9B/"
+RESERVATION = "cr-0123456789abcdef0"
+TOKEN_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-token"
+
 # jsii runs Node.js; use the supported one that `npm ci` installs next to the CDK CLI.
 _NODE_BIN = ROOT / "node_modules" / ".bin"
 if _NODE_BIN.is_dir() and str(_NODE_BIN) not in os.environ.get("PATH", ""):
@@ -23,7 +27,9 @@ def default_app() -> Synthesized:
 
 @pytest.fixture(scope="session")
 def variant_app() -> Synthesized:
-    """Every non-default branch at once: explicit env, public endpoint, admins, UCX, 3 nodes."""
+    """Every non-default branch at once: explicit env, public endpoint, admins, UCX, 3 nodes,
+    images and caches on the root volume, weights staged from S3, a capacity reservation in an
+    existing placement group."""
     return synth(
         {
             "account": "123456789012",
@@ -37,8 +43,22 @@ def variant_app() -> Synthesized:
             "kubernetesVersion": "1.35",
             "retainLogs": True,
             "logRetentionDays": 365,
+            "gpuLocalStorage": "none",
+            "gpuRootVolumeIops": 12000,
+            "gpuRootVolumeThroughput": 750,
+            "modelS3Uri": S3_URI,
+            "gpuCapacityReservationId": RESERVATION,
+            "gpuPlacementGroupName": "pd-cluster-pg",
+            "gpuCapacityWaitMinutes": 5,
         }
     )
+
+
+@pytest.fixture(scope="session")
+def token_app() -> Synthesized:
+    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), and a
+    capacity reservation without a placement group."""
+    return synth({"hfTokenSecretArn": TOKEN_SECRET, "gpuCapacityReservationId": RESERVATION})
 
 
 @pytest.fixture(scope="session")

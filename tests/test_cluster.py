@@ -145,10 +145,11 @@ def test_gpu_launch_template_efa_interface_placement_imds_and_volume(
     assert lt["MetadataOptions"]["HttpTokens"] == "required"
     assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
     (disk,) = lt["BlockDeviceMappings"]
+    # NVMe holds images and caches, so the root volume keeps only the OS at gp3's baseline.
     assert disk["Ebs"] == {
         "DeleteOnTermination": True,
         "Encrypted": True,
-        "VolumeSize": 200,
+        "VolumeSize": 50,
         "VolumeType": "gp3",
     }
 

@@ -22,7 +22,7 @@ CFN_LINT_IGNORED = {
 
 
 @pytest.mark.parametrize("stack", ["Network", "Cluster", "Workload"])
-@pytest.mark.parametrize("app_name", ["default_app", "variant_app"])
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
 def test_cfn_lint_is_clean(stack: str, app_name: str, request: pytest.FixtureRequest) -> None:
     app: Synthesized = request.getfixturevalue(app_name)
     matches = lint(

@@ -130,7 +130,62 @@ BAD = [
     ({"endpointPublicCidrs": ["1.2.3.4"]}, "endpointPublicCidrs", "IPv4 CIDR"),
     ({"endpointPublicCidrs": ["1.2.3.4/33"]}, "endpointPublicCidrs", "IPv4 CIDR"),
     ({"vpcCidr": "10.0.0.0/8"}, "vpcCidr", "/16 to /18"),
-    ({"gpuRootVolumeGib": 50}, "gpuRootVolumeGib", "100..16384"),
+    ({"gpuRootVolumeGib": 20}, "gpuRootVolumeGib", "0 (automatic) or 30..16384"),
+    (
+        {"gpuRootVolumeGib": 60, "gpuLocalStorage": "none"},
+        "gpuRootVolumeGib",
+        "100..16384 GiB to hold the image and weights",
+    ),
+    ({"systemRootVolumeGib": 50}, "systemRootVolumeGib", "80..16384"),
+    ({"gpuLocalStorage": "raid10"}, "gpuLocalStorage", "auto (NVMe RAID0"),
+    ({"gpuLocalStorage": "none", "gpuRootVolumeIops": 2000}, "gpuRootVolumeIops", "3000..80000"),
+    (
+        {"gpuLocalStorage": "none", "gpuRootVolumeGib": 100, "gpuRootVolumeIops": 60000},
+        "gpuRootVolumeIops",
+        "raise gpuRootVolumeGib to 120",
+    ),
+    (
+        {"gpuLocalStorage": "none", "gpuRootVolumeThroughput": 2001},
+        "gpuRootVolumeThroughput",
+        "125..2000",
+    ),
+    (
+        {"gpuLocalStorage": "none", "gpuRootVolumeIops": 3000, "gpuRootVolumeThroughput": 1000},
+        "gpuRootVolumeThroughput",
+        "raise gpuRootVolumeIops to 4000",
+    ),
+    ({"gpuCapacityReservationId": "cr-123"}, "gpuCapacityReservationId", "cr-0123456789abcdef0"),
+    ({"gpuPlacementGroupName": "bad name!"}, "gpuPlacementGroupName", "existing cluster"),
+    ({"gpuCapacityWaitMinutes": 0}, "gpuCapacityWaitMinutes", "1..50"),
+    ({"gpuCapacityWaitMinutes": 51}, "gpuCapacityWaitMinutes", "1..50"),
+    ({"modelS3Uri": "s3://bucket"}, "modelS3Uri", "s3://<bucket>/<prefix>"),
+    ({"modelS3Uri": "https://bucket/x"}, "modelS3Uri", "s3://<bucket>/<prefix>"),
+    ({"modelS3Uri": "s3://Bucket_Name/x"}, "modelS3Uri", "s3://<bucket>/<prefix>"),
+    ({"modelSource": "s3://bucket/qwen"}, "modelSource", "set modelS3Uri"),
+    ({"hfTokenSecretArn": "hf-token"}, "hfTokenSecretArn", "Secrets Manager secret ARN"),
+    (
+        {
+            "region": "us-west-2",
+            "hfTokenSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hf-AbCdEf",
+        },
+        "hfTokenSecretArn",
+        "use one in us-west-2",
+    ),
+    (
+        {
+            "modelS3Uri": "s3://models/qwen",
+            "hfTokenSecretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-AbCdEf",
+        },
+        "hfTokenSecretArn",
+        "set only one of modelS3Uri and hfTokenSecretArn",
+    ),
+    ({"awsCliImage": "public.ecr.aws/aws-cli/aws-cli:latest"}, "awsCliImage", "pin a version"),
+    ({"awsCliImage": ""}, "awsCliImage", "full image reference"),
+    (
+        {"dlcImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray:latest"},
+        "dlcImage",
+        "IfNotPresent",
+    ),
     ({"logRetentionDays": 10}, "logRetentionDays", "CloudWatch Logs retention"),
     ({"gpuNodeCoun": 3}, "gpuNodeCoun", "did you mean 'gpuNodeCount'"),
 ]
@@ -164,3 +219,45 @@ def test_with_overrides_validates_like_the_original() -> None:
 def test_application_name_derives_from_the_model_id() -> None:
     assert DEFAULTS.with_overrides({"modelId": "llama-3.1-8b"}).application_name == "llama"
     assert DEFAULTS.with_overrides({"modelId": "3b-model"}).application_name == "llm"
+
+
+def test_local_storage_follows_the_instance_type_table() -> None:
+    assert DEFAULTS.uses_local_nvme and DEFAULTS.gpu_root_gib == 50
+    assert DEFAULTS.node_cache_dir == "/mnt/k8s-disks/0/ray-pd-eks/model-cache"
+    ebs = DEFAULTS.with_overrides({"gpuLocalStorage": "none"})
+    assert not ebs.uses_local_nvme and ebs.gpu_root_gib == 200
+    assert ebs.node_cache_dir == "/var/lib/ray-pd-eks/model-cache"
+    assert DEFAULTS.with_overrides({"gpuRootVolumeGib": 80}).gpu_root_gib == 80
+
+
+def test_raid0_is_refused_for_a_type_without_instance_store(monkeypatch) -> None:
+    from ray_pd_eks import instance_types
+
+    ebs_only = instance_types.InstanceSpec("x9.8xlarge", 32, 128, 1, 1, "L4", nvme_gb=0)
+    monkeypatch.setitem(instance_types.EFA_GPU_TYPES, ebs_only.name, ebs_only)
+    with pytest.raises(ConfigError, match=r"x9\.8xlarge has no instance-store NVMe"):
+        DEFAULTS.with_overrides({"gpuNodeType": "x9.8xlarge", "gpuLocalStorage": "raid0"})
+    auto = DEFAULTS.with_overrides({"gpuNodeType": "x9.8xlarge"})
+    assert not auto.uses_local_nvme and auto.gpu_root_gib == 200
+
+
+def test_every_supported_gpu_type_has_room_for_image_and_weights_on_nvme() -> None:
+    from ray_pd_eks.instance_types import EFA_GPU_TYPES
+
+    assert EFA_GPU_TYPES["g6.8xlarge"].nvme_gb == 900
+    for spec in EFA_GPU_TYPES.values():
+        assert spec.nvme_gb >= 100 * spec.gpus, spec.name  # ~40 GB image + weights per GPU
+
+
+def test_s3_staging_and_token_derived_values() -> None:
+    staged = DEFAULTS.with_overrides({"modelS3Uri": "s3://my-models/qwen/Qwen3.5-9B/"})
+    assert (staged.model_s3_bucket, staged.model_s3_prefix) == ("my-models", "qwen/Qwen3.5-9B")
+    assert staged.staged_model_dir.startswith("s3/qwen3.5-9b-")
+    other = DEFAULTS.with_overrides({"modelS3Uri": "s3://my-models/qwen/v2"})
+    assert other.staged_model_dir != staged.staged_model_dir  # a new URI, a fresh copy
+    assert staged.needs_model_access and not DEFAULTS.needs_model_access
+    full = "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-token-AbCdEf"
+    partial = "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf"
+    assert DEFAULTS.with_overrides({"hfTokenSecretArn": full}).hf_token_secret_resource == full
+    token = DEFAULTS.with_overrides({"hfTokenSecretArn": partial})
+    assert token.hf_token_secret_resource == partial + "-??????"

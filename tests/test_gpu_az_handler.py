@@ -9,6 +9,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 HANDLER = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "gpu_az" / "handler.py"
@@ -97,3 +98,217 @@ def test_update_keeps_the_previous_az_so_nodes_are_not_replaced() -> None:
 def test_delete_makes_no_call() -> None:
     out = handler.on_event(_event("Delete", physical="us-west-2a"), None, ec2=object())
     assert out == {"PhysicalResourceId": "us-west-2a"}
+
+
+# --- On-Demand Capacity Reservation ---------------------------------------------------------
+
+RESERVATION_ID = "cr-0123456789abcdef0"
+
+
+def _reservation(**overrides: Any) -> dict[str, Any]:
+    reservation: dict[str, Any] = {
+        "CapacityReservationId": RESERVATION_ID,
+        "InstanceType": "g6.8xlarge",
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": "us-west-2c",
+        "Tenancy": "default",
+        "TotalInstanceCount": 2,
+        "AvailableInstanceCount": 2,
+        "State": "active",
+        "InstanceMatchCriteria": "open",
+    }
+    reservation.update(overrides)
+    return {k: v for k, v in reservation.items() if v is not None}
+
+
+def _ec2_reserved(
+    azs: list[str],
+    reservation: dict[str, Any] | None = None,
+    error: str = "",
+) -> tuple[Any, Stubber]:
+    client, stub = _ec2(azs)
+    expected = {"CapacityReservationIds": [RESERVATION_ID]}
+    if error:
+        stub.add_client_error(
+            "describe_capacity_reservations",
+            service_error_code=error,
+            service_message=f"The capacity reservation ID '{RESERVATION_ID}' does not exist",
+            expected_params=expected,
+        )
+    else:
+        found = [reservation] if reservation is not None else []
+        stub.add_response(
+            "describe_capacity_reservations", {"CapacityReservations": found}, expected
+        )
+    return client, stub
+
+
+def _reserved_event(
+    request: str = "Create",
+    *,
+    requested: str = "",
+    placement_group: str = "",
+    count: str = "2",
+    physical: str | None = None,
+) -> dict[str, Any]:
+    event = _event(request, requested, physical)
+    event["ResourceProperties"].update(
+        {
+            "CapacityReservationId": RESERVATION_ID,
+            "PlacementGroupName": placement_group,
+            "InstanceCount": count,
+        }
+    )
+    return event
+
+
+PG_ARN = "arn:aws:ec2:us-west-2:123456789012:placement-group/gpu-pg"
+
+
+def test_reservation_decides_the_az_over_the_first_offering_one() -> None:
+    ec2, stub = _ec2_reserved(["us-west-2a", "us-west-2c"], _reservation())
+    out = handler.on_event(_reserved_event(), None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2c"
+    assert out["Data"] == {"AvailabilityZone": "us-west-2c", "OfferedAzs": "us-west-2a,us-west-2c"}
+    stub.assert_no_pending_responses()
+
+
+def test_reservation_moves_a_previous_az_on_update() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], _reservation())
+    out = handler.on_event(_reserved_event("Update", physical="us-west-2a"), None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2c"
+
+
+def test_reservation_in_the_configured_placement_group_is_accepted() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
+    out = handler.on_event(_reserved_event(placement_group="gpu-pg"), None, ec2=ec2)
+    assert out["Data"]["AvailabilityZone"] == "us-west-2c"
+
+
+@pytest.mark.parametrize(
+    "code", ["InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"]
+)
+def test_unknown_reservation_fails_naming_the_setting(code: str) -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], error=code)
+    with pytest.raises(
+        RuntimeError,
+        match=rf"gpuCapacityReservationId={RESERVATION_ID} was not found in this account and "
+        "region; check the id",
+    ):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_empty_reservation_answer_counts_as_not_found() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], None)
+    with pytest.raises(RuntimeError, match="was not found"):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_other_api_errors_are_not_reported_as_not_found() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], error="UnauthorizedOperation")
+    with pytest.raises(ClientError, match="UnauthorizedOperation"):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_that_is_not_active_fails_quoting_its_state() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(State="expired"))
+    with pytest.raises(
+        RuntimeError, match=rf"gpuCapacityReservationId={RESERVATION_ID} is in state 'expired'"
+    ):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_for_another_instance_type_fails_with_both_types() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(InstanceType="p5.48xlarge"))
+    with pytest.raises(
+        RuntimeError,
+        match=r"reserves p5\.48xlarge, but gpuNodeType=g6\.8xlarge; set "
+        r"-c gpuNodeType=p5\.48xlarge",
+    ):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_for_another_platform_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(InstancePlatform="Windows"))
+    with pytest.raises(RuntimeError, match=r"platform 'Windows'.*'Linux/UNIX'"):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_with_dedicated_tenancy_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(Tenancy="dedicated"))
+    with pytest.raises(RuntimeError, match="tenancy 'dedicated'"):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_in_another_az_than_gpu_az_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], _reservation())
+    with pytest.raises(
+        RuntimeError,
+        match=rf"gpuAz=us-west-2a but gpuCapacityReservationId={RESERVATION_ID} is in "
+        "us-west-2c; set -c gpuAz=us-west-2c",
+    ):
+        handler.on_event(_reserved_event(requested="us-west-2a"), None, ec2=ec2)
+
+
+def test_reservation_in_an_az_without_the_type_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2a"], _reservation())
+    with pytest.raises(RuntimeError, match=r"is in us-west-2c, which does not offer g6\.8xlarge"):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_without_enough_free_instances_fails_on_create() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(AvailableInstanceCount=1))
+    with pytest.raises(RuntimeError, match=r"has 1 of 2 instances free, but gpuNodeCount=2"):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_full_reservation_on_update_is_our_own_nodes_and_passes() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(AvailableInstanceCount=0))
+    out = handler.on_event(_reserved_event("Update", physical="us-west-2c"), None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2c"
+
+
+def test_reservation_in_a_placement_group_needs_its_name() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
+    with pytest.raises(
+        RuntimeError,
+        match=r"created in cluster placement group gpu-pg, but gpuPlacementGroupName is empty.*"
+        "set -c gpuPlacementGroupName=gpu-pg",
+    ):
+        handler.on_event(_reserved_event(), None, ec2=ec2)
+
+
+def test_reservation_in_another_placement_group_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
+    with pytest.raises(
+        RuntimeError,
+        match=r"but gpuPlacementGroupName=other-pg;.*set -c gpuPlacementGroupName=gpu-pg",
+    ):
+        handler.on_event(_reserved_event(placement_group="other-pg"), None, ec2=ec2)
+
+
+def test_placement_group_with_a_reservation_outside_any_group_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation())
+    with pytest.raises(
+        RuntimeError,
+        match=rf"gpuPlacementGroupName=my-pg but gpuCapacityReservationId={RESERVATION_ID} is "
+        "not in a placement group",
+    ):
+        handler.on_event(_reserved_event(placement_group="my-pg"), None, ec2=ec2)
+
+
+def test_invalid_instance_count_fails() -> None:
+    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation())
+    with pytest.raises(RuntimeError, match="InstanceCount must be a positive whole number"):
+        handler.on_event(_reserved_event(count="0"), None, ec2=ec2)
+
+
+def test_without_a_reservation_no_reservation_is_described() -> None:
+    ec2, stub = _ec2(["us-west-2a"])
+    event = _event("Create")
+    event["ResourceProperties"].update(
+        {"CapacityReservationId": "", "PlacementGroupName": "", "InstanceCount": "2"}
+    )
+    out = handler.on_event(event, None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2a"
+    stub.assert_no_pending_responses()  # and an unexpected call would have raised

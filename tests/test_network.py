@@ -76,7 +76,11 @@ def test_az_chooser_may_only_describe_offerings(default_app: Synthesized) -> Non
         if "ec2:DescribeInstanceTypeOfferings" in str(st["Action"])
     ]
     assert statements == [
-        {"Action": "ec2:DescribeInstanceTypeOfferings", "Effect": "Allow", "Resource": "*"}
+        {
+            "Action": ["ec2:DescribeCapacityReservations", "ec2:DescribeInstanceTypeOfferings"],
+            "Effect": "Allow",
+            "Resource": "*",
+        }
     ]
 
 

@@ -14,8 +14,10 @@ from ray_pd_eks.render import rendered_files, write_rendered
 def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
     files = rendered_files(DEFAULTS)
     assert list(files) == [
+        "05-gpu-node-config.yaml",
         "10-aws-efa-k8s-device-plugin-values.yaml",
         "11-nvidia-device-plugin-values.yaml",
+        "12-node-warmup.yaml",
         "20-namespace.yaml",
         "21-kuberay-operator-values.yaml",
         "30-rayservice.yaml",
@@ -23,6 +25,12 @@ def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
     assert "--version v0.5.30" in files["10-aws-efa-k8s-device-plugin-values.yaml"]
     assert "--version 1.7.0" in files["21-kuberay-operator-values.yaml"]
     assert "kubectl apply -f 30-rayservice.yaml" in files["30-rayservice.yaml"]
+    warmup = list(yaml.safe_load_all(files["12-node-warmup.yaml"]))
+    assert [d["kind"] for d in warmup] == ["Namespace", "DaemonSet", "DaemonSet"]
+    node_config = yaml.safe_load(files["05-gpu-node-config.yaml"])
+    assert node_config["spec"]["instance"]["localStorage"] == {"strategy": "RAID0"}
+    ebs = rendered_files(DEFAULTS.with_overrides({"gpuLocalStorage": "none"}))
+    assert "05-gpu-node-config.yaml" not in ebs
 
 
 def test_rayservice_round_trips_and_keeps_the_region_for_envsubst() -> None:

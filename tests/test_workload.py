@@ -30,6 +30,8 @@ def _resolve(value: Any) -> Any:
         return REGION
     if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
         return "amazonaws.com"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])  # a service account's role ARN
     assert isinstance(value, str), value
     return value
 
@@ -231,13 +233,13 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
     assert env == {
         "VLLM_HOST_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
-        "HF_HOME": "/data/hf-cache",
+        "HF_HOME": "/data/model-cache/hf",
         "FI_PROVIDER": "efa",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"dshm": "/dev/shm", "hf-cache": "/data/hf-cache"}
+    assert mounts == {"dshm": "/dev/shm", "model-cache": "/data/model-cache"}
 
 
 def test_worker_memory_is_far_above_the_checkpoint_on_every_supported_gpu_type() -> None:

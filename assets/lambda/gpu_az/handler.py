@@ -6,7 +6,15 @@ here: the configured AZ is checked, or the first AZ (by name) that offers the ty
 The choice is sticky: on Update the previous AZ is kept while it still offers the type, so a
 redeploy never moves (and so replaces) the GPU subnet and node group by accident.
 
+With an On-Demand Capacity Reservation (``CapacityReservationId``) the AZ is the reservation's,
+and the reservation is checked first (state, instance type, platform, tenancy, AZ, free
+capacity, placement group), so a reservation the nodes could never use fails the deploy in
+seconds with the setting to change, instead of a node group that waits for capacity.
+
 CloudFormation custom resource handler (CDK Provider ``on_event``); standard library + boto3.
+Resource properties (all strings): ``InstanceType``, ``RequestedAz`` ("" = choose),
+``CapacityReservationId`` ("" = none), ``PlacementGroupName`` ("" = the stack creates its own
+cluster placement group), ``InstanceCount`` (the node count, e.g. "2").
 """
 
 from __future__ import annotations
@@ -15,9 +23,17 @@ import logging
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
+
+# The AL2023 EKS AMIs are Linux; a reservation for another platform never matches the nodes.
+NODE_PLATFORM = "Linux/UNIX"
+NOT_FOUND_CODES = (
+    "InvalidCapacityReservationId.NotFound",
+    "InvalidCapacityReservationId.Malformed",
+)
 
 
 def offering_azs(ec2: Any, instance_type: str) -> list[str]:
@@ -49,17 +65,151 @@ def choose_az(offered: list[str], instance_type: str, requested: str, previous: 
     return offered[0]
 
 
+def describe_reservation(ec2: Any, reservation_id: str) -> dict[str, Any]:
+    """The reservation, or raise naming ``gpuCapacityReservationId`` when it does not exist."""
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code not in NOT_FOUND_CODES:
+            raise
+        found = {"CapacityReservations": []}
+        LOG.info("describe_capacity_reservations %s: %s", reservation_id, code)
+    reservations = found.get("CapacityReservations") or []
+    if not reservations:
+        raise RuntimeError(
+            f"gpuCapacityReservationId={reservation_id} was not found in this account and region; "
+            "check the id (cr-...) and the deploy region, or leave gpuCapacityReservationId empty"
+        )
+    return dict(reservations[0])
+
+
+def placement_group_of(reservation: dict[str, Any]) -> str:
+    """The name of the cluster placement group the reservation was created in, or ""."""
+    arn = reservation.get("PlacementGroupArn") or ""
+    return arn.rsplit("placement-group/", 1)[-1] if "placement-group/" in arn else ""
+
+
+def check_reservation(
+    reservation: dict[str, Any],
+    *,
+    instance_type: str,
+    requested_az: str,
+    placement_group: str,
+    instance_count: int,
+    creating: bool,
+) -> str:
+    """The reservation's AZ once every check passes; otherwise raise with the setting to fix."""
+    rid = reservation.get("CapacityReservationId", "")
+    setting = f"gpuCapacityReservationId={rid}"
+    state = reservation.get("State", "")
+    if state != "active":
+        raise RuntimeError(
+            f"{setting} is in state '{state}', not 'active'; nodes can only launch into an "
+            "active reservation: use an active one (-c gpuCapacityReservationId=cr-...) or "
+            "leave gpuCapacityReservationId empty"
+        )
+    reserved_type = reservation.get("InstanceType", "")
+    if reserved_type != instance_type:
+        raise RuntimeError(
+            f"{setting} reserves {reserved_type}, but gpuNodeType={instance_type}; set "
+            f"-c gpuNodeType={reserved_type} or use a reservation for {instance_type}"
+        )
+    platform = reservation.get("InstancePlatform", "")
+    if platform != NODE_PLATFORM:
+        raise RuntimeError(
+            f"{setting} is for platform '{platform}', but the EKS AL2023 GPU nodes are "
+            f"'{NODE_PLATFORM}'; use a {NODE_PLATFORM} reservation"
+        )
+    tenancy = reservation.get("Tenancy", "default")
+    if tenancy != "default":
+        raise RuntimeError(
+            f"{setting} has tenancy '{tenancy}', but the GPU nodes launch with 'default' "
+            "tenancy and would never use it; use a reservation with default tenancy"
+        )
+    az = reservation.get("AvailabilityZone", "")
+    if requested_az and requested_az != az:
+        raise RuntimeError(
+            f"gpuAz={requested_az} but {setting} is in {az}; set -c gpuAz={az} or leave gpuAz "
+            "empty (the reservation's AZ is then used)"
+        )
+    available = int(reservation.get("AvailableInstanceCount", 0))
+    total = int(reservation.get("TotalInstanceCount", 0))
+    if available < instance_count:
+        if creating:
+            raise RuntimeError(
+                f"{setting} has {available} of {total} instances free, but gpuNodeCount="
+                f"{instance_count} nodes need {instance_count}; stop the instances that use it "
+                "or enlarge the reservation, or lower -c gpuNodeCount"
+            )
+        # On Update the running GPU nodes are the ones using it.
+        LOG.info("%s: %d of %d instances free (update: in use by our nodes)", rid, available, total)
+    reserved_group = placement_group_of(reservation)
+    if reserved_group and reserved_group != placement_group:
+        configured = (
+            f"gpuPlacementGroupName={placement_group}"
+            if placement_group
+            else "gpuPlacementGroupName is empty (the stack creates its own placement group)"
+        )
+        raise RuntimeError(
+            f"{setting} was created in cluster placement group {reserved_group}, but "
+            f"{configured}; only instances launched into that group can use it: set "
+            f"-c gpuPlacementGroupName={reserved_group}"
+        )
+    if placement_group and not reserved_group:
+        raise RuntimeError(
+            f"gpuPlacementGroupName={placement_group} but {setting} is not in a placement group; "
+            "instances launched into a cluster placement group can only use a reservation "
+            f"created in that group: use a reservation created in {placement_group}, or leave "
+            "gpuPlacementGroupName empty"
+        )
+    if reservation.get("InstanceMatchCriteria") == "targeted":
+        LOG.info("%s is targeted: only launches that name it use it", rid)
+    return str(az)
+
+
 def on_event(event: dict[str, Any], context: Any, ec2: Any = None) -> dict[str, Any]:
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
     instance_type = props["InstanceType"]
+    requested = props.get("RequestedAz", "")
+    reservation_id = props.get("CapacityReservationId", "")
     ec2 = ec2 or boto3.client("ec2")
     offered = offering_azs(ec2, instance_type)
     previous = event.get("PhysicalResourceId", "") if event["RequestType"] == "Update" else ""
-    az = choose_az(offered, instance_type, props.get("RequestedAz", ""), previous)
+    if reservation_id:
+        reserved_az = check_reservation(
+            describe_reservation(ec2, reservation_id),
+            instance_type=instance_type,
+            requested_az=requested,
+            placement_group=props.get("PlacementGroupName", ""),
+            instance_count=_count(props.get("InstanceCount", "")),
+            creating=event["RequestType"] == "Create",
+        )
+        if reserved_az not in offered:
+            raise RuntimeError(
+                f"gpuCapacityReservationId={reservation_id} is in {reserved_az}, which does not "
+                f"offer {instance_type} (offered: {', '.join(offered) or 'none'}); use a "
+                "reservation in one of those AZs or leave gpuCapacityReservationId empty"
+            )
+        az = reserved_az
+        if previous and previous != az:
+            LOG.warning("the reservation moves the GPU AZ from %s to %s", previous, az)
+    else:
+        az = choose_az(offered, instance_type, requested, previous)
     LOG.info("instance type %s offered in %s; using %s", instance_type, offered, az)
     return {
         "PhysicalResourceId": az,
         "Data": {"AvailabilityZone": az, "OfferedAzs": ",".join(offered)},
     }
+
+
+def _count(raw: Any) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise RuntimeError(f"InstanceCount must be a positive whole number, got {raw!r}")
+    return value

@@ -1,0 +1,225 @@
+"""Bounded GPU node-group creation: a custom resource that fails the deploy with a clear reason
+when the GPU node group cannot get instances (handler: ``assets/lambda/capacity/``).
+
+Without it, a node group whose AZ has no capacity for its instance type keeps CloudFormation
+waiting 15-35 minutes and then fails with a generic message. The watch is created beside the
+node group, with no dependency either way, so both start together; when the watch fails,
+CloudFormation rolls the node group back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack, Token
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs.nag import LAMBDA_BASIC, acknowledge
+from pd_constructs.network import suppress_provider_framework
+
+# Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
+# derives when to give up with its own message before the Provider's total timeout.
+QUERY_INTERVAL = Duration.seconds(30)
+HANDLER_TIMEOUT = Duration.minutes(1)
+# CloudFormation waits at most one hour for a custom resource.
+MAX_TIMEOUT = Duration.minutes(60)
+
+
+class GpuCapacityWatch(Construct):
+    """Watches the GPU node group while CloudFormation creates or updates it, and fails the
+    deploy when it cannot get capacity; ``Delete`` returns at once.
+
+    * Lack of capacity (``InsufficientInstanceCapacity``, or a full reservation) is tolerated
+      for ``capacity_wait``, then fails with the fixes (a capacity reservation, another AZ or
+      another instance type).
+    * A vCPU quota failure, or any other failed launch, fails at once, quoting EC2.
+    * The node group turning ``CREATE_FAILED``/``DEGRADED`` fails at once, quoting EKS.
+    * Still waiting after ``timeout`` (at most 60 minutes): fails with the last status.
+
+    ``fingerprint`` should change whenever the node group's launch template does, so that an
+    update that replaces the nodes is watched again. ``cluster_name`` must be a literal or a
+    reference to a resource of this construct's stack (the node group's): it is part of the
+    IAM policy's resource and of its cdk-nag acknowledgment. ``resource`` exposes the custom
+    resource; its ``Nodes`` attribute is the desired size once the node group is ACTIVE.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        nodegroup_name: str,
+        instance_type: str,
+        desired_size: int,
+        availability_zone: str,
+        capacity_reservation_id: str,
+        capacity_wait: Duration,
+        timeout: Duration,
+        fingerprint: str,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        timeout_s = int(timeout.to_seconds())
+        wait_s = int(capacity_wait.to_seconds())
+        if timeout_s > MAX_TIMEOUT.to_seconds():
+            raise ValueError(
+                f"GpuCapacityWatch timeout {timeout.to_human_string()}: CloudFormation waits "
+                "at most 60 minutes for a custom resource"
+            )
+        if timeout_s < 2 * QUERY_INTERVAL.to_seconds() + HANDLER_TIMEOUT.to_seconds():
+            raise ValueError(
+                f"GpuCapacityWatch timeout {timeout.to_human_string()}: too short to watch; "
+                "use at least 3 minutes"
+            )
+        if not 0 < wait_s < timeout_s:
+            raise ValueError(
+                f"GpuCapacityWatch capacity_wait {capacity_wait.to_human_string()} must be "
+                f"positive and shorter than timeout {timeout.to_human_string()}"
+            )
+        if desired_size < 1:
+            raise ValueError(f"GpuCapacityWatch desired_size={desired_size}: needs at least 1")
+
+        log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        common: dict[str, Any] = {
+            "runtime": PYTHON_RUNTIME,
+            "code": lambda_code("capacity"),
+            "log_group": log_group,
+        }
+        on_event = lambda_.Function(
+            self,
+            "OnEvent",
+            handler="handler.on_event",
+            timeout=Duration.seconds(30),
+            description="GPU capacity watch: starts the watch",
+            **common,
+        )
+        is_complete = lambda_.Function(
+            self,
+            "IsComplete",
+            handler="handler.is_complete",
+            timeout=HANDLER_TIMEOUT,
+            description="GPU capacity watch: one look at the node group and its launches",
+            **common,
+        )
+        nodegroup_arn = Stack.of(self).format_arn(
+            service="eks",
+            resource="nodegroup",
+            # The node group ARN ends in an id EKS assigns at creation.
+            resource_name=f"{cluster_name}/{nodegroup_name}/*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        is_complete.add_to_role_policy(
+            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn])
+        )
+        is_complete.add_to_role_policy(
+            iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
+        )
+        provider = cr.Provider(
+            self,
+            "Provider",
+            on_event_handler=on_event,
+            is_complete_handler=is_complete,
+            query_interval=QUERY_INTERVAL,
+            total_timeout=timeout,
+            log_group=log_group,
+            # Every state transition is logged, without the event payloads.
+            disable_waiter_state_machine_logging=False,
+            waiter_state_machine_log_options=cr.LogOptions(
+                destination=logs.LogGroup(
+                    self,
+                    "WaiterLogs",
+                    retention=log_retention,
+                    removal_policy=log_removal_policy,
+                ),
+                level=sfn.LogLevel.ALL,
+                include_execution_data=False,
+            ),
+        )
+        self.resource = CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type="Custom::GpuCapacityWatch",
+            properties={
+                "ClusterName": cluster_name,
+                "NodegroupName": nodegroup_name,
+                "InstanceType": instance_type,
+                "AvailabilityZone": availability_zone,
+                "DesiredSize": str(desired_size),
+                "CapacityReservationId": capacity_reservation_id,
+                "CapacityWaitSeconds": str(wait_s),
+                "TimeoutSeconds": str(timeout_s),
+                "Fingerprint": fingerprint,
+            },
+        )
+
+        for fn in (on_event, is_complete):
+            acknowledge(
+                fn,
+                "AwsSolutions-IAM4",
+                "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+                findings=[LAMBDA_BASIC],
+            )
+        acknowledge(
+            is_complete,
+            "AwsSolutions-IAM5",
+            "autoscaling:DescribeScalingActivities has no resource-level permissions (read-only); "
+            "eks:DescribeNodegroup is limited to the one node group, whose ARN ends in an id "
+            "EKS assigns at creation (hence the trailing *).",
+            findings=["Resource::*", "Resource::" + _nag_flatten(Stack.of(self), nodegroup_arn)],
+        )
+        suppress_provider_framework(provider, on_event, is_complete)
+        acknowledge(
+            provider.node.find_child("waiter-state-machine"),
+            "AwsSolutions-IAM5",
+            "CloudWatch Logs delivery for Step Functions (logs:CreateLogDelivery and friends) "
+            "supports no resource-level permissions; AWS documents Resource * for it.",
+            findings=["Resource::*"],
+        )
+        acknowledge(
+            provider,
+            "AwsSolutions-SF2",
+            "The Provider framework's waiter state machine offers no X-Ray setting; the "
+            "handlers log every poll to CloudWatch.",
+        )
+
+    def attribute(self, name: str) -> str:
+        return self.resource.get_att_string(name)
+
+
+def _nag_flatten(stack: Stack, value: str) -> str:
+    """``value`` as cdk-nag names it in a finding (its ``flattenCfnReference``): ``<Ref>``,
+    ``<Resource.Attribute>``, joins concatenated. Tokens are resolved now, so they must refer
+    to this stack (a cross-stack reference would become an import only at synthesis)."""
+    if not Token.is_unresolved(value):
+        return value
+
+    def visit(node: Any) -> str:
+        if isinstance(node, str):
+            return node.replace("${", "<").replace("}", ">")
+        if isinstance(node, dict) and len(node) == 1:
+            ((key, arg),) = node.items()
+            if key == "Fn::Join":
+                delimiter, items = arg
+                return str(delimiter).join(visit(i) for i in items)
+            if key == "Fn::Sub":
+                return visit(arg)
+            if key == "Fn::GetAtt":
+                return f"<{visit(arg[0])}.{visit(arg[1])}>"
+            if key == "Fn::ImportValue":
+                return visit(arg)
+            if key == "Ref":
+                return f"<{visit(arg)}>"
+        raise ValueError(f"cannot name {node!r} as cdk-nag does")
+
+    return visit(stack.resolve(value))

@@ -1,0 +1,103 @@
+"""Node warm-up: pull the Ray LLM image and fill the model cache as soon as each node joins.
+
+Created in the cluster stack with nothing but the cluster to wait for (not the node groups,
+not the device plugins, and never the KubeRay operator or the RayService, which come later in
+the workload stack), so the ~20 GB image pull and the weights download run while the rest of
+the deploy proceeds. Rendering is pure, like :mod:`pd_constructs.workload`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.model_access import (
+    ModelFetchServiceAccount,
+    fetch_init_containers,
+    node_cache_volume,
+    prefetch_container,
+    service_account_name,
+    token_volume,
+)
+from pd_constructs.templates import render
+from ray_pd_eks.config import AppConfig
+
+WARMUP_NAMESPACE = "ray-pd-eks-warmup"
+
+
+def render_warmup_namespace() -> dict[str, Any]:
+    return dict(render("manifests/warmup-namespace.yaml", {"NAMESPACE": WARMUP_NAMESPACE}))
+
+
+def render_image_prepull(*, image: str) -> dict[str, Any]:
+    """DaemonSet on system and GPU nodes that pulls ``image`` and keeps it in use."""
+    return dict(
+        render("manifests/image-prepull.yaml", {"NAMESPACE": WARMUP_NAMESPACE, "IMAGE": image})
+    )
+
+
+def render_model_prefetch(config: AppConfig, *, image: str, region: str) -> dict[str, Any]:
+    """DaemonSet on GPU nodes that fills the node's model cache: the S3 copy when
+    ``modelS3Uri`` is set, else a Hugging Face download (with the token when configured)."""
+    if config.model_s3_uri:
+        init = fetch_init_containers(config, region=region)
+    else:
+        init = [
+            *fetch_init_containers(config, region=region),
+            prefetch_container(config, image=image),
+        ]
+    volumes = [node_cache_volume(config)]
+    if config.hf_token_secret_arn:
+        volumes.append(token_volume())
+    return dict(
+        render(
+            "manifests/model-prefetch.yaml",
+            {
+                "NAMESPACE": WARMUP_NAMESPACE,
+                "SERVICE_ACCOUNT": service_account_name(config),
+                "INIT_CONTAINERS": init,
+                "HOLD_IMAGE": init[-1]["image"],
+                "VOLUMES": volumes,
+            },
+        )
+    )
+
+
+class NodeWarmup(Construct):
+    """The warm-up namespace, the pre-pull and prefetch DaemonSets and, when the prefetch
+    needs AWS access, its Pod Identity service account. ``image`` and ``region`` may hold the
+    deploy region as a CloudFormation token."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        config: AppConfig,
+        image: str,
+        region: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.namespace = eks.KubernetesManifest(
+            self, "Namespace", cluster=as_icluster(cluster), manifest=[render_warmup_namespace()]
+        )
+        self.manifests = [
+            render_image_prepull(image=image),
+            render_model_prefetch(config, image=image, region=region),
+        ]
+        self.daemon_sets = eks.KubernetesManifest(
+            self, "DaemonSets", cluster=as_icluster(cluster), manifest=self.manifests
+        )
+        self.daemon_sets.node.add_dependency(self.namespace)
+        self.service_account: ModelFetchServiceAccount | None = None
+        if config.needs_model_access:
+            self.service_account = ModelFetchServiceAccount(
+                self, "ModelFetch", cluster=cluster, config=config, namespace=WARMUP_NAMESPACE
+            )
+            self.service_account.node.add_dependency(self.namespace)
+            # Pod Identity injects credentials when a pod is created: association first.
+            self.daemon_sets.node.add_dependency(self.service_account)

@@ -1,0 +1,437 @@
+"""The GPU capacity watch's handler, with botocore's Stubber (no AWS).
+
+Each test drives ``on_event``/``is_complete`` as the CDK Provider calls them, with a fixed clock:
+the watch started at ``STARTED`` and the poll runs at ``STARTED + elapsed``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+HANDLER = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "capacity" / "handler.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("capacity_handler", HANDLER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    # Registered under a unique name (dataclasses look their module up; other Lambdas also have
+    # a `handler.py`).
+    sys.modules["capacity_handler"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+handler = _load()
+
+STARTED = 1_760_000_000  # the watch's start (epoch seconds)
+ASG = "eks-gpu-workers-1234-abcd"
+CAPACITY_MESSAGE = (
+    "We currently do not have sufficient g6.8xlarge capacity in the Availability Zone you "
+    "requested (us-west-2a). Our system will be working on provisioning additional capacity. "
+    "Launching EC2 instance failed."
+)
+QUOTA_MESSAGE = (
+    "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the "
+    "instance bucket that the specified instance type belongs to. Launching EC2 instance failed."
+)
+OTHER_MESSAGE = (
+    "The specified launch template, with template ID lt-0abc, does not exist. "
+    "Launching EC2 instance failed."
+)
+
+
+def _props(**overrides: str) -> dict[str, str]:
+    props = {
+        "ClusterName": "pd-cluster",
+        "NodegroupName": "gpu-workers",
+        "InstanceType": "g6.8xlarge",
+        "AvailabilityZone": "us-west-2a",
+        "DesiredSize": "2",
+        "CapacityReservationId": "",
+        "CapacityWaitSeconds": "600",
+        "TimeoutSeconds": "2700",
+        "Fingerprint": "lt-1",
+        "ServiceToken": "arn:aws:lambda:us-west-2:123456789012:function:framework",
+    }
+    props.update(overrides)
+    return props
+
+
+def _event(request: str = "Create", **overrides: str) -> dict[str, Any]:
+    """The event ``is_complete`` receives: on_event's result merged in by the Provider."""
+    return {
+        "RequestType": request,
+        "PhysicalResourceId": "pd-cluster/gpu-workers",
+        handler.STARTED_AT_KEY: str(STARTED),
+        "ResourceProperties": _props(**overrides),
+    }
+
+
+@pytest.fixture
+def at(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``at(seconds)`` sets the handler's clock to that many seconds after the start."""
+
+    def set_elapsed(seconds: float) -> None:
+        monkeypatch.setattr(handler, "clock", lambda: STARTED + seconds)
+
+    set_elapsed(60)
+    return set_elapsed
+
+
+def _when(seconds_after_start: float) -> datetime:
+    return datetime.fromtimestamp(STARTED + seconds_after_start, tz=UTC)
+
+
+def _client(service: str) -> tuple[Any, Stubber]:
+    client = boto3.client(
+        service, region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    stub = Stubber(client)
+    stub.activate()
+    return client, stub
+
+
+NODEGROUP_PARAMS = {"clusterName": "pd-cluster", "nodegroupName": "gpu-workers"}
+
+
+def _eks(status: str = "CREATING", *, asg: bool = True, **extra: Any) -> tuple[Any, Stubber]:
+    client, stub = _client("eks")
+    nodegroup: dict[str, Any] = {
+        "nodegroupName": "gpu-workers",
+        "clusterName": "pd-cluster",
+        "status": status,
+        **extra,
+    }
+    if asg:
+        nodegroup["resources"] = {"autoScalingGroups": [{"name": ASG}]}
+    stub.add_response("describe_nodegroup", {"nodegroup": nodegroup}, NODEGROUP_PARAMS)
+    return client, stub
+
+
+def _eks_error(code: str) -> tuple[Any, Stubber]:
+    client, stub = _client("eks")
+    stub.add_client_error(
+        "describe_nodegroup", service_error_code=code, expected_params=NODEGROUP_PARAMS
+    )
+    return client, stub
+
+
+def _activity(seconds_after_start: float, status: str, message: str = "") -> dict[str, Any]:
+    activity = {
+        "ActivityId": f"act-{seconds_after_start}",
+        "AutoScalingGroupName": ASG,
+        "Description": "Launching a new EC2 instance",
+        "Cause": "an instance was started in response to a difference between desired and actual",
+        "StartTime": _when(seconds_after_start),
+        "StatusCode": status,
+        "StatusMessage": message,
+    }
+    return {k: v for k, v in activity.items() if v != ""}  # the API omits an empty message
+
+
+def _autoscaling(*pages: list[dict[str, Any]]) -> tuple[Any, Stubber]:
+    """One stubbed page per argument (newest activity first), chained by NextToken."""
+    client, stub = _client("autoscaling")
+    for i, activities in enumerate(pages):
+        params: dict[str, Any] = {"AutoScalingGroupName": ASG, "MaxRecords": 20}
+        if i:
+            params["NextToken"] = f"page-{i}"
+        response: dict[str, Any] = {"Activities": activities}
+        if i + 1 < len(pages):
+            response["NextToken"] = f"page-{i + 1}"
+        stub.add_response("describe_scaling_activities", response, params)
+    return client, stub
+
+
+def _poll(event: dict[str, Any], eks: Any, autoscaling: Any) -> dict[str, Any]:
+    return handler.is_complete(event, None, eks=eks, autoscaling=autoscaling)
+
+
+# --- on_event --------------------------------------------------------------------------------
+
+
+def test_create_names_the_node_group_and_records_the_start(at: Any) -> None:
+    at(0)
+    out = handler.on_event({"RequestType": "Create", "ResourceProperties": _props()}, None)
+    assert out == {
+        "PhysicalResourceId": "pd-cluster/gpu-workers",
+        "CapacityWatchStartedAt": str(STARTED),
+    }
+
+
+def test_delete_is_a_no_op_that_keeps_the_physical_id() -> None:
+    event = {"RequestType": "Delete", "PhysicalResourceId": "pd-cluster/gpu-workers"}
+    assert handler.on_event(event, None) == {"PhysicalResourceId": "pd-cluster/gpu-workers"}
+    # No client is touched: object() has no AWS methods.
+    assert handler.is_complete(event, None, eks=object(), autoscaling=object()) == {
+        "IsComplete": True
+    }
+
+
+def test_missing_properties_fail_with_their_names() -> None:
+    props = _props(NodegroupName="", DesiredSize="")
+    with pytest.raises(RuntimeError, match="ResourceProperties missing NodegroupName, DesiredSize"):
+        handler.on_event({"RequestType": "Create", "ResourceProperties": props}, None)
+
+
+def test_non_numeric_wait_fails() -> None:
+    props = _props(CapacityWaitSeconds="ten minutes")
+    with pytest.raises(RuntimeError, match="CapacityWaitSeconds must be a positive whole number"):
+        handler.on_event({"RequestType": "Create", "ResourceProperties": props}, None)
+
+
+# --- is_complete: the node group's own status ------------------------------------------------
+
+
+def test_node_group_not_created_yet_is_pending(at: Any) -> None:
+    eks, stub = _eks_error("ResourceNotFoundException")
+    assert _poll(_event(), eks, object()) == {"IsComplete": False}
+    stub.assert_no_pending_responses()
+
+
+def test_active_node_group_completes_with_the_node_count(at: Any) -> None:
+    eks, stub = _eks("ACTIVE")
+    out = _poll(_event(DesiredSize="3"), eks, object())
+    assert out == {"IsComplete": True, "Data": {"Nodes": "3"}}
+    stub.assert_no_pending_responses()
+
+
+def test_create_failed_raises_quoting_the_health_issues(at: Any) -> None:
+    eks, _ = _eks(
+        "CREATE_FAILED",
+        health={
+            "issues": [
+                {
+                    "code": "AsgInstanceLaunchFailures",
+                    "message": "Could not launch On-Demand Instances.",
+                    "resourceIds": [ASG],
+                }
+            ]
+        },
+    )
+    with pytest.raises(RuntimeError) as raised:
+        _poll(_event(), eks, object())
+    assert str(raised.value) == (
+        "GPU node group pd-cluster/gpu-workers: status CREATE_FAILED: "
+        f"AsgInstanceLaunchFailures: Could not launch On-Demand Instances. (resources: {ASG})"
+    )
+
+
+@pytest.mark.parametrize("status", ["DEGRADED", "DELETING", "DELETE_FAILED"])
+def test_other_terminal_states_raise(at: Any, status: str) -> None:
+    eks, _ = _eks(status)
+    with pytest.raises(RuntimeError, match=f"status {status}: EKS reports no health issue"):
+        _poll(_event(), eks, object())
+
+
+def test_throttled_describe_is_pending_not_a_failure(at: Any) -> None:
+    eks, _ = _eks_error("ThrottlingException")
+    assert _poll(_event(), eks, object()) == {"IsComplete": False}
+
+
+def test_missing_permission_raises_at_once(at: Any) -> None:
+    eks, _ = _eks_error("AccessDeniedException")
+    with pytest.raises(RuntimeError, match="may not call eks:DescribeNodegroup"):
+        _poll(_event(), eks, object())
+
+
+def test_update_waits_for_the_update_to_start_before_trusting_active(at: Any) -> None:
+    before = _when(-3600)
+    at(30)
+    eks, _ = _eks("ACTIVE", modifiedAt=before)
+    assert _poll(_event("Update"), eks, object()) == {"IsComplete": False}
+    at(handler.UPDATE_GRACE_SECONDS + 1)
+    eks, _ = _eks("ACTIVE", modifiedAt=before)
+    assert _poll(_event("Update"), eks, object())["IsComplete"] is True
+
+
+def test_update_that_touched_the_node_group_completes_when_active(at: Any) -> None:
+    at(30)
+    eks, _ = _eks("ACTIVE", modifiedAt=_when(5))
+    assert _poll(_event("Update"), eks, object())["IsComplete"] is True
+
+
+# --- is_complete: the Auto Scaling group's launches -----------------------------------------
+
+
+def test_creating_without_an_auto_scaling_group_is_pending(at: Any) -> None:
+    eks, _ = _eks("CREATING", asg=False)
+    assert _poll(_event(), eks, object()) == {"IsComplete": False}
+
+
+def test_successful_launches_are_pending(at: Any) -> None:
+    eks, _ = _eks()
+    autoscaling, stub = _autoscaling([_activity(20, "Successful"), _activity(10, "InProgress")])
+    assert _poll(_event(), eks, autoscaling) == {"IsComplete": False}
+    stub.assert_no_pending_responses()
+
+
+def test_capacity_failures_younger_than_the_wait_are_pending(at: Any) -> None:
+    at(500)
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling(
+        [_activity(400, "Failed", CAPACITY_MESSAGE), _activity(100, "Failed", CAPACITY_MESSAGE)]
+    )
+    assert _poll(_event(), eks, autoscaling) == {"IsComplete": False}
+
+
+def test_capacity_failures_older_than_the_wait_raise_with_the_fixes(at: Any) -> None:
+    at(760)
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling(
+        [
+            _activity(700, "Failed", CAPACITY_MESSAGE),
+            _activity(400, "Failed", "Insufficient capacity."),
+            _activity(100, "Failed", CAPACITY_MESSAGE),
+        ]
+    )
+    with pytest.raises(RuntimeError) as raised:
+        _poll(_event(), eks, autoscaling)
+    message = str(raised.value)
+    assert message.startswith(
+        "GPU node group pd-cluster/gpu-workers: No g6.8xlarge capacity in us-west-2a for 11 min "
+        "(3 failed launches; last: We currently do not have sufficient g6.8xlarge capacity"
+    )
+    assert message.endswith(
+        "Fixes: -c gpuCapacityReservationId=cr-... (an On-Demand Capacity Reservation in that "
+        "AZ), another -c gpuAz=..., or another -c gpuNodeType=...; then redeploy."
+    )
+    assert "\n" not in message and len(message) <= 1000
+
+
+def test_full_reservation_counts_as_lack_of_capacity(at: Any) -> None:
+    at(700)
+    eks, _ = _eks()
+    full = "The requested reservation does not have sufficient compatible and available capacity."
+    autoscaling, _ = _autoscaling([_activity(50, "Failed", full)])
+    with pytest.raises(RuntimeError, match=r"No g6\.8xlarge capacity in us-west-2a \(reservation "):
+        _poll(_event(CapacityReservationId="cr-0123456789abcdef0"), eks, autoscaling)
+
+
+def test_first_capacity_failure_is_found_on_a_later_page(at: Any) -> None:
+    at(700)
+    eks, _ = _eks()
+    autoscaling, stub = _autoscaling(
+        [_activity(650, "Failed", CAPACITY_MESSAGE), _activity(600, "Failed", CAPACITY_MESSAGE)],
+        [_activity(50, "Failed", CAPACITY_MESSAGE)],
+    )
+    with pytest.raises(RuntimeError, match=r"for 11 min \(3 failed launches"):
+        _poll(_event(), eks, autoscaling)
+    stub.assert_no_pending_responses()
+
+
+def test_quota_failure_raises_at_once_naming_the_g_quota(at: Any) -> None:
+    at(90)
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(60, "Failed", QUOTA_MESSAGE)])
+    with pytest.raises(
+        RuntimeError,
+        match=r"failed on the vCPU quota: You have requested more vCPU capacity.*Fix: raise the "
+        r"Service Quotas quota 'Running On-Demand G and VT instances' \(L-DB2E81BA\)",
+    ):
+        _poll(_event(), eks, autoscaling)
+
+
+def test_quota_failure_names_the_p_quota_for_p_instances(at: Any) -> None:
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(30, "Failed", "VcpuLimitExceeded")])
+    with pytest.raises(RuntimeError, match=r"'Running On-Demand P instances' \(L-417A185B\)"):
+        _poll(_event(InstanceType="p5.48xlarge"), eks, autoscaling)
+
+
+def test_quota_for_other_families_points_at_the_family() -> None:
+    assert handler.quota_for("trn1.32xlarge") == (
+        "'Running On-Demand ... instances' that covers the trn1 family"
+    )
+
+
+def test_other_launch_failure_raises_at_once_quoting_it(at: Any) -> None:
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling(
+        [_activity(40, "Failed", OTHER_MESSAGE), _activity(30, "Failed", CAPACITY_MESSAGE)]
+    )
+    with pytest.raises(RuntimeError) as raised:
+        _poll(_event(), eks, autoscaling)
+    assert str(raised.value) == (
+        "GPU node group pd-cluster/gpu-workers: launching g6.8xlarge in us-west-2a failed: "
+        f"{OTHER_MESSAGE[:-1]}. Fix the cause, then redeploy."
+    )
+
+
+def test_activities_from_before_the_watch_are_ignored(at: Any) -> None:
+    at(700)
+    eks, _ = _eks()
+    # Only the first page is read: the older activity on it ends the search.
+    autoscaling, _ = _autoscaling(
+        [_activity(30, "Successful"), _activity(-60, "Failed", OTHER_MESSAGE)],
+    )
+    assert _poll(_event(), eks, autoscaling) == {"IsComplete": False}
+    autoscaling, stub = _autoscaling(
+        [_activity(-30, "Failed", CAPACITY_MESSAGE), _activity(-900, "Failed", QUOTA_MESSAGE)],
+        [_activity(-1000, "Failed", OTHER_MESSAGE)],
+    )
+    eks, _ = _eks()
+    assert _poll(_event(), eks, autoscaling) == {"IsComplete": False}
+    with pytest.raises(AssertionError):  # the page of older activities was never requested
+        stub.assert_no_pending_responses()
+
+
+def test_unexplained_cancellation_is_not_a_failure(at: Any) -> None:
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(30, "Cancelled", "")])
+    assert _poll(_event(), eks, autoscaling) == {"IsComplete": False}
+
+
+def test_failure_messages_stay_one_line_and_bounded(at: Any) -> None:
+    eks, _ = _eks()
+    long_message = "Invalid parameter:\n" + "x" * 5000
+    autoscaling, _ = _autoscaling([_activity(30, "Failed", long_message)])
+    with pytest.raises(RuntimeError) as raised:
+        _poll(_event(), eks, autoscaling)
+    message = str(raised.value)
+    assert "\n" not in message and len(message) <= 1000
+    assert message.endswith("... Fix the cause, then redeploy.")
+
+
+# --- is_complete: the overall timeout ----------------------------------------------------------
+
+
+def test_still_pending_near_the_timeout_raises_its_own_message(at: Any) -> None:
+    give_up = 2700 - handler.QUERY_INTERVAL_SECONDS - handler.LAMBDA_TIMEOUT_SECONDS
+    at(give_up - 1)
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(give_up - 100, "Failed", CAPACITY_MESSAGE)])
+    assert _poll(_event(CapacityWaitSeconds="2700"), eks, autoscaling) == {"IsComplete": False}
+
+    at(give_up)
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(give_up - 100, "Failed", CAPACITY_MESSAGE)])
+    with pytest.raises(RuntimeError) as raised:
+        _poll(_event(CapacityWaitSeconds="2700"), eks, autoscaling)
+    message = str(raised.value)
+    assert message.startswith(
+        "GPU capacity watch gave up on node group pd-cluster/gpu-workers after 44 min: "
+        "status CREATING; 1 launches failed for lack of capacity since"
+    )
+    assert "last: We currently do not have sufficient g6.8xlarge capacity" in message
+
+
+def test_timeout_without_failed_launches_says_so(at: Any) -> None:
+    at(2700)
+    eks, _ = _eks_error("ResourceNotFoundException")
+    with pytest.raises(
+        RuntimeError,
+        match=r"gave up on node group pd-cluster/gpu-workers after 45 min: status NOT_FOUND; "
+        "the node group does not exist yet",
+    ):
+        _poll(_event(), eks, object())

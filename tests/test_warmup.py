@@ -1,0 +1,298 @@
+"""Cold start: image pre-pull, model prefetch, the node cache, S3 staging and the HF token."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR
+from pd_constructs.warmup import WARMUP_NAMESPACE
+from pd_constructs.workload import render_rayservice
+from ray_pd_eks.config import DEFAULTS
+from tests.conftest import RESERVATION, S3_URI, TOKEN_SECRET
+from tests.synth import Synthesized
+
+REGION = "us-west-2"
+IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"
+
+
+def _resolve(value: Any) -> str:
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return str(sep).join(_resolve(p) for p in parts)
+    if value == {"Ref": "AWS::Region"}:
+        return REGION
+    if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
+        return "amazonaws.com"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])  # the service account's role ARN
+    assert isinstance(value, str), value
+    return value
+
+
+def _manifest_resources(app: Synthesized, stack: str) -> dict[str, dict[str, Any]]:
+    return app.resources(stack, "Custom::AWSCDK-EKS-KubernetesResource")
+
+
+def _objects(app: Synthesized, stack: str) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
+    """(kind, name) -> (logical id of the resource that applies it, the object)."""
+    out = {}
+    for logical_id, r in _manifest_resources(app, stack).items():
+        for obj in json.loads(_resolve(r["Properties"]["Manifest"])):
+            out[(obj["kind"], obj["metadata"]["name"])] = (logical_id, obj)
+    return out
+
+
+def _daemon_set(app: Synthesized, name: str) -> dict[str, Any]:
+    return _objects(app, "Cluster")[("DaemonSet", name)][1]
+
+
+def _pod(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj["spec"]["template"]["spec"])
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def _workers(app: Synthesized) -> dict[str, Any]:
+    rs = _objects(app, "Workload")[("RayService", app.config.ray_service_name)][1]
+    (group,) = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    return dict(group["template"]["spec"])
+
+
+def _head(app: Synthesized) -> dict[str, Any]:
+    rs = _objects(app, "Workload")[("RayService", app.config.ray_service_name)][1]
+    return dict(rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"])
+
+
+# -- pre-pull -------------------------------------------------------------------------------
+
+
+def test_image_prepull_targets_system_and_gpu_nodes_and_holds_the_image(
+    default_app: Synthesized,
+) -> None:
+    pod = _pod(_daemon_set(default_app, "image-prepull"))
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchExpressions"] == [
+        {"key": "role", "operator": "In", "values": ["system", "gpu-worker"]}
+    ]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    (c,) = pod["containers"]
+    assert (c["image"], c["imagePullPolicy"]) == (IMAGE, "IfNotPresent")
+    assert c["command"] == ["sleep", "infinity"]
+    assert c["resources"]["limits"] == {"memory": "64Mi"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_warmup_waits_for_nothing_but_the_cluster(default_app: Synthesized) -> None:
+    """Created in the cluster stack beside the node groups, depending on neither them nor the
+    device plugins; the operator and the RayService are in the later workload stack."""
+    resources = default_app.templates["Cluster"]["Resources"]
+    objects = _objects(default_app, "Cluster")
+    ds_id, _ = objects[("DaemonSet", "image-prepull")]
+    assert objects[("DaemonSet", "model-prefetch")][0] == ds_id
+    ns_id, ns = objects[("Namespace", WARMUP_NAMESPACE)]
+
+    def closure(logical_id: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [logical_id]
+        while todo:
+            for dep in resources[todo.pop()].get("DependsOn", []):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    waits_for = {resources[d]["Type"] for d in closure(ds_id)}
+    assert "AWS::EKS::Nodegroup" not in waits_for
+    assert "Custom::AWSCDK-EKS-HelmChart" not in waits_for
+    assert ns_id in closure(ds_id)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    # Nothing in the workload stack: its operator and RayService come after the cluster stack.
+    assert ("DaemonSet", "image-prepull") not in _objects(default_app, "Workload")
+
+
+def test_image_is_pinned_and_pulled_if_not_present_everywhere(default_app: Synthesized) -> None:
+    containers = [
+        c
+        for spec in (_head(default_app), _workers(default_app))
+        for c in spec.get("initContainers", []) + spec["containers"]
+    ]
+    containers += [
+        c
+        for name in ("image-prepull", "model-prefetch")
+        for c in _pod(_daemon_set(default_app, name)).get("initContainers", [])
+        + _pod(_daemon_set(default_app, name))["containers"]
+    ]
+    assert len(containers) == 5
+    for c in containers:
+        assert c["imagePullPolicy"] == "IfNotPresent", c["name"]
+        assert c["image"] == IMAGE and not c["image"].endswith(":latest")
+
+
+# -- the node's model cache ------------------------------------------------------------------
+
+
+def test_workers_keep_weights_on_the_nodes_nvme_across_restarts(default_app: Synthesized) -> None:
+    spec = _workers(default_app)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["model-cache"]["hostPath"] == {
+        "path": "/mnt/k8s-disks/0/ray-pd-eks/model-cache",
+        "type": "DirectoryOrCreate",
+    }
+    (c,) = spec["containers"]
+    assert {"name": "model-cache", "mountPath": MODEL_CACHE} in c["volumeMounts"]
+    env = _env(c)
+    assert env["HF_HOME"] == f"{MODEL_CACHE}/hf"
+    assert "HF_HUB_OFFLINE" not in env and "HF_TOKEN_PATH" not in env
+    assert spec["initContainers"] == [] and spec["serviceAccountName"] == "default"
+    # The page cache of the ~18 GiB checkpoint is charged to the pod: the limit leaves room.
+    assert int(c["resources"]["limits"]["memory"].removesuffix("Gi")) >= 2 * 18
+
+
+def test_prefetch_fills_the_same_cache_from_hugging_face(default_app: Synthesized) -> None:
+    pod = _pod(_daemon_set(default_app, "model-prefetch"))
+    assert pod["nodeSelector"] == {"role": "gpu-worker"}
+    assert pod["serviceAccountName"] == "default"
+    (fetch,) = pod["initContainers"]
+    assert fetch["name"] == "prefetch-model" and fetch["image"] == IMAGE
+    env = _env(fetch)
+    assert env["MODEL_SOURCE"] == "Qwen/Qwen3.5-9B"
+    assert env["HF_HOME"] == _env(_workers(default_app)["containers"][0])["HF_HOME"]
+    assert "*.safetensors" in env["ALLOW_PATTERNS"].split(",")
+    assert "snapshot_download" in fetch["args"][0]
+    (cache,) = pod["volumes"]
+    assert cache["hostPath"]["path"] == "/mnt/k8s-disks/0/ray-pd-eks/model-cache"
+
+
+def test_without_nvme_the_cache_lives_on_the_root_volume(variant_app: Synthesized) -> None:
+    volumes = {v["name"]: v for v in _workers(variant_app)["volumes"]}
+    assert volumes["model-cache"]["hostPath"]["path"] == "/var/lib/ray-pd-eks/model-cache"
+
+
+# -- S3 staging -------------------------------------------------------------------------------
+
+
+def test_s3_staging_renders_only_when_configured(variant_app: Synthesized) -> None:
+    config = variant_app.config
+    dest = f"{MODEL_CACHE}/{config.staged_model_dir}"
+    spec = _workers(variant_app)
+    (stage,) = spec["initContainers"]
+    assert stage["image"] == DEFAULTS.aws_cli_image and stage["imagePullPolicy"] == "IfNotPresent"
+    env = _env(stage)
+    assert (env["MODEL_S3_URI"], env["DEST"], env["SYNC_ARGS"]) == (S3_URI, dest, "")
+    assert env["REGION"] == REGION
+    assert "aws s3 sync" in stage["args"][0] and ".complete" in stage["args"][0]
+    (worker,) = spec["containers"]
+    assert _env(worker)["HF_HUB_OFFLINE"] == "1"
+    assert spec["serviceAccountName"] == "model-fetch"
+    rs = _objects(variant_app, "Workload")[("RayService", config.ray_service_name)][1]
+    serve = rs["spec"]["serveConfigV2"]
+    assert f"model_source: {dest}" in serve and "Qwen/Qwen3.5-9B" not in serve
+    # The head copies config and tokenizer only, into its own volume at the same path.
+    head = _head(variant_app)
+    (head_stage,) = head["initContainers"]
+    assert "--exclude *.safetensors" in _env(head_stage)["SYNC_ARGS"]
+    assert {"name": "model-cache", "emptyDir": {"sizeLimit": "1Gi"}} in head["volumes"]
+    # The prefetch stages the same copy on each GPU node, with the AWS CLI image.
+    pod = _pod(_daemon_set(variant_app, "model-prefetch"))
+    (prefetch,) = pod["initContainers"]
+    assert _env(prefetch)["DEST"] == dest and pod["serviceAccountName"] == "model-fetch"
+
+
+def _pod_identity_policies(app: Synthesized, stack: str) -> list[dict[str, Any]]:
+    roles = {
+        k
+        for k, v in app.resources(stack, "AWS::IAM::Role").items()
+        if any(
+            s["Principal"].get("Service") == "pods.eks.amazonaws.com"
+            for s in v["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        )
+    }
+    statements = []
+    for policy in app.resources(stack, "AWS::IAM::Policy").values():
+        if {r["Ref"] for r in policy["Properties"]["Roles"]} & roles:
+            statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return statements
+
+
+def test_staging_access_is_read_only_on_exactly_the_prefix(variant_app: Synthesized) -> None:
+    for stack, namespace in (("Cluster", WARMUP_NAMESPACE), ("Workload", "inference")):
+        (assoc,) = variant_app.resources(stack, "AWS::EKS::PodIdentityAssociation").values()
+        assert assoc["Properties"]["Namespace"] == namespace
+        assert assoc["Properties"]["ServiceAccount"] == "model-fetch"
+        statements = _pod_identity_policies(variant_app, stack)
+        by_action = {s["Action"]: s for s in statements}
+        assert set(by_action) == {"s3:GetObject", "s3:ListBucket"}
+        get = json.dumps(by_action["s3:GetObject"]["Resource"])
+        assert ":s3:::example-models/qwen/Qwen3.5-9B/*" in get
+        listing = by_action["s3:ListBucket"]
+        assert listing["Condition"] == {
+            "StringLike": {"s3:prefix": ["qwen/Qwen3.5-9B/*", "qwen/Qwen3.5-9B"]}
+        }
+    addons = variant_app.resources("Cluster", "AWS::EKS::Addon").values()
+    assert [a["Properties"]["AddonName"] for a in addons] == ["eks-pod-identity-agent"]
+
+
+def test_defaults_create_no_aws_identity_for_pods(default_app: Synthesized) -> None:
+    for stack in ("Cluster", "Workload"):
+        assert default_app.resources(stack, "AWS::EKS::PodIdentityAssociation") == {}
+    assert default_app.resources("Cluster", "AWS::EKS::Addon") == {}
+
+
+# -- gated models --------------------------------------------------------------------------
+
+
+def test_token_reaches_pods_through_a_file_never_a_template(token_app: Synthesized) -> None:
+    spec = _workers(token_app)
+    (fetch,) = spec["initContainers"]
+    assert fetch["name"] == "hf-token" and fetch["image"] == DEFAULTS.aws_cli_image
+    env = _env(fetch)
+    assert env["SECRET_ARN"] == TOKEN_SECRET and env["SECRET_REGION"] == REGION
+    assert "get-secret-value" in fetch["args"][0] and f"{TOKEN_DIR}" == env["TOKEN_DIR"]
+    (worker,) = spec["containers"]
+    assert _env(worker)["HF_TOKEN_PATH"] == f"{TOKEN_DIR}/token"
+    assert {"name": "hf-token", "mountPath": TOKEN_DIR, "readOnly": True} in worker["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["hf-token"]["emptyDir"]["medium"] == "Memory"
+    # The head fetches it too (a gated repository's config needs it); the prefetch as well.
+    assert [c["name"] for c in _head(token_app)["initContainers"]] == ["hf-token"]
+    prefetch = _pod(_daemon_set(token_app, "model-prefetch"))
+    assert [c["name"] for c in prefetch["initContainers"]] == ["hf-token", "prefetch-model"]
+    assert _env(prefetch["initContainers"][1])["HF_TOKEN_PATH"] == f"{TOKEN_DIR}/token"
+
+
+def test_token_access_is_read_only_on_exactly_the_secret(token_app: Synthesized) -> None:
+    for stack in ("Cluster", "Workload"):
+        (statement,) = _pod_identity_policies(token_app, stack)
+        assert statement["Action"] == "secretsmanager:GetSecretValue"
+        assert statement["Resource"] == TOKEN_SECRET + "-??????"  # partial ARN, documented form
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
+def test_no_secret_value_in_any_template(app_name: str, request: pytest.FixtureRequest) -> None:
+    app: Synthesized = request.getfixturevalue(app_name)
+    text = json.dumps(app.templates)
+    for marker in ("hf_", "HF_TOKEN=", "Authorization", "Bearer "):
+        assert marker not in text, marker
+    assert "secretsmanager:GetSecretValue" not in text or app_name == "token_app"
+
+
+def test_render_matches_what_the_template_applies(token_app: Synthesized) -> None:
+    rs = _objects(token_app, "Workload")[("RayService", "ray-llm")][1]
+    expected = render_rayservice(token_app.config, image=IMAGE, region=REGION)
+    labels = {k: v for k, v in rs["metadata"]["labels"].items() if "prune" not in k}
+    assert {**rs, "metadata": {**rs["metadata"], "labels": labels}} == expected
+
+
+def test_reservation_is_not_a_secret(token_app: Synthesized) -> None:
+    assert RESERVATION in json.dumps(token_app.templates["Cluster"])
