@@ -58,6 +58,7 @@ def render_model_prefetch(config: AppConfig, *, image: str, region: str) -> dict
             {
                 "NAMESPACE": WARMUP_NAMESPACE,
                 "SERVICE_ACCOUNT": service_account_name(config),
+                "AUTOMOUNT_TOKEN": config.needs_model_access,
                 "INIT_CONTAINERS": init,
                 "HOLD_IMAGE": init[-1]["image"],
                 "VOLUMES": volumes,

@@ -47,7 +47,7 @@ MAX_CAPACITY_WAIT_MINUTES = 50
 # Where nodeadm mounts the RAID0 of the instance-store NVMe disks (it bind-mounts containerd's
 # and kubelet's state under it), and the app's cache directory on the node in either case.
 NVME_MOUNT = "/mnt/k8s-disks/0"
-AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.0"
+AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.37.1"
 
 # Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
+import botocore.session
 import pytest
+from botocore.stub import Stubber
 
 from tests.cli_fixtures import ACCOUNT, REGION, ROLE_ARN, USER_ARN, Harness, write_cdk_json
 
@@ -14,7 +17,17 @@ G6: dict[str, Any] = {
     "VCpuInfo": {"DefaultVCpus": 32},
     "GpuInfo": {"Gpus": [{"Name": "L4", "Manufacturer": "NVIDIA", "Count": 1}]},
     "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 1}},
+    "InstanceStorageSupported": True,
+    "InstanceStorageInfo": {
+        "TotalSizeInGB": 900,
+        "Disks": [{"SizeInGB": 450, "Count": 2, "Type": "ssd"}],
+        "NvmeSupport": "required",
+    },
 }
+RESERVATION_ID = "cr-0123456789abcdef0"
+PG_ARN = f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/"
+SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:hf-token-AbCdEf"
+GIB = 1024**3
 
 
 def offering(az: str, itype: str = "g6.8xlarge") -> dict[str, str]:
@@ -46,8 +59,13 @@ def stub_all(
     quota: float = 128.0,
     running: list[dict[str, Any]] | None = None,
     bootstrap: str | None = "28",
+    reservation: dict[str, Any] | str | None = None,
 ) -> None:
-    """Queue the happy-path answers; keyword arguments change one answer each."""
+    """Queue the happy-path answers; keyword arguments change one answer each.
+
+    ``reservation``: the capacity reservation EC2 describes (a dict), or the error code it
+    answers with (a str); None when no reservation is configured (no call).
+    """
     spec = itype or G6
     name = str(spec["InstanceType"])
     h.session.stub("sts").add_response(
@@ -65,6 +83,14 @@ def stub_all(
             "Filters": [{"Name": "instance-type", "Values": [name]}],
         },
     )
+    if isinstance(reservation, str):
+        ec2.add_client_error("describe_capacity_reservations", reservation, http_status_code=400)
+    elif reservation is not None:
+        ec2.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [reservation]},
+            {"CapacityReservationIds": [RESERVATION_ID]},
+        )
     h.session.stub("service-quotas").add_response(
         "get_service_quota",
         {"Quota": {"QuotaCode": quota_code, "Value": quota}},
@@ -108,6 +134,17 @@ def test_happy_path_is_all_ok_and_recommends_a_pinned_az(harness: Harness) -> No
     assert "OK    vCPU quota    'Running On-Demand G and VT instances' is 128 vCPUs" in result.out
     assert "needs 2 x g6.8xlarge = 64 vCPUs" in result.out
     assert "OK    bootstrap     CDK bootstrap version 28" in result.out
+    assert (
+        "OK    gpu storage   g6.8xlarge: 900 GB of instance-store NVMe (2 x 450 GB ssd); "
+        "containerd, kubelet and the model cache go to its RAID0 at /mnt/k8s-disks/0, the "
+        "50 GiB root volume holds the OS" in result.out
+    )
+    assert lines_of(result.out, "capacity reservation") == [
+        "OK    capacity reservation  none (On-Demand capacity; the deploy fails after "
+        "gpuCapacityWaitMinutes=10 if the AZ has none)"
+    ]
+    # Without modelS3Uri / hfTokenSecretArn there is nothing to check (and no S3/SM call).
+    assert "model in S3" not in result.out and "hugging face token" not in result.out
     # Not an admin principal, private endpoint: warnings, which do not fail the run.
     assert f"WARN  access        {USER_ARN} is not in adminPrincipalArns" in result.out
     assert "WARN  api endpoint  private only: status/smoke/efa-check and kubectl work" in result.out
@@ -153,6 +190,7 @@ def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
         "VCpuInfo": {"DefaultVCpus": 96},
         "GpuInfo": {"Gpus": [{"Name": "A100", "Manufacturer": "NVIDIA", "Count": 8}]},
         "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 4}},
+        "InstanceStorageInfo": {"TotalSizeInGB": 8000},
     }
     stub_all(harness, itype=p4d, quota_code="L-417A185B", quota=96.0)
     result = harness.run("preflight")
@@ -309,3 +347,518 @@ def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
     assert result.err == (
         "error: no AWS region: pass --region, set -c region=..., or export AWS_REGION\n"
     )
+
+
+# gpu storage -------------------------------------------------------------------------------
+
+
+def test_live_nvme_size_differing_from_the_table_warns_with_both_sizes(harness: Harness) -> None:
+    bigger = {**G6, "InstanceStorageInfo": {"TotalSizeInGB": 1000}}
+    stub_all(harness, itype=bigger, running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "gpu storage")
+    assert line.startswith(
+        "WARN  gpu storage   EC2 reports 1000 GB of instance store for g6.8xlarge"
+    )
+    assert "the offline table (ray_pd_eks/instance_types.py) 900 GB" in line
+    assert "still go to its RAID0" in line
+    assert result.code == 0
+
+
+def test_auto_storage_without_live_nvme_fails_pointing_at_the_root_volume(
+    harness: Harness,
+) -> None:
+    no_store = {k: v for k, v in G6.items() if k != "InstanceStorageInfo"}
+    stub_all(harness, itype=no_store, running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "gpu storage")
+    assert line.startswith("FAIL  gpu storage   EC2 reports 0 GB of instance store for g6.8xlarge")
+    assert "900 GB" in line
+    assert "50 GiB root volume: set -c gpuLocalStorage=none" in line
+    assert result.code == 1
+
+
+def test_raid0_without_live_instance_store_fails(harness: Harness) -> None:
+    no_store = {k: v for k, v in G6.items() if k != "InstanceStorageInfo"}
+    stub_all(harness, itype=no_store, running=[])
+    result = harness.run("preflight", "-c", "gpuLocalStorage=raid0")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "gpu storage")
+    assert line == (
+        "FAIL  gpu storage   gpuLocalStorage=raid0 but EC2 reports no instance store for "
+        f"g6.8xlarge in {REGION} (the offline table says 900 GB): use -c gpuLocalStorage=none "
+        "(the root volume then holds images and caches) or a type with NVMe"
+    )
+
+
+def test_raid0_with_the_tables_nvme_passes(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    result = harness.run("preflight", "-c", "gpuLocalStorage=raid0")
+    (line,) = lines_of(result.out, "gpu storage")
+    assert line.startswith("OK    gpu storage   g6.8xlarge: 900 GB of instance-store NVMe")
+    assert result.code == 0
+
+
+def test_no_local_storage_names_the_root_volume_settings(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    result = harness.run(
+        "preflight", "-c", "gpuLocalStorage=none", "-c", "gpuRootVolumeThroughput=800"
+    )
+    (line,) = lines_of(result.out, "gpu storage")
+    assert line == (
+        "OK    gpu storage   gpuLocalStorage=none: the 200 GiB gp3 root volume holds images and "
+        "caches (gpuRootVolumeIops=16000, gpuRootVolumeThroughput=800 MiB/s); its 900 GB of "
+        "instance-store NVMe (2 x 450 GB ssd) stays unused"
+    )
+    assert result.code == 0
+
+
+def test_storage_is_reported_even_when_the_type_lacks_efa(harness: Harness) -> None:
+    no_efa = {**G6, "NetworkInfo": {"EfaSupported": False}}
+    stub_all(harness, itype=no_efa, running=[])
+    result = harness.run("preflight")
+    assert "FAIL  gpu type" in result.out
+    assert "OK    gpu storage   g6.8xlarge: 900 GB" in result.out
+
+
+# capacity reservation ----------------------------------------------------------------------
+
+
+def reservation(**changes: Any) -> dict[str, Any]:
+    """An active reservation that fits the default settings (2 x g6.8xlarge)."""
+    base: dict[str, Any] = {
+        "CapacityReservationId": RESERVATION_ID,
+        "InstanceType": "g6.8xlarge",
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": "us-west-2c",
+        "Tenancy": "default",
+        "TotalInstanceCount": 4,
+        "AvailableInstanceCount": 2,
+        "State": "active",
+        "InstanceMatchCriteria": "targeted",
+    }
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def reserved_harness(tmp_path: Path, **context: Any) -> Harness:
+    return Harness(
+        write_cdk_json(tmp_path, region=REGION, gpuCapacityReservationId=RESERVATION_ID, **context)
+    )
+
+
+def test_fitting_reservation_passes_and_sets_the_gpu_az(tmp_path: Path) -> None:
+    harness = reserved_harness(tmp_path)
+    stub_all(harness, reservation=reservation(), running=[])
+    result = harness.run("preflight")
+    assert result.code == 0, result.out
+    assert lines_of(result.out, "capacity reservation") == [
+        f"OK    capacity reservation  {RESERVATION_ID}: g6.8xlarge in us-west-2c, 2 of 4 "
+        "instances free for gpuNodeCount=2; the GPU AZ will be us-west-2c, the reservation's"
+    ]
+    # The AZ check no longer recommends pinning an AZ the reservation would override.
+    (az,) = lines_of(result.out, "gpu AZ")
+    assert az.endswith("the deploy uses the capacity reservation's AZ")
+    harness.session.assert_no_pending_responses()
+
+
+def test_reservation_in_the_configured_placement_group_passes(tmp_path: Path) -> None:
+    harness = reserved_harness(tmp_path, gpuPlacementGroupName="gpu-pg")
+    stub_all(harness, reservation=reservation(PlacementGroupArn=PG_ARN + "gpu-pg"), running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "capacity reservation")
+    assert line.startswith("OK    capacity reservation")
+    assert "in us-west-2c in placement group gpu-pg, 2 of 4 instances free" in line
+    assert result.code == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "context", "expected"),
+    [
+        (
+            {"State": "expired"},
+            {},
+            "is 'expired', not 'active': nodes launch only into an active reservation",
+        ),
+        (
+            {"InstanceType": "g6.12xlarge"},
+            {},
+            "reserves g6.12xlarge, but gpuNodeType=g6.8xlarge: set -c gpuNodeType=g6.12xlarge",
+        ),
+        (
+            {"InstancePlatform": "Windows"},
+            {},
+            "is for platform 'Windows', the EKS AL2023 GPU nodes are 'Linux/UNIX'",
+        ),
+        (
+            {"Tenancy": "dedicated"},
+            {},
+            "has tenancy 'dedicated'",
+        ),
+        (
+            {},
+            {"gpuAz": "us-west-2a"},
+            "is in us-west-2c, but gpuAz=us-west-2a: set -c gpuAz=us-west-2c or leave gpuAz empty",
+        ),
+        (
+            {"AvailableInstanceCount": 1},
+            {},
+            "has 1 of 4 instances free, but gpuNodeCount=2 needs 2",
+        ),
+        (
+            {"PlacementGroupArn": PG_ARN + "reserved-pg"},
+            {},
+            "was created in cluster placement group reserved-pg, but gpuPlacementGroupName is "
+            "empty (the stack creates its own group); only instances launched into that group "
+            "can use it: set -c gpuPlacementGroupName=reserved-pg",
+        ),
+        (
+            {"PlacementGroupArn": PG_ARN + "reserved-pg"},
+            {"gpuPlacementGroupName": "other-pg"},
+            "was created in cluster placement group reserved-pg, but "
+            "gpuPlacementGroupName=other-pg; only instances launched into that group can use "
+            "it: set -c gpuPlacementGroupName=reserved-pg",
+        ),
+        (
+            {},
+            {"gpuPlacementGroupName": "gpu-pg"},
+            "is in no placement group, but gpuPlacementGroupName=gpu-pg",
+        ),
+    ],
+)
+def test_reservation_the_nodes_cannot_use_fails(
+    tmp_path: Path, changes: dict[str, Any], context: dict[str, Any], expected: str
+) -> None:
+    harness = reserved_harness(tmp_path, **context)
+    stub_all(harness, reservation=reservation(**changes), running=[])
+    result = harness.run("preflight")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "capacity reservation")
+    assert line.startswith(f"FAIL  capacity reservation  {RESERVATION_ID} {expected}")
+    # The other checks still ran.
+    assert "OK    vCPU quota" in result.out and "OK    bootstrap" in result.out
+
+
+def test_each_reservation_problem_is_its_own_line(tmp_path: Path) -> None:
+    harness = reserved_harness(tmp_path)
+    stub_all(
+        harness,
+        reservation=reservation(State="cancelled", AvailableInstanceCount=0),
+        running=[],
+    )
+    result = harness.run("preflight")
+    lines = lines_of(result.out, "capacity reservation")
+    assert len(lines) == 2
+    assert "is 'cancelled'" in lines[0] and "has 0 of 4 instances free" in lines[1]
+    assert "2 FAIL" in result.out
+
+
+def test_unknown_reservation_fails(tmp_path: Path) -> None:
+    harness = reserved_harness(tmp_path)
+    stub_all(harness, reservation="InvalidCapacityReservationId.NotFound", running=[])
+    result = harness.run("preflight")
+    assert result.code == 1
+    assert (
+        f"FAIL  capacity reservation  {RESERVATION_ID} not found in this account and {REGION}: "
+        "check the id and the region, or leave gpuCapacityReservationId empty" in result.out
+    )
+
+
+def test_denied_reservation_lookup_warns(tmp_path: Path) -> None:
+    harness = reserved_harness(tmp_path)
+    stub_all(harness, reservation="UnauthorizedOperation", running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "capacity reservation")
+    assert line.startswith(f"WARN  capacity reservation  cannot check {RESERVATION_ID} (")
+    assert "ec2:DescribeCapacityReservations" in line
+    assert result.code == 0
+
+
+# model in S3 -------------------------------------------------------------------------------
+
+MODEL_URI = "s3://models-bucket/qwen/Qwen3.5-9B"
+PREFIX = "qwen/Qwen3.5-9B/"
+
+
+def s3_object(name: str, size: int) -> dict[str, Any]:
+    return {"Key": PREFIX + name, "Size": size}
+
+
+MODEL_FILES = [
+    s3_object("config.json", 1_000),
+    s3_object("model-00001-of-00002.safetensors", 5 * GIB),
+    s3_object("model-00002-of-00002.safetensors", 4 * GIB + GIB // 2),
+    s3_object("tokenizer.json", 10_000),
+]
+
+
+@functools.cache
+def _s3_botocore() -> Any:
+    """A botocore session of its own for S3: boto3 sessions sharing the fixtures' botocore
+    session each register boto3's S3 class injection, which then fails on the second one."""
+    return botocore.session.get_session()
+
+
+def s3_stubber(h: Harness) -> Stubber:
+    """The S3 Stubber of the harness's session (a plain botocore client: no boto3 helpers)."""
+    if "s3" not in h.session.stubbers:
+        client = _s3_botocore().create_client(
+            "s3",
+            region_name=REGION,
+            aws_access_key_id="AKIDEXAMPLE",
+            aws_secret_access_key="secret/for/tests/only",
+        )
+        stubber = Stubber(client)
+        stubber.activate()
+        h.session.clients["s3"] = client
+        h.session.stubbers["s3"] = stubber
+    return h.session.stubbers["s3"]
+
+
+def stub_s3(
+    h: Harness,
+    location: str | None = REGION,
+    objects: list[dict[str, Any]] | None = None,
+    *,
+    location_error: str = "",
+    list_error: str = "",
+) -> None:
+    s3 = s3_stubber(h)
+    bucket = {"Bucket": "models-bucket"}
+    if location_error:
+        s3.add_client_error("get_bucket_location", location_error, http_status_code=403)
+        return
+    s3.add_response(
+        "get_bucket_location", {"LocationConstraint": location} if location else {}, bucket
+    )
+    if location != REGION:  # a region mismatch ends the check before listing
+        return
+    params = {**bucket, "Prefix": PREFIX, "MaxKeys": 1000}
+    if list_error:
+        s3.add_client_error("list_objects_v2", list_error, http_status_code=403)
+    else:
+        contents = MODEL_FILES if objects is None else objects
+        s3.add_response(
+            "list_objects_v2", {"Contents": contents, "KeyCount": len(contents)}, params
+        )
+
+
+def test_staged_model_with_config_and_weights_passes(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_s3(harness)
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    assert lines_of(result.out, "model in S3") == [
+        f"OK    model in S3   {MODEL_URI}/: 4 objects, 9.5 GiB (config.json, 2 *.safetensors), "
+        f"bucket in {REGION}"
+    ]
+    assert result.code == 0
+    harness.session.assert_no_pending_responses()
+
+
+def test_trailing_slash_in_the_uri_lists_the_same_prefix(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_s3(harness)
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}/")
+    assert "OK    model in S3" in result.out
+    harness.session.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(("location", "region"), [(None, "us-east-1"), ("EU", "eu-west-1")])
+def test_bucket_in_another_region_fails_naming_both(
+    harness: Harness, location: str | None, region: str
+) -> None:
+    stub_all(harness, running=[])
+    stub_s3(harness, location=location)
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "model in S3")
+    assert line.startswith(
+        f"FAIL  model in S3   bucket models-bucket is in {region}, the deployment in {REGION}: "
+        "staging must be same-region"
+    )
+    harness.session.assert_no_pending_responses()  # no listing after the region failed
+
+
+def test_prefix_without_config_json_fails_saying_what_is_there(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    nested = [s3_object("Qwen3.5-9B/config.json", 1_000), s3_object("Qwen3.5-9B/m.safetensors", 9)]
+    stub_s3(harness, objects=nested)
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "model in S3")
+    assert line.startswith(
+        f"FAIL  model in S3   {MODEL_URI}/ has no config.json and no *.safetensors directly "
+        "under it (found 2 objects: Qwen3.5-9B/config.json, Qwen3.5-9B/m.safetensors)"
+    )
+
+
+def test_prefix_without_safetensors_fails(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_s3(harness, objects=[s3_object("config.json", 1), s3_object("pytorch_model.bin", 9)])
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    (line,) = lines_of(result.out, "model in S3")
+    assert "has no *.safetensors directly under it (found 2 objects: config.json, " in line
+    assert result.code == 1
+
+
+def test_empty_prefix_fails(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_s3(harness, objects=[])
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    (line,) = lines_of(result.out, "model in S3")
+    assert "has no config.json and no *.safetensors directly under it (it is empty)" in line
+
+
+def test_missing_bucket_fails(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    s3_stubber(harness).add_client_error("get_bucket_location", "NoSuchBucket", "", 404)
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    assert result.code == 1
+    assert "FAIL  model in S3   bucket models-bucket does not exist" in result.out
+
+
+@pytest.mark.parametrize(
+    ("where", "action"),
+    [("location", "s3:GetBucketLocation"), ("list", "s3:ListObjectsV2")],
+)
+def test_denied_s3_access_warns(harness: Harness, where: str, action: str) -> None:
+    stub_all(harness, running=[])
+    if where == "location":
+        stub_s3(harness, location_error="AccessDenied")
+    else:
+        stub_s3(harness, list_error="AccessDenied")
+    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
+    (line,) = lines_of(result.out, "model in S3")
+    assert line.startswith(f"WARN  model in S3   cannot verify {MODEL_URI}/ (access denied")
+    assert action in line
+    assert "the deploy's role is read-only on that prefix anyway" in line
+    assert result.code == 0
+
+
+# hugging face token ------------------------------------------------------------------------
+
+
+def stub_secret(h: Harness, **fields: Any) -> None:
+    answer = {
+        "ARN": SECRET_ARN,
+        "Name": "hf-token",
+        "VersionIdsToStages": {"EXAMPLE1-90ab-cdef-fedc-ba987EXAMPLE": ["AWSCURRENT"]},
+        **fields,
+    }
+    h.session.stub("secretsmanager").add_response(
+        "describe_secret",
+        {k: v for k, v in answer.items() if v is not None},
+        {"SecretId": SECRET_ARN},
+    )
+
+
+def run_with_secret(h: Harness, *argv: str) -> Any:
+    return h.run("preflight", "-c", f"hfTokenSecretArn={SECRET_ARN}", *argv)
+
+
+def test_token_secret_with_the_managed_key_passes_without_reading_it(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_secret(harness)
+    result = run_with_secret(harness)
+    assert lines_of(result.out, "hugging face token") == [
+        "OK    hugging face token  hf-token exists, encrypted with the AWS managed key; the "
+        "pods read it, preflight only described it"
+    ]
+    assert result.code == 0
+    harness.session.assert_no_pending_responses()  # an unstubbed GetSecretValue would raise
+
+
+def test_preflight_never_asks_for_a_secret_value() -> None:
+    import inspect
+
+    from ray_pd_eks.cli import preflight
+
+    assert "get_secret_value" not in inspect.getsource(preflight)
+
+
+def test_explicit_managed_key_alias_passes(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_secret(harness, KmsKeyId="alias/aws/secretsmanager")
+    result = run_with_secret(harness)
+    assert "OK    hugging face token  hf-token exists" in result.out
+
+
+def test_customer_managed_key_warns_about_decrypt(harness: Harness) -> None:
+    key = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    stub_all(harness, running=[])
+    stub_secret(harness, KmsKeyId=key)
+    result = run_with_secret(harness)
+    (line,) = lines_of(result.out, "hugging face token")
+    assert line.startswith(
+        f"WARN  hugging face token  hf-token is encrypted with the customer managed KMS key {key}: "
+        "the pods' role gets no kms:Decrypt on it"
+    )
+    assert result.code == 0
+
+
+def test_secret_scheduled_for_deletion_fails(harness: Harness) -> None:
+    import datetime
+
+    stub_all(harness, running=[])
+    stub_secret(harness, DeletedDate=datetime.datetime(2026, 5, 1, tzinfo=datetime.UTC))
+    result = run_with_secret(harness)
+    assert result.code == 1
+    (line,) = lines_of(result.out, "hugging face token")
+    assert line.startswith(
+        "FAIL  hugging face token  hf-token is scheduled for deletion (2026-05-01): restore it "
+        f"with `aws secretsmanager restore-secret --secret-id {SECRET_ARN}`"
+    )
+
+
+def test_missing_secret_fails(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    harness.session.stub("secretsmanager").add_client_error(
+        "describe_secret", "ResourceNotFoundException", "not found", 400
+    )
+    result = run_with_secret(harness)
+    assert result.code == 1
+    assert f"FAIL  hugging face token  {SECRET_ARN} not found in {REGION}" in result.out
+
+
+def test_secret_without_a_current_value_warns(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    stub_secret(harness, VersionIdsToStages=None)
+    result = run_with_secret(harness)
+    (line,) = lines_of(result.out, "hugging face token")
+    assert line.startswith("WARN  hugging face token  hf-token lists no current value (AWSCURRENT)")
+
+
+def test_denied_secret_lookup_warns(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    harness.session.stub("secretsmanager").add_client_error(
+        "describe_secret", "AccessDeniedException", "no", 400
+    )
+    result = run_with_secret(harness)
+    (line,) = lines_of(result.out, "hugging face token")
+    assert line.startswith(f"WARN  hugging face token  cannot check {SECRET_ARN} (access denied")
+    assert result.code == 0
+
+
+def test_secret_in_another_region_fails_without_a_call(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    result = run_with_secret(harness, "--region", "us-east-2")
+    assert result.code == 1
+    assert (
+        f"FAIL  hugging face token  the secret is in {REGION}, the deployment in us-east-2: use "
+        "a secret in us-east-2" in result.out
+    )
+    assert "secretsmanager" not in harness.session.stubbers
+
+
+def test_every_new_check_runs_even_when_others_fail(tmp_path: Path) -> None:
+    """A failing reservation and a failing S3 prefix: each still reports, exit 1."""
+    harness = reserved_harness(tmp_path, modelS3Uri=MODEL_URI)
+    stub_all(harness, reservation=reservation(State="expired"), running=[])
+    stub_s3(harness, objects=[])
+    result = harness.run("preflight")
+    assert result.code == 1
+    assert "FAIL  capacity reservation" in result.out
+    assert "FAIL  model in S3" in result.out
+    assert "OK    gpu storage" in result.out
+    assert "2 FAIL" in result.out
+    harness.session.assert_no_pending_responses()

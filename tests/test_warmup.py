@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR
@@ -163,6 +165,7 @@ def test_prefetch_fills_the_same_cache_from_hugging_face(default_app: Synthesize
     pod = _pod(_daemon_set(default_app, "model-prefetch"))
     assert pod["nodeSelector"] == {"role": "gpu-worker"}
     assert pod["serviceAccountName"] == "default"
+    assert pod["automountServiceAccountToken"] is False
     (fetch,) = pod["initContainers"]
     assert fetch["name"] == "prefetch-model" and fetch["image"] == IMAGE
     env = _env(fetch)
@@ -207,6 +210,7 @@ def test_s3_staging_renders_only_when_configured(variant_app: Synthesized) -> No
     pod = _pod(_daemon_set(variant_app, "model-prefetch"))
     (prefetch,) = pod["initContainers"]
     assert _env(prefetch)["DEST"] == dest and pod["serviceAccountName"] == "model-fetch"
+    assert pod["automountServiceAccountToken"] is True  # Pod Identity needs the SA token
 
 
 def _pod_identity_policies(app: Synthesized, stack: str) -> list[dict[str, Any]]:
@@ -296,3 +300,23 @@ def test_render_matches_what_the_template_applies(token_app: Synthesized) -> Non
 
 def test_reservation_is_not_a_secret(token_app: Synthesized) -> None:
     assert RESERVATION in json.dumps(token_app.templates["Cluster"])
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
+def test_daemon_set_pod_templates_validate_against_the_kubernetes_pod_schema(
+    app_name: str, request: pytest.FixtureRequest, reference_dir: Path
+) -> None:
+    """The KubeRay CRD embeds the full PodTemplateSpec schema; with unknown fields rejected it
+    catches a misspelt or misplaced field in the DaemonSets' pod templates too."""
+    from tests.test_workload import _crd_schema
+
+    app: Synthesized = request.getfixturevalue(app_name)
+    crd = _crd_schema(reference_dir)
+    pod_template = crd["properties"]["spec"]["properties"]["rayClusterConfig"]["properties"][
+        "headGroupSpec"
+    ]["properties"]["template"]
+    for name in ("image-prepull", "model-prefetch"):
+        jsonschema.validate(_daemon_set(app, name)["spec"]["template"], pod_template)
+    with pytest.raises(jsonschema.ValidationError):
+        bad = _daemon_set(app, "image-prepull")["spec"]["template"]
+        jsonschema.validate({**bad, "spec": {**bad["spec"], "nodeSelectors": {}}}, pod_template)

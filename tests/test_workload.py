@@ -321,13 +321,20 @@ def _crd_schema(reference_dir: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"kvBackend": "UCX", "gpuNodeCount": 3}, {"gpuNodeType": "p5.48xlarge"}]
+    "overrides",
+    [
+        {},
+        {"kvBackend": "UCX", "gpuNodeCount": 3},
+        {"gpuNodeType": "p5.48xlarge"},
+        {"modelS3Uri": "s3://models/qwen/Qwen3.5-9B", "gpuLocalStorage": "none"},
+        {"hfTokenSecretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-AbCdEf"},
+    ],
 )
 def test_rayservice_validates_against_the_kuberay_1_7_crd(
     reference_dir: Path, overrides: dict[str, Any]
 ) -> None:
     config = DEFAULTS.with_overrides(overrides)
-    manifest = render_rayservice(config, image=config.image_uri(REGION))
+    manifest = render_rayservice(config, image=config.image_uri(REGION), region=REGION)
     jsonschema.validate(manifest, _crd_schema(reference_dir))
 
 

@@ -1,8 +1,10 @@
 """``preflight``: will a deploy with these settings work in this account and region?
 
 Each check asks AWS one question a failed deploy would otherwise answer an hour in: does the
-GPU type have EFA here, which AZ offers it, is the vCPU quota enough for the GPU nodes, is the
-environment bootstrapped. Every finding is one line: OK, WARN or FAIL, and what to do.
+GPU type have EFA (and the NVMe the nodes' storage expects) here, which AZ offers it, does the
+capacity reservation fit, is the vCPU quota enough for the GPU nodes, is the environment
+bootstrapped, are the staged model and the token secret usable. Every finding is one line: OK,
+WARN or FAIL, and what to do. Only metadata is read: never an object's or a secret's content.
 """
 
 from __future__ import annotations
@@ -18,17 +20,28 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import Aws, error_code
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CHECK_FAILED, EXIT_OK, AccessError
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
-from ray_pd_eks.config import AppConfig
+from ray_pd_eks.config import NVME_MOUNT, AppConfig
 
 NAME = "preflight"
-HELP = "check account, region, GPU type, AZs, vCPU quota and CDK bootstrap before a deploy"
+HELP = (
+    "check account, region, GPU type, AZs, capacity, vCPU quota, CDK bootstrap and model "
+    "access before a deploy"
+)
 DESCRIPTION = """\
 Check, before a deploy, that the settings fit this account and region:
   credentials  who you are (sts:GetCallerIdentity) and the region used
   gpu type     gpuNodeType supports EFA here, with its EFA interfaces, vCPUs and GPUs
+  gpu storage  its instance-store NVMe (for gpuLocalStorage) matches what the stack expects
   gpu AZ       the Availability Zones that offer gpuNodeType; recommends -c gpuAz=...
+  capacity reservation
+               gpuCapacityReservationId is active, for gpuNodeType on Linux/UNIX, in gpuAz,
+               has gpuNodeCount free instances and matches gpuPlacementGroupName
   vCPU quota   on-demand G and VT (or P) vCPU quota >= gpuNodeCount x vCPUs
   bootstrap    the environment is CDK-bootstrapped (cdk bootstrap aws://ACCOUNT/REGION)
+  model in S3  modelS3Uri's bucket is in the deploy region; config.json and *.safetensors
+  hugging face token
+               hfTokenSecretArn exists, is not deleted, uses the AWS managed key (the
+               secret is described, never read)
   access       your principal is in adminPrincipalArns (so status/smoke can read the cluster)
 Exit 1 if any check FAILs; WARNs do not change the exit code."""
 
@@ -38,6 +51,14 @@ QUOTAS = {
     "P": ("L-417A185B", "Running On-Demand P instances", ("p*",)),
 }
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+# The AL2023 EKS AMIs are Linux; a reservation for another platform never matches the nodes.
+NODE_PLATFORM = "Linux/UNIX"
+RESERVATION_NOT_FOUND = frozenset(
+    {"InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"}
+)
+AWS_MANAGED_SECRETS_KEY = "alias/aws/secretsmanager"
+S3_LIST_LIMIT = 1000  # one ListObjectsV2 page: a model folder holds far fewer objects
+GIB = 1024**3
 MIN_BOOTSTRAP_VERSION = 6  # templates synthesized by CDK v2 check for at least this
 
 
@@ -55,6 +76,82 @@ def quota_class(instance_type: str) -> str | None:
     return None
 
 
+def bucket_region(location: str | None) -> str:
+    """``GetBucketLocation``'s answer as a region: none means us-east-1, ``EU`` eu-west-1."""
+    if not location:
+        return "us-east-1"
+    return "eu-west-1" if location == "EU" else location
+
+
+def placement_group_of(reservation: dict[str, Any]) -> str:
+    """The name of the cluster placement group the reservation was created in, or ""."""
+    arn = str(reservation.get("PlacementGroupArn") or "")
+    return arn.rsplit("placement-group/", 1)[-1] if "placement-group/" in arn else ""
+
+
+def reservation_problems(
+    reservation: dict[str, Any], *, instance_type: str, az: str, count: int, placement_group: str
+) -> list[str]:
+    """Why the GPU nodes could not launch into the reservation (the deploy's own checks, in
+    the same order); empty when they can. Each text follows the reservation id."""
+    out = []
+    state = reservation.get("State", "?")
+    if state != "active":
+        out.append(
+            f"is '{state}', not 'active': nodes launch only into an active reservation; use "
+            "another (-c gpuCapacityReservationId=cr-...) or leave it empty"
+        )
+    reserved = reservation.get("InstanceType", "?")
+    if reserved != instance_type:
+        out.append(
+            f"reserves {reserved}, but gpuNodeType={instance_type}: set "
+            f"-c gpuNodeType={reserved} or use a reservation for {instance_type}"
+        )
+    platform = reservation.get("InstancePlatform", "?")
+    if platform != NODE_PLATFORM:
+        out.append(
+            f"is for platform '{platform}', the EKS AL2023 GPU nodes are '{NODE_PLATFORM}': "
+            f"use a {NODE_PLATFORM} reservation"
+        )
+    tenancy = reservation.get("Tenancy", "default")
+    if tenancy != "default":
+        out.append(
+            f"has tenancy '{tenancy}', the GPU nodes launch with 'default' and would never use "
+            "it: use a reservation with default tenancy"
+        )
+    where = reservation.get("AvailabilityZone", "?")
+    if az and az != where:
+        out.append(
+            f"is in {where}, but gpuAz={az}: set -c gpuAz={where} or leave gpuAz empty (the "
+            "reservation's AZ is then used)"
+        )
+    available = int(reservation.get("AvailableInstanceCount", 0))
+    total = int(reservation.get("TotalInstanceCount", 0))
+    if available < count:
+        out.append(
+            f"has {available} of {total} instances free, but gpuNodeCount={count} needs "
+            f"{count}: stop the instances that use it, enlarge it, or lower -c gpuNodeCount"
+        )
+    group = placement_group_of(reservation)
+    if group and group != placement_group:
+        configured = (
+            f"gpuPlacementGroupName={placement_group}"
+            if placement_group
+            else "gpuPlacementGroupName is empty (the stack creates its own group)"
+        )
+        out.append(
+            f"was created in cluster placement group {group}, but {configured}; only instances "
+            f"launched into that group can use it: set -c gpuPlacementGroupName={group}"
+        )
+    elif placement_group and not group:
+        out.append(
+            f"is in no placement group, but gpuPlacementGroupName={placement_group}: a cluster "
+            "placement group only uses reservations created in it; use one created in "
+            f"{placement_group} or leave gpuPlacementGroupName empty"
+        )
+    return out
+
+
 class Preflight:
     """The checks, in order; each yields findings and never raises for an expected answer."""
 
@@ -68,8 +165,11 @@ class Preflight:
             self.credentials,
             self.gpu_type,
             self.gpu_az,
+            self.capacity_reservation,
             self.quota,
             self.bootstrap,
+            self.model_in_s3,
+            self.hf_token,
             self.access,
         ]
         for check in checks:
@@ -134,6 +234,57 @@ class Preflight:
             yield Finding(FAIL, "gpu type", f"{itype} has no GPU: use -c gpuNodeType=g6.8xlarge")
         else:
             yield Finding(OK, "gpu type", f"{itype}: EFA supported (max {efa} interfaces), {facts}")
+        yield self._gpu_storage(itype, info.get("InstanceStorageInfo") or {})
+
+    def _gpu_storage(self, itype: str, storage: dict[str, Any]) -> Finding:
+        """The live instance store against the offline table the stack's storage layout uses."""
+        c = self.config
+        live = int(storage.get("TotalSizeInGB") or 0)
+        table = c.gpu_spec.nvme_gb
+        disks = ", ".join(
+            f"{d.get('Count', 1)} x {d.get('SizeInGB', '?')} GB {d.get('Type', '')}".rstrip()
+            for d in storage.get("Disks", [])
+        )
+        nvme = f"{live} GB of instance-store NVMe ({disks})" if disks else f"{live} GB of NVMe"
+        root = (
+            f"the {c.gpu_root_gib} GiB gp3 root volume holds images and caches "
+            f"(gpuRootVolumeIops={c.gpu_root_volume_iops}, "
+            f"gpuRootVolumeThroughput={c.gpu_root_volume_throughput} MiB/s)"
+        )
+        if c.gpu_local_storage == "raid0" and not live:
+            return Finding(
+                FAIL,
+                "gpu storage",
+                f"gpuLocalStorage=raid0 but EC2 reports no instance store for {itype} in "
+                f"{self.aws.region} (the offline table says {table} GB): use "
+                "-c gpuLocalStorage=none (the root volume then holds images and caches) or a "
+                "type with NVMe",
+            )
+        if not c.uses_local_nvme:
+            unused = f"; its {nvme} stays unused" if live else ""
+            return Finding(
+                OK, "gpu storage", f"gpuLocalStorage={c.gpu_local_storage}: {root}{unused}"
+            )
+        if live != table:
+            consequence = (
+                f"the nodes would find no disk for RAID0 and keep images and caches on the "
+                f"{c.gpu_root_gib} GiB root volume: set -c gpuLocalStorage=none"
+                if not live
+                else "containerd, kubelet and the model cache still go to its RAID0"
+            )
+            # No disk at all leaves a 50 GiB root volume to hold the image and the weights.
+            return Finding(
+                WARN if live else FAIL,
+                "gpu storage",
+                f"EC2 reports {live} GB of instance store for {itype}, the offline table "
+                f"(ray_pd_eks/instance_types.py) {table} GB: {consequence}",
+            )
+        return Finding(
+            OK,
+            "gpu storage",
+            f"{itype}: {nvme}; containerd, kubelet and the model cache go to its RAID0 at "
+            f"{NVME_MOUNT}, the {c.gpu_root_gib} GiB root volume holds the OS",
+        )
 
     def gpu_az(self) -> Iterator[Finding]:
         itype = self.config.gpu_node_type
@@ -164,6 +315,12 @@ class Preflight:
             )
         elif configured:
             yield Finding(OK, "gpu AZ", f"gpuAz {configured} offers {itype} (also: {listed})")
+        elif self.config.gpu_capacity_reservation_id:
+            yield Finding(
+                OK,
+                "gpu AZ",
+                f"{itype} is offered in {listed}; the deploy uses the capacity reservation's AZ",
+            )
         else:
             yield Finding(
                 OK,
@@ -171,6 +328,62 @@ class Preflight:
                 f"{itype} is offered in {listed}; the deploy picks one — to pin it "
                 f"(EFA needs one AZ), use -c gpuAz={zones[0]}",
             )
+
+    def capacity_reservation(self) -> Iterator[Finding]:
+        c = self.config
+        rid = c.gpu_capacity_reservation_id
+        if not rid:
+            yield Finding(
+                OK,
+                "capacity reservation",
+                "none (On-Demand capacity; the deploy fails after gpuCapacityWaitMinutes="
+                f"{c.gpu_capacity_wait_minutes} if the AZ has none)",
+            )
+            return
+        ec2 = self.aws.client("ec2")
+        try:
+            with self.aws.errors("ec2:DescribeCapacityReservations"):
+                try:
+                    found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])[
+                        "CapacityReservations"
+                    ]
+                except bce.ClientError as err:
+                    if error_code(err) not in RESERVATION_NOT_FOUND:
+                        raise
+                    found = []
+        except AccessError as err:
+            yield Finding(WARN, "capacity reservation", f"cannot check {rid} ({err.message})")
+            return
+        if not found:
+            yield Finding(
+                FAIL,
+                "capacity reservation",
+                f"{rid} not found in this account and {self.aws.region}: check the id and the "
+                "region, or leave gpuCapacityReservationId empty",
+            )
+            return
+        problems = reservation_problems(
+            found[0],
+            instance_type=c.gpu_node_type,
+            az=c.gpu_az,
+            count=c.gpu_node_count,
+            placement_group=c.gpu_placement_group_name,
+        )
+        for problem in problems:
+            yield Finding(FAIL, "capacity reservation", f"{rid} {problem}")
+        if problems:
+            return
+        r = found[0]
+        az = r.get("AvailabilityZone", "?")
+        group = placement_group_of(r)
+        where = f" in placement group {group}" if group else ""
+        yield Finding(
+            OK,
+            "capacity reservation",
+            f"{rid}: {c.gpu_node_type} in {az}{where}, {r.get('AvailableInstanceCount', 0)} of "
+            f"{r.get('TotalInstanceCount', 0)} instances free for gpuNodeCount="
+            f"{c.gpu_node_count}; the GPU AZ will be {az}, the reservation's",
+        )
 
     def quota(self) -> Iterator[Finding]:
         itype = self.config.gpu_node_type
@@ -294,6 +507,151 @@ class Preflight:
             yield Finding(WARN, "bootstrap", f"cannot tell ({err.message})")
             return
         yield Finding(OK, "bootstrap", f"CDKToolkit stack is {stack.get('StackStatus', '?')}")
+
+    def model_in_s3(self) -> Iterator[Finding]:
+        """The staged model: a same-region bucket whose prefix holds config.json and
+        safetensors weights. Lists keys and sizes only, never reads an object."""
+        c = self.config
+        if not c.model_s3_uri:
+            return
+        bucket, prefix = c.model_s3_bucket, c.model_s3_prefix
+        uri = f"s3://{bucket}/{prefix}/"
+        s3 = self.aws.client("s3")
+        try:
+            with self.aws.errors("s3:GetBucketLocation"):
+                try:
+                    location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
+                except bce.ClientError as err:
+                    if error_code(err) != "NoSuchBucket":
+                        raise
+                    yield Finding(
+                        FAIL,
+                        "model in S3",
+                        f"bucket {bucket} does not exist: fix -c modelS3Uri={c.model_s3_uri}",
+                    )
+                    return
+            region = bucket_region(location)
+            if region != self.aws.region:
+                yield Finding(
+                    FAIL,
+                    "model in S3",
+                    f"bucket {bucket} is in {region}, the deployment in {self.aws.region}: "
+                    f"staging must be same-region; copy the model to a bucket in "
+                    f"{self.aws.region} and point -c modelS3Uri=... at it",
+                )
+                return
+            with self.aws.errors("s3:ListObjectsV2"):
+                page = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/", MaxKeys=S3_LIST_LIMIT)
+        except AccessError as err:
+            yield Finding(
+                WARN,
+                "model in S3",
+                f"cannot verify {uri} ({err.message}); the deploy's role is read-only on that "
+                f"prefix anyway: check it holds config.json and *.safetensors (`aws s3 ls {uri}`)",
+            )
+            return
+        objects = page.get("Contents", [])
+        names = [str(o["Key"])[len(prefix) + 1 :] for o in objects]
+        top = {n for n in names if n and "/" not in n}
+        weights = sorted(n for n in top if n.endswith(".safetensors"))
+        missing = [
+            name
+            for name, present in (("config.json", "config.json" in top), ("*.safetensors", weights))
+            if not present
+        ]
+        count = f"{len(objects)}{'+' if page.get('IsTruncated') else ''}"
+        if missing:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            found = f"found {count} objects: {shown}" if names else "it is empty"
+            yield Finding(
+                FAIL,
+                "model in S3",
+                f"{uri} has no {' and no '.join(missing)} directly under it ({found}): point "
+                "-c modelS3Uri=... at the folder holding the model's config.json and weights",
+            )
+            return
+        size = sum(int(o.get("Size", 0)) for o in objects) / GIB
+        yield Finding(
+            OK,
+            "model in S3",
+            f"{uri}: {count} objects, {size:.1f} GiB (config.json, {len(weights)} "
+            f"*.safetensors), bucket in {region}",
+        )
+
+    def hf_token(self) -> Iterator[Finding]:
+        """The token secret exists and the pods can decrypt it. Described, never read:
+        preflight must not hold the token."""
+        arn = self.config.hf_token_secret_arn
+        if not arn:
+            return
+        secret_region = arn.split(":")[3] if arn.count(":") >= 6 else self.aws.region
+        if secret_region != self.aws.region:
+            yield Finding(
+                FAIL,
+                "hugging face token",
+                f"the secret is in {secret_region}, the deployment in {self.aws.region}: use a "
+                f"secret in {self.aws.region} (-c hfTokenSecretArn=...)",
+            )
+            return
+        sm = self.aws.client("secretsmanager")
+        try:
+            with self.aws.errors("secretsmanager:DescribeSecret"):
+                try:
+                    secret = sm.describe_secret(SecretId=arn)
+                except bce.ClientError as err:
+                    if error_code(err) != "ResourceNotFoundException":
+                        raise
+                    secret = None
+        except AccessError as err:
+            yield Finding(WARN, "hugging face token", f"cannot check {arn} ({err.message})")
+            return
+        if secret is None:
+            yield Finding(
+                FAIL,
+                "hugging face token",
+                f"{arn} not found in {self.aws.region}: create it (`aws secretsmanager "
+                "create-secret --name hf-token --secret-string file://hf-token.txt`) or fix "
+                "-c hfTokenSecretArn=...",
+            )
+            return
+        name = str(secret.get("Name") or arn)
+        deleted = secret.get("DeletedDate")
+        if deleted:
+            when = deleted.strftime("%Y-%m-%d") if hasattr(deleted, "strftime") else deleted
+            yield Finding(
+                FAIL,
+                "hugging face token",
+                f"{name} is scheduled for deletion ({when}): restore it with `aws "
+                f"secretsmanager restore-secret --secret-id {arn}` or use another secret",
+            )
+            return
+        key = str(secret.get("KmsKeyId") or "")
+        if key and not key.endswith(AWS_MANAGED_SECRETS_KEY):
+            yield Finding(
+                WARN,
+                "hugging face token",
+                f"{name} is encrypted with the customer managed KMS key {key}: the pods' role "
+                "gets no kms:Decrypt on it, so the hf-token init container fails unless that "
+                "key's policy lets the model-fetch roles decrypt; or re-encrypt the secret "
+                f"with the AWS managed key ({AWS_MANAGED_SECRETS_KEY})",
+            )
+            return
+        stages = secret.get("VersionIdsToStages") or {}
+        if not any("AWSCURRENT" in s for s in stages.values()):
+            yield Finding(
+                WARN,
+                "hugging face token",
+                f"{name} lists no current value (AWSCURRENT): put the token with `aws "
+                f"secretsmanager put-secret-value --secret-id {arn} --secret-string "
+                "file://hf-token.txt`",
+            )
+            return
+        yield Finding(
+            OK,
+            "hugging face token",
+            f"{name} exists, encrypted with the AWS managed key; the pods read it, "
+            "preflight only described it",
+        )
 
     def access(self) -> Iterator[Finding]:
         """Can this principal use status/smoke/efa-check after the deploy? Two things decide:
