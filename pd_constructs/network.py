@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 
 from aws_cdk import CustomResource, Duration, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
@@ -18,13 +19,15 @@ from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_findi
 
 def subnet_plan(vpc_cidr: str) -> dict[str, str]:
     """How the VPC CIDR is carved: quarters 0-1 cluster private subnets (allocated by ec2.Vpc in
-    that order), the start of quarter 2 the public subnets, quarter 3 the GPU subnet."""
+    that order), the start of quarter 2 the public subnets, quarter 3 the GPU subnet, in one of
+    its two halves (the other is where it goes when it moves to another AZ)."""
     net = ipaddress.IPv4Network(vpc_cidr)
     quarters = list(net.subnets(prefixlen_diff=2))
+    halves = list(quarters[3].subnets(prefixlen_diff=1))
     return {
         "private_mask": str(quarters[0].prefixlen),
         "public_mask": str(net.prefixlen + 8),
-        "gpu_cidr": str(quarters[3]),
+        "gpu_cidrs": ",".join(str(h) for h in halves),
     }
 
 
@@ -40,6 +43,9 @@ class GpuAvailabilityZone(Construct):
     instances free (on Create) and was created in ``placement_group_name`` (default "": the
     stack creates its own cluster placement group, so only a reservation outside any placement
     group fits).
+
+    ``subnet_cidrs`` are the two blocks the GPU subnet alternates between when it moves to
+    another AZ (:func:`subnet_plan`); ``subnet_cidr`` is the one to use now.
     """
 
     def __init__(
@@ -53,9 +59,12 @@ class GpuAvailabilityZone(Construct):
         log_removal_policy: RemovalPolicy,
         capacity_reservation_id: str = "",
         placement_group_name: str = "",
+        subnet_cidrs: Sequence[str],
         instance_count: int = 2,
     ) -> None:
         super().__init__(scope, construct_id)
+        if len(subnet_cidrs) != 2:
+            raise ValueError(f"GpuAvailabilityZone subnet_cidrs={subnet_cidrs}: give two blocks")
         if instance_count < 1:
             raise ValueError(
                 f"GpuAvailabilityZone instance_count={instance_count}: needs at least 1 node"
@@ -94,9 +103,11 @@ class GpuAvailabilityZone(Construct):
                 "CapacityReservationId": capacity_reservation_id,
                 "PlacementGroupName": placement_group_name,
                 "InstanceCount": str(instance_count),
+                "SubnetCidrs": ",".join(subnet_cidrs),
             },
         )
         self.az_name = self.resource.get_att_string("AvailabilityZone")
+        self.subnet_cidr = self.resource.get_att_string("SubnetCidr")
         acknowledge(
             fn,
             "AwsSolutions-IAM5",
@@ -163,6 +174,7 @@ class PdNetwork(Construct):
         *,
         vpc_cidr: str,
         gpu_az: str,
+        gpu_subnet_cidr: str,
         log_retention: logs.RetentionDays,
         log_removal_policy: RemovalPolicy,
     ) -> None:
@@ -205,7 +217,7 @@ class PdNetwork(Construct):
             "GpuSubnet",
             vpc_id=self.vpc.vpc_id,
             availability_zone=gpu_az,
-            cidr_block=plan["gpu_cidr"],
+            cidr_block=gpu_subnet_cidr,
             map_public_ip_on_launch=False,
         )
         self.gpu_subnet.add_default_nat_route(nat.ref)

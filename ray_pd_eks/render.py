@@ -91,7 +91,13 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
         ),
         (
             "30-rayservice.yaml",
-            "# kubectl apply -f 30-rayservice.yaml\n",
+            "# kubectl apply -f 30-rayservice.yaml\n"
+            + (
+                "# The pods run as service account model-fetch: create it with a Pod Identity "
+                "association to a role that may read the staged model or the token.\n"
+                if config.needs_model_access
+                else ""
+            ),
             render_rayservice(config, image=image, region=region),
         ),
     ]

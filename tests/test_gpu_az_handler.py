@@ -312,3 +312,45 @@ def test_without_a_reservation_no_reservation_is_described() -> None:
     out = handler.on_event(event, None, ec2=ec2)
     assert out["PhysicalResourceId"] == "us-west-2a"
     stub.assert_no_pending_responses()  # and an unexpected call would have raised
+
+
+CIDRS = "10.0.192.0/19,10.0.224.0/19"
+
+
+def _cidr_event(request: str, physical: str | None = None, requested: str = "") -> dict[str, Any]:
+    event = _event(request, requested=requested, physical=physical)
+    event["ResourceProperties"]["SubnetCidrs"] = CIDRS
+    return event
+
+
+def test_create_takes_the_first_block_and_remembers_it_in_the_physical_id() -> None:
+    ec2, _ = _ec2(["us-west-2a", "us-west-2b"])
+    out = handler.on_event(_cidr_event("Create"), None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2a/10.0.192.0/19"
+    assert out["Data"]["SubnetCidr"] == "10.0.192.0/19"
+
+
+def test_update_in_the_same_az_keeps_the_block() -> None:
+    ec2, _ = _ec2(["us-west-2a", "us-west-2b"])
+    event = _cidr_event("Update", physical="us-west-2b/10.0.224.0/19")
+    out = handler.on_event(event, None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2b/10.0.224.0/19"
+
+
+def test_moving_to_another_az_takes_the_other_block() -> None:
+    """CloudFormation creates the new subnet before deleting the old: the blocks must differ."""
+    for old, new in (("10.0.192.0/19", "10.0.224.0/19"), ("10.0.224.0/19", "10.0.192.0/19")):
+        ec2, _ = _ec2(["us-west-2a", "us-west-2b"])
+        event = _cidr_event("Update", physical=f"us-west-2a/{old}", requested="us-west-2b")
+        out = handler.on_event(event, None, ec2=ec2)
+        assert out["Data"] == {
+            "AvailabilityZone": "us-west-2b",
+            "OfferedAzs": "us-west-2a,us-west-2b",
+            "SubnetCidr": new,
+        }
+
+
+def test_an_az_only_physical_id_counts_as_the_first_block() -> None:
+    ec2, _ = _ec2(["us-west-2a", "us-west-2b"])
+    event = _cidr_event("Update", physical="us-west-2a", requested="us-west-2b")
+    assert handler.on_event(event, None, ec2=ec2)["Data"]["SubnetCidr"] == "10.0.224.0/19"

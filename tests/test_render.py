@@ -58,3 +58,16 @@ def test_cdk_synth_writes_the_rendered_files_next_to_the_templates(tmp_path: Pat
     text = (tmp_path / "rendered" / "30-rayservice.yaml").read_text()
     assert "max_model_len: 8192" in text
     assert any(tmp_path.glob("assembly-RayPdEks/*Workload*.template.json"))
+
+
+def test_rendered_pods_needing_aws_access_say_which_service_account() -> None:
+    assert "model-fetch" not in rendered_files(DEFAULTS)["30-rayservice.yaml"]
+    staged = DEFAULTS.with_overrides({"modelS3Uri": "s3://models/qwen/Qwen3.5-9B"})
+    text = rendered_files(staged)["30-rayservice.yaml"]
+    assert "# The pods run as service account model-fetch" in text
+    assert (
+        yaml.safe_load(text)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
+            "serviceAccountName"
+        ]
+        == "model-fetch"
+    )

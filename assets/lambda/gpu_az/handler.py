@@ -11,10 +11,16 @@ and the reservation is checked first (state, instance type, platform, tenancy, A
 capacity, placement group), so a reservation the nodes could never use fails the deploy in
 seconds with the setting to change, instead of a node group that waits for capacity.
 
+It also gives the GPU subnet its CIDR, one of two blocks (``SubnetCidrs``): a new AZ always
+gets the block the current subnet does not use, because CloudFormation creates the replacement
+subnet before it deletes the old one, and two subnets of a VPC cannot share a CIDR. The
+physical id ``<az>/<cidr>`` remembers both across updates.
+
 CloudFormation custom resource handler (CDK Provider ``on_event``); standard library + boto3.
 Resource properties (all strings): ``InstanceType``, ``RequestedAz`` ("" = choose),
 ``CapacityReservationId`` ("" = none), ``PlacementGroupName`` ("" = the stack creates its own
-cluster placement group), ``InstanceCount`` (the node count, e.g. "2").
+cluster placement group), ``InstanceCount`` (the node count, e.g. "2"), ``SubnetCidrs`` (two
+comma-separated CIDR blocks).
 """
 
 from __future__ import annotations
@@ -177,7 +183,8 @@ def on_event(event: dict[str, Any], context: Any, ec2: Any = None) -> dict[str, 
     reservation_id = props.get("CapacityReservationId", "")
     ec2 = ec2 or boto3.client("ec2")
     offered = offering_azs(ec2, instance_type)
-    previous = event.get("PhysicalResourceId", "") if event["RequestType"] == "Update" else ""
+    previous_id = event.get("PhysicalResourceId", "") if event["RequestType"] == "Update" else ""
+    previous, _, previous_cidr = previous_id.partition("/")
     if reservation_id:
         reserved_az = check_reservation(
             describe_reservation(ec2, reservation_id),
@@ -198,11 +205,25 @@ def on_event(event: dict[str, Any], context: Any, ec2: Any = None) -> dict[str, 
             LOG.warning("the reservation moves the GPU AZ from %s to %s", previous, az)
     else:
         az = choose_az(offered, instance_type, requested, previous)
-    LOG.info("instance type %s offered in %s; using %s", instance_type, offered, az)
-    return {
-        "PhysicalResourceId": az,
-        "Data": {"AvailabilityZone": az, "OfferedAzs": ",".join(offered)},
-    }
+    candidates = [c.strip() for c in props.get("SubnetCidrs", "").split(",") if c.strip()]
+    cidr = choose_cidr(candidates, az, previous, previous_cidr)
+    LOG.info(
+        "instance type %s offered in %s; using %s, GPU subnet %s", instance_type, offered, az, cidr
+    )
+    data = {"AvailabilityZone": az, "OfferedAzs": ",".join(offered)}
+    if cidr:
+        data["SubnetCidr"] = cidr
+    return {"PhysicalResourceId": f"{az}/{cidr}" if cidr else az, "Data": data}
+
+
+def choose_cidr(candidates: list[str], az: str, previous_az: str, previous_cidr: str) -> str:
+    """The GPU subnet's block: unchanged while the AZ is, the other block when it moves."""
+    if not candidates:
+        return ""
+    current = previous_cidr if previous_cidr in candidates else candidates[0]
+    if not previous_az or az == previous_az:
+        return current
+    return next((c for c in candidates if c != current), current)
 
 
 def _count(raw: Any) -> int:
