@@ -6,7 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from pd_constructs import warmup
+from ray_pd_eks.cli import status
 from tests.cli_fixtures import (
     ACCOUNT,
     REGION,
@@ -19,12 +22,17 @@ from tests.cli_fixtures import (
 from tests.fakes.kube_api import (
     GPU_NODE_A,
     GPU_NODE_B,
+    SYSTEM_NODE,
+    WARMUP_NAMESPACE,
     WORKER_POD_A,
     WORKER_POD_B,
     FakeKubeApi,
+    make_container_status,
+    make_daemonset,
     make_event,
     make_pod,
     make_rayservice,
+    make_warmup_pod,
 )
 
 pytest_plugins = ["tests.fakes.fixtures"]  # the ``kube_api`` fixture: a fresh fake API server
@@ -299,3 +307,294 @@ def test_private_endpoint_unreachable_explains_why(tmp_path: Path) -> None:
         result.err,
     ), result.err
     assert len(harness.clock.sleeps) == 2  # the client's retries, through the fake clock
+
+
+# --- node warm-up ----------------------------------------------------------------------------
+
+PREPULL_SYS, PREPULL_A, PREPULL_B = (
+    "image-prepull-s7d2k",
+    "image-prepull-a4f9x",
+    "image-prepull-b8n3q",
+)
+PREFETCH_A, PREFETCH_B = "model-prefetch-a2m6p", "model-prefetch-b5t8r"
+GATED = "GatedRepoError: 403 Client Error. Cannot access gated repo for url https://hf.co/x."
+
+
+def warmup_section(out: str) -> list[str]:
+    """The lines of the "Node warm-up" section, up to the blank line before "Placement"."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Node warm-up"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("Placement:"))
+    return lines[start : end - 1]
+
+
+def state_of(out: str, pod: str) -> str:
+    """The STATE cell (the last column, may contain spaces) of a warm-up pod's row."""
+    cells = row(out, pod)
+    return " ".join(cells[3:])
+
+
+def set_warmup(kube_api: FakeKubeApi, *, prefetch_b: dict[str, object] | None = None) -> None:
+    """Pre-pull: done on the system node and GPU node A, pulling on B. Prefetch: done on A,
+    ``prefetch_b`` (default: ``prefetch-model`` downloading) on B."""
+    kube_api.warmup_daemonsets = [
+        make_daemonset("image-prepull", desired=3, ready=2),
+        make_daemonset("model-prefetch", desired=2, ready=1),
+    ]
+    done_init = [
+        make_container_status("hf-token", "terminated"),
+        make_container_status("prefetch-model", "terminated"),
+    ]
+    kube_api.warmup_pods = [
+        make_warmup_pod(PREPULL_SYS, daemonset="image-prepull", node=SYSTEM_NODE, ready=True),
+        make_warmup_pod(PREPULL_A, daemonset="image-prepull", node=GPU_NODE_A, ready=True),
+        make_warmup_pod(PREPULL_B, daemonset="image-prepull", node=GPU_NODE_B),
+        make_warmup_pod(
+            PREFETCH_A, daemonset="model-prefetch", node=GPU_NODE_A, init=done_init, ready=True
+        ),
+        prefetch_b
+        or make_warmup_pod(
+            PREFETCH_B,
+            daemonset="model-prefetch",
+            node=GPU_NODE_B,
+            init=[
+                make_container_status("hf-token", "terminated"),
+                make_container_status("prefetch-model"),
+            ],
+        ),
+    ]
+
+
+def test_warmup_names_match_the_manifests() -> None:
+    assert status.WARMUP_NAMESPACE == warmup.WARMUP_NAMESPACE == WARMUP_NAMESPACE
+    prepull = warmup.render_image_prepull(image="example.com/ray-llm:1")
+    assert prepull["metadata"] == {
+        "name": "image-prepull",
+        "namespace": WARMUP_NAMESPACE,
+        "labels": {
+            "app.kubernetes.io/name": "image-prepull",
+            "app.kubernetes.io/part-of": "ray-pd-eks",
+        },
+    }
+    manifest = Path(__file__).resolve().parent.parent / "assets/manifests/model-prefetch.yaml"
+    prefetch = yaml.safe_load(manifest.read_text().replace("${", "{"))
+    assert prefetch["metadata"]["name"] == "model-prefetch"
+    assert prefetch["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == (
+        "model-prefetch"
+    )
+    assert status.WARMUP_DAEMONSETS == ("image-prepull", "model-prefetch")
+
+
+def test_warmup_shows_daemonsets_and_what_each_pod_does(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    set_warmup(kube_api)
+    result = cli.run("status")
+    assert result.code == 0, result.err  # the warm-up is still running: the app serves anyway
+    section = warmup_section(result.out)
+    assert section[0] == (
+        f"Node warm-up (namespace {WARMUP_NAMESPACE}): 3/5 pods ready "
+        "(informational: workers never wait on it)"
+    )
+    assert row(result.out, "image-prepull") == ["image-prepull", "3", "2"]
+    assert row(result.out, "model-prefetch") == ["model-prefetch", "2", "1"]
+    assert row(result.out, PREPULL_SYS)[1:3] == ["image-prepull", SYSTEM_NODE]
+    assert state_of(result.out, PREPULL_SYS) == "done"
+    assert state_of(result.out, PREPULL_A) == "done"
+    assert state_of(result.out, PREPULL_B) == "pulling image"
+    assert row(result.out, PREFETCH_B)[1:3] == ["model-prefetch", GPU_NODE_B]
+    assert state_of(result.out, PREFETCH_A) == "done"
+    assert state_of(result.out, PREFETCH_B) == "fetching model (prefetch-model)"
+    assert not any("failed" in line for line in section)
+    assert f"  kubectl get ds,pods -n {WARMUP_NAMESPACE} -o wide" in result.out
+    assert result.out.rstrip().splitlines()[-1].startswith("Verdict: RUNNING: app qwen RUNNING")
+    daemonsets = kube_api.requests_to(f"/apis/apps/v1/namespaces/{WARMUP_NAMESPACE}/daemonsets")
+    assert len(daemonsets) == 1
+
+
+def test_warmup_crash_loop_quotes_the_last_termination_message(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    crashing = make_warmup_pod(
+        PREFETCH_B,
+        daemonset="model-prefetch",
+        node=GPU_NODE_B,
+        init=[
+            make_container_status("hf-token", "terminated"),
+            make_container_status(
+                "prefetch-model",
+                "waiting",
+                reason="CrashLoopBackOff",
+                message="back-off 5m0s restarting failed container",
+                last_exit_code=1,
+                last_message=f"Traceback (most recent call last):\n  ...\n{GATED}\n",
+                restart_count=6,
+            ),
+        ],
+    )
+    set_warmup(kube_api, prefetch_b=crashing)
+    result = cli.run("status")
+    assert result.code == 0, result.err  # a failed warm-up never fails status
+    assert state_of(result.out, PREFETCH_B) == (
+        f"failed: prefetch-model CrashLoopBackOff, exit 1 (Error): {GATED}"
+    )
+    assert (
+        f"  why {PREFETCH_B} failed: kubectl logs -n {WARMUP_NAMESPACE} {PREFETCH_B} "
+        "-c prefetch-model --previous"
+    ) in warmup_section(result.out)
+    assert state_of(result.out, PREFETCH_A) == "done"
+    assert result.out.rstrip().splitlines()[-1].startswith("Verdict: RUNNING: app qwen RUNNING")
+
+
+@pytest.mark.parametrize(
+    ("init", "containers", "expected"),
+    [
+        pytest.param(
+            [
+                make_container_status("hf-token"),
+                make_container_status("prefetch-model", "waiting", reason="PodInitializing"),
+            ],
+            None,
+            "fetching model (hf-token)",
+            id="token-fetch-running",
+        ),
+        pytest.param(
+            [make_container_status("stage-model", "waiting", reason="PodInitializing")],
+            None,
+            "pulling image",
+            id="init-image-pulling",
+        ),
+        pytest.param(
+            [make_container_status("stage-model", "terminated")],
+            None,
+            "starting",
+            id="fetched-main-not-running",
+        ),
+        pytest.param(
+            [
+                make_container_status(
+                    "stage-model", "terminated", exit_code=2, message="fatal error: Access Denied"
+                )
+            ],
+            None,
+            "failed: stage-model exit 2 (Error): fatal error: Access Denied",
+            id="init-exit-nonzero",
+        ),
+        pytest.param(
+            [
+                make_container_status(
+                    "prefetch-model",
+                    "waiting",
+                    reason="CrashLoopBackOff",
+                    message="back-off 10s",
+                    last_exit_code=137,
+                )
+            ],
+            None,
+            "failed: prefetch-model CrashLoopBackOff, exit 137 (Error)",
+            id="crash-loop-without-message",
+        ),
+        pytest.param(
+            None,
+            [
+                make_container_status(
+                    "hold-image",
+                    "waiting",
+                    reason="ImagePullBackOff",
+                    message='Back-off pulling image "example.com/ray-llm:1"',
+                )
+            ],
+            'failed: hold-image ImagePullBackOff: Back-off pulling image "example.com/ray-llm:1"',
+            id="image-pull-backoff",
+        ),
+    ],
+)
+def test_warmup_pod_states(
+    init: list[dict[str, object]] | None, containers: list[dict[str, object]] | None, expected: str
+) -> None:
+    pod = make_warmup_pod(
+        "p", daemonset="model-prefetch", node=GPU_NODE_A, init=init, containers=containers
+    )
+    assert status.warmup_pod_state(pod)[0] == expected
+
+
+def test_warmup_not_deployed_changes_nothing(kube_api: FakeKubeApi, cli: Harness) -> None:
+    """An older deployment: no warm-up namespace, its endpoints answer 404."""
+    kube_api.set_stage("serving")
+    assert kube_api.warmup_daemonsets is None
+    result = cli.run("status")
+    assert result.code == 0, result.err
+    assert warmup_section(result.out) == [
+        f"Node warm-up (namespace {WARMUP_NAMESPACE}): not deployed "
+        "(no image-prepull or model-prefetch DaemonSet)"
+    ]
+    assert result.err == ""
+    assert kube_api.requests_to(f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods") == []
+
+
+def test_warmup_empty_namespace_is_not_deployed(kube_api: FakeKubeApi, cli: Harness) -> None:
+    """A real API server lists an absent namespace as empty (200), not 404."""
+    kube_api.set_stage("deploying")
+    kube_api.warmup_daemonsets = []
+    result = cli.run("status")
+    assert result.code == 1  # deploying, as without the warm-up
+    assert warmup_section(result.out)[0].endswith(
+        ": not deployed (no image-prepull or model-prefetch DaemonSet)"
+    )
+    assert "Verdict: WAITING: Ready=False/Initializing; app qwen=DEPLOYING" in result.out
+    assert kube_api.requests_to(f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods") == []
+
+
+def test_warmup_one_daemonset_missing(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    set_warmup(kube_api)
+    assert kube_api.warmup_daemonsets is not None
+    del kube_api.warmup_daemonsets[1]
+    result = cli.run("status")
+    assert row(result.out, "image-prepull") == ["image-prepull", "3", "2"]
+    assert "  model-prefetch: not deployed" in warmup_section(result.out)
+
+
+def test_warmup_access_denied_is_one_line(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    set_warmup(kube_api)
+    kube_api.inject_fault(403, times=5, path_contains=f"/namespaces/{WARMUP_NAMESPACE}/")
+    result = cli.run("status")
+    assert result.code == 0, result.err
+    assert result.err == ""
+    (line,) = warmup_section(result.out)
+    assert line.startswith(
+        f"Node warm-up (namespace {WARMUP_NAMESPACE}): access denied (403: nodes is forbidden"
+    )
+    assert result.out.rstrip().splitlines()[-1].startswith("Verdict: RUNNING: app qwen RUNNING")
+
+
+def test_watch_shows_warmup_progress_and_does_not_wait_for_it(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("deploying")
+    set_warmup(kube_api)
+
+    def running_with_a_failed_prefetch() -> None:
+        kube_api.set_stage("running")
+        assert kube_api.warmup_daemonsets is not None
+        kube_api.warmup_daemonsets[0] = make_daemonset("image-prepull", desired=3, ready=3)
+        kube_api.warmup_pods[4] = make_warmup_pod(
+            PREFETCH_B,
+            daemonset="model-prefetch",
+            node=GPU_NODE_B,
+            init=[make_container_status("prefetch-model", "terminated", exit_code=1)],
+        )
+
+    cli.clock.on_sleep = [running_with_a_failed_prefetch]
+    result = cli.run("status", "--watch", "--interval", "30")
+    assert result.code == 0, result.err
+    progress = [line for line in result.out.splitlines() if line.startswith("[")]
+    assert progress == [
+        "[    0s] app DEPLOYING | Ready=False | GPU nodes 2/2 | Ray pods 3/3 Running | warm-up 3/5",
+        "[   30s] app RUNNING | Ready=True | GPU nodes 2/2 | Ray pods 3/3 Running | warm-up 4/5",
+    ]
+    assert state_of(result.out, PREFETCH_B) == "failed: prefetch-model exit 1 (Error)"
+    assert "Verdict: RUNNING after 30s: app qwen RUNNING" in result.out

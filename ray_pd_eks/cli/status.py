@@ -3,6 +3,9 @@
 The verdicts come from the readiness Lambda's ``checks`` module, so ``status`` and the deploy's
 readiness check agree on what "running" and "stuck" mean. ``--watch`` polls until the Serve app
 is RUNNING (exit 0) or something that waiting will not fix happens (exit 1).
+
+The node warm-up (image pre-pull and model prefetch DaemonSets) is shown for information only:
+workers never wait on it, so it never changes the verdict or the exit code.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ NAME = "status"
 HELP = "show the RayService, Ray pods, GPU/EFA nodes, placement and warnings (--watch)"
 DESCRIPTION = """\
 Show the RayService's conditions and Serve app status, every Ray pod with its phase and node,
-each GPU node's nvidia.com/gpu and vpc.amazonaws.com/efa capacity/allocatable, where prefill
-and decode run, stuck pods and the latest warning events, then the equivalent kubectl commands.
+each GPU node's nvidia.com/gpu and vpc.amazonaws.com/efa capacity/allocatable, the node warm-up
+(image pre-pull and model prefetch per node), where prefill and decode run, stuck pods and the
+latest warning events, then the equivalent kubectl commands. The warm-up is informational:
+workers never wait on it, and it does not change the exit code.
 
 Exit 0 when the app is RUNNING, 1 otherwise. With --watch, refresh on one line until the app
 is RUNNING (exit 0), fails in a way waiting will not fix (DEPLOY_FAILED, image pull or crash
@@ -31,6 +36,25 @@ loop, unschedulable on ready GPU nodes, InitializingTimeout: exit 1) or --timeou
 While watching, a RayService that does not exist yet counts as "waiting" (the deploy creates it)."""
 
 WAITING, RUNNING, FAILED = "waiting", "running", "failed"
+
+# pd_constructs.warmup.WARMUP_NAMESPACE and its DaemonSets (assets/manifests/image-prepull.yaml,
+# model-prefetch.yaml); not imported from there because pd_constructs loads aws_cdk.
+WARMUP_NAMESPACE = "ray-pd-eks-warmup"
+WARMUP_DAEMONSETS = ("image-prepull", "model-prefetch")
+# Waiting reasons of a container that will not start without a change (or only after back-off).
+_FAILED_WAITING = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+_IMAGE_OR_CONFIG = _FAILED_WAITING - {"CrashLoopBackOff", "RunContainerError"}
+_STARTING = frozenset({"", "ContainerCreating", "PodInitializing"})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +97,7 @@ class Snapshot:
     events: list[dict[str, Any]]  # warning events, newest last
 
     failure: str | None  # the readiness Lambda's terminal-failure verdict, if any
+    warmup: Warmup  # informational: never part of the verdict
 
     def verdict(self) -> tuple[str, str]:
         """(WAITING | RUNNING | FAILED, one-line reason)."""
@@ -95,15 +120,187 @@ class Snapshot:
         return self.state.summary()
 
     def progress_line(self) -> str:
+        warmup = f" | {self.warmup.progress()}" if self.warmup.deployed else ""
         state = self.state
         if not state.exists:
-            return "RayService not created yet (the workload stack creates it)"
+            return "RayService not created yet (the workload stack creates it)" + warmup
         running = sum(p.phase == "Running" for p in self.placement.pods)
         return (
             f"app {state.app_status or 'not started'} | Ready={state.ready_status or 'none'} | "
             f"GPU nodes {len(self.nodes.usable)}/{self.nodes.expected} | "
-            f"Ray pods {running}/{len(self.placement.pods)} Running"
+            f"Ray pods {running}/{len(self.placement.pods)} Running" + warmup
         )
+
+
+@dataclass(frozen=True)
+class WarmupPod:
+    name: str
+    daemonset: str
+    node: str
+    state: str  # "pulling image", "fetching model (<init>)", "starting", "done", "failed: ..."
+    hint: str | None = None  # for a failed pod: the kubectl command that shows why
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The node warm-up DaemonSets (desired, ready) and their pods, or why they are unread."""
+
+    daemonsets: dict[str, tuple[int, int]]  # the ones that exist: name -> (desired, ready)
+    pods: list[WarmupPod]
+    unread: str | None = None  # e.g. access denied; None when read (or absent: not deployed)
+
+    @property
+    def deployed(self) -> bool:
+        return bool(self.daemonsets)
+
+    def ready_of_desired(self) -> str:
+        """``ready/desired`` pods over both DaemonSets."""
+        desired = sum(d for d, _ in self.daemonsets.values())
+        ready = sum(r for _, r in self.daemonsets.values())
+        return f"{ready}/{desired}"
+
+    def progress(self) -> str:
+        return f"warm-up {self.ready_of_desired()}"
+
+    def render(self) -> list[str]:
+        title = f"Node warm-up (namespace {WARMUP_NAMESPACE})"
+        if self.unread:
+            return [f"{title}: {self.unread}"]
+        if not self.deployed:
+            return [f"{title}: not deployed (no {' or '.join(WARMUP_DAEMONSETS)} DaemonSet)"]
+        lines = [
+            f"{title}: {self.ready_of_desired()} pods ready "
+            "(informational: workers never wait on it)"
+        ]
+        rows = [[name, str(d), str(r)] for name, (d, r) in self.daemonsets.items()]
+        lines += table(["DAEMONSET", "DESIRED", "READY"], rows)
+        lines += [f"  {n}: not deployed" for n in WARMUP_DAEMONSETS if n not in self.daemonsets]
+        if self.pods:
+            pod_rows = [[p.name, p.daemonset, p.node, p.state] for p in self.pods]
+            lines += ["", *table(["POD", "DAEMONSET", "NODE", "STATE"], pod_rows)]
+        lines += [f"  why {p.name} failed: {p.hint}" for p in self.pods if p.hint]
+        return lines
+
+
+def read_warmup(cluster: Cluster) -> Warmup:
+    """The warm-up DaemonSets and pods. Never raises for the API's answers: a missing
+    namespace or DaemonSet (an older deployment) is "not deployed", a refusal one line."""
+    kube = cluster.kube
+    try:
+        ds_json = cluster.client.get_json(f"/apis/apps/v1/namespaces/{WARMUP_NAMESPACE}/daemonsets")
+        daemonsets: dict[str, tuple[int, int]] = {}
+        for ds in ds_json.get("items") or []:
+            name = (ds.get("metadata") or {}).get("name", "")
+            if name in WARMUP_DAEMONSETS:
+                status = ds.get("status") or {}
+                daemonsets[name] = (
+                    int(status.get("desiredNumberScheduled") or 0),
+                    int(status.get("numberReady") or 0),
+                )
+        if not daemonsets:
+            # Listing in a namespace that does not exist answers an empty list, not 404.
+            return Warmup({}, [])
+        pods_json = cluster.client.get_json(f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods")
+    except kube.KubeAuthError as err:
+        return Warmup({}, [], unread=f"access denied ({err.status}: {str(err.reason)[:160]})")
+    except kube.KubeApiError as err:
+        if err.status == 404:
+            return Warmup({}, [])
+        return Warmup({}, [], unread=f"not read: {str(err)[:200]}")
+    ordered = dict(sorted(daemonsets.items(), key=lambda kv: WARMUP_DAEMONSETS.index(kv[0])))
+    pods = [warmup_pod(p) for p in pods_json.get("items") or []]
+    pods.sort(key=lambda p: (p.daemonset, p.node, p.name))
+    return Warmup(ordered, pods)
+
+
+def warmup_pod(pod: dict[str, Any]) -> WarmupPod:
+    """One warm-up pod with its short state (see :func:`warmup_pod_state`)."""
+    meta = pod.get("metadata") or {}
+    name = str(meta.get("name", "?"))
+    state, hint = warmup_pod_state(pod)
+    return WarmupPod(
+        name=name,
+        daemonset=str((meta.get("labels") or {}).get("app.kubernetes.io/name", "-")),
+        node=str((pod.get("spec") or {}).get("nodeName") or "-"),
+        state=state,
+        hint=hint.format(pod=name) if hint else None,
+    )
+
+
+def warmup_pod_state(pod: dict[str, Any]) -> tuple[str, str | None]:
+    """(short state, for a failure the kubectl command that shows why; ``{pod}`` unfilled).
+
+    ``failed: <container> ...`` first (crash loop, image pull error, non-zero exit), then
+    ``done`` when Ready, ``fetching model (<init>)`` while an init container runs, ``pulling
+    image`` while the next container is still being created, ``starting`` once the fetch is
+    done but the pod is not Ready yet.
+    """
+    status = pod.get("status") or {}
+    inits = list(status.get("initContainerStatuses") or [])
+    mains = list(status.get("containerStatuses") or [])
+    for container in [*inits, *mains]:
+        failure = _container_failure(container)
+        if failure is not None:
+            return failure
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "terminating", None
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if (conditions.get("Ready") or {}).get("status") == "True":
+        return "done", None
+    if not (pod.get("spec") or {}).get("nodeName"):
+        scheduled = conditions.get("PodScheduled") or {}
+        return f"not scheduled: {scheduled.get('reason') or 'Pending'}", None
+    for container in inits:
+        state = container.get("state") or {}
+        if "running" in state:
+            return f"fetching model ({container.get('name', '?')})", None
+        if "terminated" not in state:  # exit 0: non-zero is a failure above
+            return _waiting(state), None
+    if any("running" in (c.get("state") or {}) for c in mains) or inits:
+        return "starting", None
+    return _waiting(next((c.get("state") or {} for c in mains), {})), None
+
+
+def _waiting(state: dict[str, Any]) -> str:
+    reason = str((state.get("waiting") or {}).get("reason") or "")
+    return "pulling image" if reason in _STARTING else f"waiting: {reason}"
+
+
+def _container_failure(container: dict[str, Any]) -> tuple[str, str] | None:
+    name = str(container.get("name", "?"))
+    state = container.get("state") or {}
+    waiting = state.get("waiting") or {}
+    terminated = state.get("terminated") or {}
+    last = (container.get("lastState") or {}).get("terminated") or {}
+    reason = str(waiting.get("reason") or "")
+    logs = f"kubectl logs -n {WARMUP_NAMESPACE} {{pod}} -c {name}"
+    if reason in _FAILED_WAITING:
+        if reason in _IMAGE_OR_CONFIG:
+            detail = _one_line(str(waiting.get("message") or ""))
+            text = f"{reason}: {detail}" if detail else reason
+            return f"failed: {name} {text}", f"kubectl describe pod -n {WARMUP_NAMESPACE} {{pod}}"
+        if last:
+            return f"failed: {name} {reason}, {_exit(last)}", f"{logs} --previous"
+        detail = _one_line(str(waiting.get("message") or ""))
+        return f"failed: {name} {reason}" + (f": {detail}" if detail else ""), logs
+    if terminated and terminated.get("exitCode") not in (0, None):
+        return f"failed: {name} {_exit(terminated)}", logs
+    return None
+
+
+def _exit(terminated: dict[str, Any]) -> str:
+    """``exit 1 (Error): <the termination message's last line>``."""
+    text = f"exit {terminated.get('exitCode', '?')}"
+    if terminated.get("reason"):
+        text += f" ({terminated['reason']})"
+    message = _one_line(str(terminated.get("message") or ""))
+    return f"{text}: {message}" if message else text
+
+
+def _one_line(message: str, limit: int = 160) -> str:
+    """The last non-empty line (a log tail ends with the error), at most ``limit`` chars."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -> Snapshot:
@@ -140,7 +337,8 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
         failure = handler.terminal_failure(
             cluster.readiness_props(), nodes, state, problems, now.timestamp()
         )
-    return Snapshot(rayservice, state, nodes, pods, problems, placement, events, failure)
+    warmup = read_warmup(cluster)
+    return Snapshot(rayservice, state, nodes, pods, problems, placement, events, failure, warmup)
 
 
 def _event_time(event: dict[str, Any]) -> datetime | None:
@@ -226,6 +424,7 @@ def render(snapshot: Snapshot, app: App, now: datetime, events_shown: int) -> li
     if not nodes.ok:
         lines.append(f"  waiting: {nodes.why}")
 
+    lines += ["", *snapshot.warmup.render()]
     lines += ["", f"Placement: {placement.why}"]
     if snapshot.problems:
         lines += ["", "Stuck pods:", *(f"  {p.describe()}" for p in snapshot.problems)]
@@ -257,6 +456,7 @@ def kubectl_commands(app: App) -> list[str]:
         "GPU:.status.allocatable.nvidia\\.com/gpu,EFA:.status.allocatable.vpc\\.amazonaws\\.com/efa",
         f"kubectl get events -n {c.namespace} --field-selector type=Warning "
         "--sort-by=.lastTimestamp",
+        f"kubectl get ds,pods -n {WARMUP_NAMESPACE} -o wide",
     ]
 
 

@@ -21,6 +21,10 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
 * ``GET /api/v1/nodes`` (``labelSelector`` ``k=v[,k=v]``), ``GET /api/v1/namespaces/{ns}/pods``,
   ``GET /api/v1/namespaces/{ns}/events``,
   ``GET /apis/ray.io/v1/namespaces/{ns}/rayservices/{name}`` (404 ``Status`` when unset);
+* the node warm-up namespace (``WARMUP_NAMESPACE``): ``GET /apis/apps/v1/namespaces/{it}/
+  daemonsets`` and ``GET /api/v1/namespaces/{it}/pods`` from ``warmup_daemonsets`` and
+  ``warmup_pods`` (built with ``make_daemonset``/``make_warmup_pod``); while
+  ``warmup_daemonsets`` is None (the default, and what ``set_stage`` leaves) both answer 404;
 * ``/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}``: routes set with ``set_proxy``
   win; otherwise ``<rs>-head-svc:8265`` answers the Ray dashboard endpoints from the state
   (``api/serve/applications/``, ``api/v0/nodes``, ``api/v0/logs``, ``api/v0/logs/file``), and
@@ -74,6 +78,7 @@ DECODE_WORKER_ID = "2e" * 28
 COMPLETION_TEXT = "OK."
 FAKE_REGION = "us-west-2"
 FAKE_ACCESS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+WARMUP_NAMESPACE = "ray-pd-eks-warmup"
 
 STAGES = ("nodes-not-ready", "deploying", "running", "models", "serving")
 
@@ -213,6 +218,135 @@ def make_pod(
     if node:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+
+def make_daemonset(
+    name: str, *, desired: int, ready: int, namespace: str = WARMUP_NAMESPACE
+) -> dict[str, Any]:
+    """A DaemonSet with ``desired`` pods scheduled, ``ready`` of them Ready."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "ray-pd-eks"},
+        },
+        "status": {
+            "currentNumberScheduled": desired,
+            "desiredNumberScheduled": desired,
+            "numberMisscheduled": 0,
+            "numberReady": ready,
+            "updatedNumberScheduled": desired,
+            "numberAvailable": ready,
+        },
+    }
+
+
+def make_container_status(
+    name: str,
+    state: Literal["running", "waiting", "terminated"] = "running",
+    *,
+    reason: str = "",
+    message: str = "",
+    exit_code: int = 0,
+    last_exit_code: int | None = None,
+    last_message: str = "",
+    restart_count: int = 0,
+) -> dict[str, Any]:
+    """A container status: ``waiting`` with ``reason``/``message``, ``terminated`` with
+    ``exit_code`` (reason Completed or Error unless given) and ``message``, or ``running``;
+    ``last_exit_code`` adds a ``lastState.terminated`` with ``last_message``."""
+    detail: dict[str, Any]
+    if state == "waiting":
+        detail = {"reason": reason}
+        if message:
+            detail["message"] = message
+    elif state == "terminated":
+        detail = {
+            "exitCode": exit_code,
+            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+            "startedAt": ts(ago=120),
+            "finishedAt": ts(ago=60),
+        }
+        if message:
+            detail["message"] = message
+    else:
+        detail = {"startedAt": ts(ago=60)}
+    status: dict[str, Any] = {
+        "name": name,
+        "ready": state == "running",
+        "restartCount": restart_count,
+        "started": state == "running",
+        "state": {state: detail},
+        "image": "example.com/ray-llm:1",
+    }
+    if last_exit_code is not None:
+        last: dict[str, Any] = {
+            "exitCode": last_exit_code,
+            "reason": "Error" if last_exit_code else "Completed",
+            "finishedAt": ts(ago=30),
+        }
+        if last_message:
+            last["message"] = last_message
+        status["lastState"] = {"terminated": last}
+    return status
+
+
+def make_warmup_pod(
+    name: str,
+    *,
+    daemonset: str,
+    node: str | None,
+    init: list[dict[str, Any]] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    ready: bool = False,
+    namespace: str = WARMUP_NAMESPACE,
+) -> dict[str, Any]:
+    """A warm-up DaemonSet's pod on ``node`` with these init/main container statuses
+    (``make_container_status``). Default main container: ``hold-image`` for ``image-prepull``,
+    ``done`` otherwise, running when ``ready``, else waiting (PodInitializing after init
+    containers, ContainerCreating without)."""
+    main_name = "hold-image" if daemonset == "image-prepull" else "done"
+    if containers is None:
+        if ready:
+            containers = [make_container_status(main_name)]
+        else:
+            reason = "PodInitializing" if init else "ContainerCreating"
+            containers = [make_container_status(main_name, "waiting", reason=reason)]
+    running = any("running" in c["state"] for c in containers)
+    conditions: list[dict[str, Any]] = [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Ready", "status": "True" if ready else "False"},
+    ]
+    status: dict[str, Any] = {
+        "phase": "Running" if running else "Pending",
+        "conditions": conditions,
+        "containerStatuses": containers,
+    }
+    if init:
+        status["initContainerStatuses"] = init
+    spec: dict[str, Any] = {
+        "initContainers": [{"name": c["name"]} for c in init or []],
+        "containers": [{"name": c["name"]} for c in containers],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": daemonset,
+                "app.kubernetes.io/part-of": "ray-pd-eks",
+            },
+            "creationTimestamp": ts(ago=600),
+        },
+        "spec": spec,
+        "status": status,
+    }
 
 
 def make_event(
@@ -503,6 +637,9 @@ class FakeKubeApi:
         self.serve_applications: dict[str, Any] | None = None
         self.ray_nodes: list[dict[str, Any]] = []
         self.ray_logs: dict[str, dict[str, str]] = {}
+        # None: the warm-up namespace's endpoints answer 404 (not deployed).
+        self.warmup_daemonsets: list[dict[str, Any]] | None = None
+        self.warmup_pods: list[dict[str, Any]] = []
         self.requests: list[RecordedRequest] = []
         self._proxy: dict[tuple[str, int, str, str], ProxyResponse] = {}
         self._faults: list[_Fault] = []
@@ -721,6 +858,11 @@ class FakeKubeApi:
             return _json(200, _list("PodList", items))
         if method == "GET" and path == f"/api/v1/namespaces/{ns}/events":
             return _json(200, _list("EventList", self.events))
+        if method == "GET" and self.warmup_daemonsets is not None:
+            if path == f"/apis/apps/v1/namespaces/{WARMUP_NAMESPACE}/daemonsets":
+                return _json(200, _list("DaemonSetList", self.warmup_daemonsets))
+            if path == f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods":
+                return _json(200, _list("PodList", self.warmup_pods))
         if method == "GET" and path == (
             f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{self.rayservice_name}"
         ):
