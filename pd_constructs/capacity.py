@@ -15,13 +15,11 @@ from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack, T
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.nag import LAMBDA_BASIC, acknowledge
-from pd_constructs.network import suppress_provider_framework
+from pd_constructs.waiter import logged_waiter_provider
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
 # derives when to give up with its own message before the Provider's total timeout.
@@ -124,26 +122,15 @@ class GpuCapacityWatch(Construct):
         is_complete.add_to_role_policy(
             iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
         )
-        provider = cr.Provider(
+        provider = logged_waiter_provider(
             self,
-            "Provider",
-            on_event_handler=on_event,
-            is_complete_handler=is_complete,
+            on_event=on_event,
+            is_complete=is_complete,
             query_interval=QUERY_INTERVAL,
-            total_timeout=timeout,
+            timeout=timeout,
             log_group=log_group,
-            # Every state transition is logged, without the event payloads.
-            disable_waiter_state_machine_logging=False,
-            waiter_state_machine_log_options=cr.LogOptions(
-                destination=logs.LogGroup(
-                    self,
-                    "WaiterLogs",
-                    retention=log_retention,
-                    removal_policy=log_removal_policy,
-                ),
-                level=sfn.LogLevel.ALL,
-                include_execution_data=False,
-            ),
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         self.resource = CustomResource(
             self,
@@ -177,20 +164,6 @@ class GpuCapacityWatch(Construct):
             "eks:DescribeNodegroup is limited to the one node group, whose ARN ends in an id "
             "EKS assigns at creation (hence the trailing *).",
             findings=["Resource::*", "Resource::" + _nag_flatten(Stack.of(self), nodegroup_arn)],
-        )
-        suppress_provider_framework(provider, on_event, is_complete)
-        acknowledge(
-            provider.node.find_child("waiter-state-machine"),
-            "AwsSolutions-IAM5",
-            "CloudWatch Logs delivery for Step Functions (logs:CreateLogDelivery and friends) "
-            "supports no resource-level permissions; AWS documents Resource * for it.",
-            findings=["Resource::*"],
-        )
-        acknowledge(
-            provider,
-            "AwsSolutions-SF2",
-            "The Provider framework's waiter state machine offers no X-Ray setting; the "
-            "handlers log every poll to CloudWatch.",
         )
 
     def attribute(self, name: str) -> str:

@@ -18,14 +18,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
-from pd_constructs.network import suppress_provider_framework
+from pd_constructs.waiter import logged_waiter_provider
 
 READINESS_GROUP = "ray-pd-eks:readiness"
 QUERY_INTERVAL = Duration.seconds(30)
@@ -205,26 +203,15 @@ class ReadinessCheck(Construct):
             cluster=as_icluster(cluster),
             manifest=readiness_rbac(namespace=namespace, ray_service=ray_service_name),
         )
-        provider = cr.Provider(
+        provider = logged_waiter_provider(
             self,
-            "Provider",
-            on_event_handler=on_event,
-            is_complete_handler=is_complete,
+            on_event=on_event,
+            is_complete=is_complete,
             query_interval=QUERY_INTERVAL,
-            total_timeout=timeout,
+            timeout=timeout,
             log_group=log_group,
-            # Every state transition is logged, without the event payloads.
-            disable_waiter_state_machine_logging=False,
-            waiter_state_machine_log_options=cr.LogOptions(
-                destination=logs.LogGroup(
-                    self,
-                    "WaiterLogs",
-                    retention=log_retention,
-                    removal_policy=log_removal_policy,
-                ),
-                level=sfn.LogLevel.ALL,
-                include_execution_data=False,
-            ),
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         self.resource = CustomResource(
             self,
@@ -256,21 +243,6 @@ class ReadinessCheck(Construct):
                 "function write its own logs and attach to the VPC.",
                 findings=[LAMBDA_BASIC, LAMBDA_VPC],
             )
-        suppress_provider_framework(provider, on_event, is_complete)
-        waiter = provider.node.find_child("waiter-state-machine")
-        acknowledge(
-            waiter,
-            "AwsSolutions-IAM5",
-            "CloudWatch Logs delivery for Step Functions (logs:CreateLogDelivery and friends) "
-            "supports no resource-level permissions; AWS documents Resource * for it.",
-            findings=["Resource::*"],
-        )
-        acknowledge(
-            provider,
-            "AwsSolutions-SF2",
-            "The Provider framework's waiter state machine offers no X-Ray setting; every "
-            "transition is logged to CloudWatch instead.",
-        )
 
     def attribute(self, name: str) -> str:
         return self.resource.get_att_string(name)
