@@ -56,3 +56,23 @@ def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Sy
         artifact = assembly.get_stack_artifact(stack.artifact_id)
         templates[stack.node.id] = json.loads(Path(artifact.template_full_path).read_text())
     return Synthesized(config, stage, templates, outdir)
+
+
+# The region the tests read synthesized manifests in (CloudFormation fills it at deploy time).
+TEST_REGION = "us-west-2"
+
+
+def resolve(value: Any) -> str:
+    """A manifest as KubernetesManifest leaves it (a JSON string joined with the few intrinsics
+    it holds: the deploy region, the URL suffix, a service account's role ARN) as plain text."""
+    if isinstance(value, dict) and "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return str(sep).join(resolve(p) for p in parts)
+    if value == {"Ref": "AWS::Region"}:
+        return TEST_REGION
+    if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
+        return "amazonaws.com"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])
+    assert isinstance(value, str), value
+    return value

@@ -14,24 +14,10 @@ from pd_constructs.warmup import WARMUP_NAMESPACE
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
 from tests.conftest import RESERVATION, S3_URI, TOKEN_SECRET
-from tests.synth import Synthesized
+from tests.synth import TEST_REGION, Synthesized, resolve
 
-REGION = "us-west-2"
+REGION = TEST_REGION
 IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"
-
-
-def _resolve(value: Any) -> str:
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return str(sep).join(_resolve(p) for p in parts)
-    if value == {"Ref": "AWS::Region"}:
-        return REGION
-    if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
-        return "amazonaws.com"
-    if isinstance(value, dict) and "Fn::GetAtt" in value:
-        return "<{}.{}>".format(*value["Fn::GetAtt"])  # the service account's role ARN
-    assert isinstance(value, str), value
-    return value
 
 
 def _manifest_resources(app: Synthesized, stack: str) -> dict[str, dict[str, Any]]:
@@ -42,7 +28,7 @@ def _objects(app: Synthesized, stack: str) -> dict[tuple[str, str], tuple[str, d
     """(kind, name) -> (logical id of the resource that applies it, the object)."""
     out = {}
     for logical_id, r in _manifest_resources(app, stack).items():
-        for obj in json.loads(_resolve(r["Properties"]["Manifest"])):
+        for obj in json.loads(resolve(r["Properties"]["Manifest"])):
             out[(obj["kind"], obj["metadata"]["name"])] = (logical_id, obj)
     return out
 

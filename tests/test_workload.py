@@ -15,31 +15,16 @@ import yaml
 from pd_constructs.templates import TemplateError, render
 from pd_constructs.workload import render_rayservice, render_serve_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
-from tests.synth import Synthesized
+from tests.synth import TEST_REGION, Synthesized, resolve
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
-REGION = "us-west-2"
-
-
-def _resolve(value: Any) -> Any:
-    """Resolve the few intrinsics KubernetesManifest leaves in a manifest (the deploy region)."""
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return sep.join(_resolve(p) for p in parts)
-    if value == {"Ref": "AWS::Region"}:
-        return REGION
-    if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
-        return "amazonaws.com"
-    if isinstance(value, dict) and "Fn::GetAtt" in value:
-        return "<{}.{}>".format(*value["Fn::GetAtt"])  # a service account's role ARN
-    assert isinstance(value, str), value
-    return value
+REGION = TEST_REGION
 
 
 def _manifests(app: Synthesized) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for r in app.resources("Workload", "Custom::AWSCDK-EKS-KubernetesResource").values():
-        out.extend(json.loads(_resolve(r["Properties"]["Manifest"])))
+        out.extend(json.loads(resolve(r["Properties"]["Manifest"])))
     return out
 
 
