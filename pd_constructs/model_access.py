@@ -23,6 +23,7 @@ from ray_pd_eks.config import AppConfig
 
 MODEL_CACHE = "/data/model-cache"  # where pods mount the node's model cache
 HF_HOME = f"{MODEL_CACHE}/hf"
+VLLM_CACHE_ROOT = f"{MODEL_CACHE}/vllm"
 TOKEN_DIR = "/var/run/secrets/huggingface"
 SERVICE_ACCOUNT = "model-fetch"
 # What the prefetch downloads from Hugging Face: config, tokenizer, chat template and the

@@ -17,6 +17,7 @@ from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import HelmAddon, kuberay_operator
 from pd_constructs.model_access import (
     MODEL_CACHE,
+    VLLM_CACHE_ROOT,
     ModelFetchServiceAccount,
     cache_mount,
     fetch_init_containers,
@@ -71,6 +72,9 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
         # Qwen3.5 is a hybrid (Gated-DeltaNet) model; NIXL needs this state layout for it.
         {"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"},
         *model_env(config),
+        # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
+        # on the node cache too, so a restarted worker skips the recompilation.
+        {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
     ]
     if config.kv_backend == "LIBFABRIC":
         env.append({"name": "FI_PROVIDER", "value": "efa"})

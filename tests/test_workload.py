@@ -219,6 +219,7 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "VLLM_HOST_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
         "HF_HOME": "/data/model-cache/hf",
+        "VLLM_CACHE_ROOT": "/data/model-cache/vllm",
         "FI_PROVIDER": "efa",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
