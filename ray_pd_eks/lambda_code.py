@@ -1,4 +1,4 @@
-"""The readiness Lambda's modules, imported by path so the tool and the Lambda share one copy.
+"""The Lambdas' modules, imported by path so the tool and the Lambdas share one copy.
 
 ``assets/lambda/readiness/`` is a Lambda asset, not a package: in the Lambda its files are
 top-level modules (``import kube``). Copying them into this package would let the two drift, so
@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-READINESS_DIR = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "readiness"
+LAMBDA_DIR = Path(__file__).resolve().parent.parent / "assets" / "lambda"
+READINESS_DIR = LAMBDA_DIR / "readiness"
 
 
-def _load(name: str, module_name: str | None = None) -> ModuleType:
-    path = READINESS_DIR / f"{name}.py"
+def _load(name: str, module_name: str | None = None, folder: Path = READINESS_DIR) -> ModuleType:
+    path = folder / f"{name}.py"
     name = module_name or name
     loaded = sys.modules.get(name)
     if loaded is not None:
@@ -55,3 +56,9 @@ def handler() -> ModuleType:
     kube()
     checks()
     return _load("handler", "ray_pd_eks_readiness_handler")
+
+
+def gpu_az_handler() -> ModuleType:
+    """``assets/lambda/gpu_az/handler.py``: the GPU AZ chooser and its capacity-reservation
+    checks, which ``preflight`` runs before a deploy."""
+    return _load("handler", "ray_pd_eks_gpu_az_handler", LAMBDA_DIR / "gpu_az")

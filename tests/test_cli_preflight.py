@@ -25,6 +25,7 @@ G6: dict[str, Any] = {
     },
 }
 RESERVATION_ID = "cr-0123456789abcdef0"
+RES = f"gpuCapacityReservationId={RESERVATION_ID}"  # how the problems name the setting
 PG_ARN = f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:hf-token-AbCdEf"
 GIB = 1024**3
@@ -478,51 +479,53 @@ def test_reservation_in_the_configured_placement_group_passes(tmp_path: Path) ->
         (
             {"State": "expired"},
             {},
-            "is 'expired', not 'active': nodes launch only into an active reservation",
+            f"{RES} is in state 'expired', not 'active'",
         ),
         (
             {"InstanceType": "g6.12xlarge"},
             {},
-            "reserves g6.12xlarge, but gpuNodeType=g6.8xlarge: set -c gpuNodeType=g6.12xlarge",
+            f"{RES} reserves g6.12xlarge, but gpuNodeType=g6.8xlarge; "
+            "set -c gpuNodeType=g6.12xlarge",
         ),
         (
             {"InstancePlatform": "Windows"},
             {},
-            "is for platform 'Windows', the EKS AL2023 GPU nodes are 'Linux/UNIX'",
+            f"{RES} is for platform 'Windows', but the EKS AL2023 GPU nodes are 'Linux/UNIX'",
         ),
         (
             {"Tenancy": "dedicated"},
             {},
-            "has tenancy 'dedicated'",
+            f"{RES} has tenancy 'dedicated'",
         ),
         (
             {},
             {"gpuAz": "us-west-2a"},
-            "is in us-west-2c, but gpuAz=us-west-2a: set -c gpuAz=us-west-2c or leave gpuAz empty",
+            f"gpuAz=us-west-2a but {RES} is in us-west-2c; set -c gpuAz=us-west-2c",
         ),
         (
             {"AvailableInstanceCount": 1},
             {},
-            "has 1 of 4 instances free, but gpuNodeCount=2 needs 2",
+            f"{RES} has 1 of 4 instances free, but gpuNodeCount=2 nodes need 2",
         ),
         (
             {"PlacementGroupArn": PG_ARN + "reserved-pg"},
             {},
-            "was created in cluster placement group reserved-pg, but gpuPlacementGroupName is "
-            "empty (the stack creates its own group); only instances launched into that group "
-            "can use it: set -c gpuPlacementGroupName=reserved-pg",
+            f"{RES} was created in cluster placement group reserved-pg, but "
+            "gpuPlacementGroupName is empty (the stack creates its own placement group); only "
+            "instances launched into that group can use it: "
+            "set -c gpuPlacementGroupName=reserved-pg",
         ),
         (
             {"PlacementGroupArn": PG_ARN + "reserved-pg"},
             {"gpuPlacementGroupName": "other-pg"},
-            "was created in cluster placement group reserved-pg, but "
+            f"{RES} was created in cluster placement group reserved-pg, but "
             "gpuPlacementGroupName=other-pg; only instances launched into that group can use "
             "it: set -c gpuPlacementGroupName=reserved-pg",
         ),
         (
             {},
             {"gpuPlacementGroupName": "gpu-pg"},
-            "is in no placement group, but gpuPlacementGroupName=gpu-pg",
+            f"gpuPlacementGroupName=gpu-pg but {RES} is not in a placement group",
         ),
     ],
 )
@@ -534,7 +537,7 @@ def test_reservation_the_nodes_cannot_use_fails(
     result = harness.run("preflight")
     assert result.code == 1
     (line,) = lines_of(result.out, "capacity reservation")
-    assert line.startswith(f"FAIL  capacity reservation  {RESERVATION_ID} {expected}")
+    assert line.startswith(f"FAIL  capacity reservation  {expected}")
     # The other checks still ran.
     assert "OK    vCPU quota" in result.out and "OK    bootstrap" in result.out
 
@@ -549,7 +552,7 @@ def test_each_reservation_problem_is_its_own_line(tmp_path: Path) -> None:
     result = harness.run("preflight")
     lines = lines_of(result.out, "capacity reservation")
     assert len(lines) == 2
-    assert "is 'cancelled'" in lines[0] and "has 0 of 4 instances free" in lines[1]
+    assert "is in state 'cancelled'" in lines[0] and "has 0 of 4 instances free" in lines[1]
     assert "2 FAIL" in result.out
 
 

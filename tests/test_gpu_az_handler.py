@@ -354,3 +354,24 @@ def test_an_az_only_physical_id_counts_as_the_first_block() -> None:
     ec2, _ = _ec2(["us-west-2a", "us-west-2b"])
     event = _cidr_event("Update", physical="us-west-2a", requested="us-west-2b")
     assert handler.on_event(event, None, ec2=ec2)["Data"]["SubnetCidr"] == "10.0.224.0/19"
+
+
+def test_every_reservation_problem_is_reported_at_once() -> None:
+    """``preflight`` shows them one per line; the deploy joins them into one failure."""
+    bad = {
+        "CapacityReservationId": "cr-0123456789abcdef0",
+        "State": "expired",
+        "InstanceType": "g6.12xlarge",
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": "us-west-2c",
+        "AvailableInstanceCount": 0,
+        "TotalInstanceCount": 2,
+    }
+    kwargs: dict[str, Any] = dict(
+        instance_type="g6.8xlarge", requested_az="", placement_group="", instance_count=2
+    )
+    problems = handler.reservation_problems(bad, creating=True, **kwargs)
+    assert [p.split(" ", 2)[1] for p in problems] == ["is", "reserves", "has"]
+    assert len(handler.reservation_problems(bad, creating=False, **kwargs)) == 2
+    with pytest.raises(RuntimeError, match=r"state 'expired'.*; .*reserves g6\.12xlarge"):
+        handler.check_reservation(bad, creating=True, **kwargs)

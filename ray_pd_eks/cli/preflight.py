@@ -16,6 +16,7 @@ from typing import Any
 
 from botocore import exceptions as bce
 
+from ray_pd_eks import lambda_code
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import Aws, error_code
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CHECK_FAILED, EXIT_OK, AccessError
@@ -52,10 +53,6 @@ QUOTAS = {
 }
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
 # The AL2023 EKS AMIs are Linux; a reservation for another platform never matches the nodes.
-NODE_PLATFORM = "Linux/UNIX"
-RESERVATION_NOT_FOUND = frozenset(
-    {"InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"}
-)
 AWS_MANAGED_SECRETS_KEY = "alias/aws/secretsmanager"
 S3_LIST_LIMIT = 1000  # one ListObjectsV2 page: a model folder holds far fewer objects
 GIB = 1024**3
@@ -81,75 +78,6 @@ def bucket_region(location: str | None) -> str:
     if not location:
         return "us-east-1"
     return "eu-west-1" if location == "EU" else location
-
-
-def placement_group_of(reservation: dict[str, Any]) -> str:
-    """The name of the cluster placement group the reservation was created in, or ""."""
-    arn = str(reservation.get("PlacementGroupArn") or "")
-    return arn.rsplit("placement-group/", 1)[-1] if "placement-group/" in arn else ""
-
-
-def reservation_problems(
-    reservation: dict[str, Any], *, instance_type: str, az: str, count: int, placement_group: str
-) -> list[str]:
-    """Why the GPU nodes could not launch into the reservation (the deploy's own checks, in
-    the same order); empty when they can. Each text follows the reservation id."""
-    out = []
-    state = reservation.get("State", "?")
-    if state != "active":
-        out.append(
-            f"is '{state}', not 'active': nodes launch only into an active reservation; use "
-            "another (-c gpuCapacityReservationId=cr-...) or leave it empty"
-        )
-    reserved = reservation.get("InstanceType", "?")
-    if reserved != instance_type:
-        out.append(
-            f"reserves {reserved}, but gpuNodeType={instance_type}: set "
-            f"-c gpuNodeType={reserved} or use a reservation for {instance_type}"
-        )
-    platform = reservation.get("InstancePlatform", "?")
-    if platform != NODE_PLATFORM:
-        out.append(
-            f"is for platform '{platform}', the EKS AL2023 GPU nodes are '{NODE_PLATFORM}': "
-            f"use a {NODE_PLATFORM} reservation"
-        )
-    tenancy = reservation.get("Tenancy", "default")
-    if tenancy != "default":
-        out.append(
-            f"has tenancy '{tenancy}', the GPU nodes launch with 'default' and would never use "
-            "it: use a reservation with default tenancy"
-        )
-    where = reservation.get("AvailabilityZone", "?")
-    if az and az != where:
-        out.append(
-            f"is in {where}, but gpuAz={az}: set -c gpuAz={where} or leave gpuAz empty (the "
-            "reservation's AZ is then used)"
-        )
-    available = int(reservation.get("AvailableInstanceCount", 0))
-    total = int(reservation.get("TotalInstanceCount", 0))
-    if available < count:
-        out.append(
-            f"has {available} of {total} instances free, but gpuNodeCount={count} needs "
-            f"{count}: stop the instances that use it, enlarge it, or lower -c gpuNodeCount"
-        )
-    group = placement_group_of(reservation)
-    if group and group != placement_group:
-        configured = (
-            f"gpuPlacementGroupName={placement_group}"
-            if placement_group
-            else "gpuPlacementGroupName is empty (the stack creates its own group)"
-        )
-        out.append(
-            f"was created in cluster placement group {group}, but {configured}; only instances "
-            f"launched into that group can use it: set -c gpuPlacementGroupName={group}"
-        )
-    elif placement_group and not group:
-        out.append(
-            f"is in no placement group, but gpuPlacementGroupName={placement_group}: a cluster "
-            "placement group only uses reservations created in it; use one created in "
-            f"{placement_group} or leave gpuPlacementGroupName empty"
-        )
-    return out
 
 
 class Preflight:
@@ -340,6 +268,7 @@ class Preflight:
                 f"{c.gpu_capacity_wait_minutes} if the AZ has none)",
             )
             return
+        gpu_az = lambda_code.gpu_az_handler()
         ec2 = self.aws.client("ec2")
         try:
             with self.aws.errors("ec2:DescribeCapacityReservations"):
@@ -348,7 +277,7 @@ class Preflight:
                         "CapacityReservations"
                     ]
                 except bce.ClientError as err:
-                    if error_code(err) not in RESERVATION_NOT_FOUND:
+                    if error_code(err) not in gpu_az.NOT_FOUND_CODES:
                         raise
                     found = []
         except AccessError as err:
@@ -362,20 +291,22 @@ class Preflight:
                 "region, or leave gpuCapacityReservationId empty",
             )
             return
-        problems = reservation_problems(
+        # The deploy's own checks (the GPU AZ custom resource), as on a first deploy.
+        problems = gpu_az.reservation_problems(
             found[0],
             instance_type=c.gpu_node_type,
-            az=c.gpu_az,
-            count=c.gpu_node_count,
+            requested_az=c.gpu_az,
             placement_group=c.gpu_placement_group_name,
+            instance_count=c.gpu_node_count,
+            creating=True,
         )
         for problem in problems:
-            yield Finding(FAIL, "capacity reservation", f"{rid} {problem}")
+            yield Finding(FAIL, "capacity reservation", problem)
         if problems:
             return
         r = found[0]
         az = r.get("AvailabilityZone", "?")
-        group = placement_group_of(r)
+        group = gpu_az.placement_group_of(r)
         where = f" in placement group {group}" if group else ""
         yield Finding(
             OK,

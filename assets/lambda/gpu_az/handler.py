@@ -96,6 +96,82 @@ def placement_group_of(reservation: dict[str, Any]) -> str:
     return arn.rsplit("placement-group/", 1)[-1] if "placement-group/" in arn else ""
 
 
+def reservation_problems(
+    reservation: dict[str, Any],
+    *,
+    instance_type: str,
+    requested_az: str,
+    placement_group: str,
+    instance_count: int,
+    creating: bool,
+) -> list[str]:
+    """Every reason the GPU nodes could not use the reservation, each naming the setting to
+    fix; empty when they can. Pure, so ``preflight`` runs the same checks before a deploy."""
+    rid = reservation.get("CapacityReservationId", "")
+    setting = f"gpuCapacityReservationId={rid}"
+    out: list[str] = []
+    state = reservation.get("State", "")
+    if state != "active":
+        out.append(
+            f"{setting} is in state '{state}', not 'active'; nodes can only launch into an "
+            "active reservation: use an active one (-c gpuCapacityReservationId=cr-...) or "
+            "leave gpuCapacityReservationId empty"
+        )
+    reserved_type = reservation.get("InstanceType", "")
+    if reserved_type != instance_type:
+        out.append(
+            f"{setting} reserves {reserved_type}, but gpuNodeType={instance_type}; set "
+            f"-c gpuNodeType={reserved_type} or use a reservation for {instance_type}"
+        )
+    platform = reservation.get("InstancePlatform", "")
+    if platform != NODE_PLATFORM:
+        out.append(
+            f"{setting} is for platform '{platform}', but the EKS AL2023 GPU nodes are "
+            f"'{NODE_PLATFORM}'; use a {NODE_PLATFORM} reservation"
+        )
+    tenancy = reservation.get("Tenancy", "default")
+    if tenancy != "default":
+        out.append(
+            f"{setting} has tenancy '{tenancy}', but the GPU nodes launch with 'default' "
+            "tenancy and would never use it; use a reservation with default tenancy"
+        )
+    az = reservation.get("AvailabilityZone", "")
+    if requested_az and requested_az != az:
+        out.append(
+            f"gpuAz={requested_az} but {setting} is in {az}; set -c gpuAz={az} or leave gpuAz "
+            "empty (the reservation's AZ is then used)"
+        )
+    available = int(reservation.get("AvailableInstanceCount", 0))
+    total = int(reservation.get("TotalInstanceCount", 0))
+    # On Update the running GPU nodes are the ones using it, so only a create can tell.
+    if available < instance_count and creating:
+        out.append(
+            f"{setting} has {available} of {total} instances free, but gpuNodeCount="
+            f"{instance_count} nodes need {instance_count}; stop the instances that use it "
+            "or enlarge the reservation, or lower -c gpuNodeCount"
+        )
+    reserved_group = placement_group_of(reservation)
+    if reserved_group and reserved_group != placement_group:
+        configured = (
+            f"gpuPlacementGroupName={placement_group}"
+            if placement_group
+            else "gpuPlacementGroupName is empty (the stack creates its own placement group)"
+        )
+        out.append(
+            f"{setting} was created in cluster placement group {reserved_group}, but "
+            f"{configured}; only instances launched into that group can use it: set "
+            f"-c gpuPlacementGroupName={reserved_group}"
+        )
+    if placement_group and not reserved_group:
+        out.append(
+            f"gpuPlacementGroupName={placement_group} but {setting} is not in a placement group; "
+            "instances launched into a cluster placement group can only use a reservation "
+            f"created in that group: use a reservation created in {placement_group}, or leave "
+            "gpuPlacementGroupName empty"
+        )
+    return out
+
+
 def check_reservation(
     reservation: dict[str, Any],
     *,
@@ -105,73 +181,21 @@ def check_reservation(
     instance_count: int,
     creating: bool,
 ) -> str:
-    """The reservation's AZ once every check passes; otherwise raise with the setting to fix."""
+    """The reservation's AZ once every check passes; otherwise raise with the settings to fix."""
+    problems = reservation_problems(
+        reservation,
+        instance_type=instance_type,
+        requested_az=requested_az,
+        placement_group=placement_group,
+        instance_count=instance_count,
+        creating=creating,
+    )
+    if problems:
+        raise RuntimeError("; ".join(problems))
     rid = reservation.get("CapacityReservationId", "")
-    setting = f"gpuCapacityReservationId={rid}"
-    state = reservation.get("State", "")
-    if state != "active":
-        raise RuntimeError(
-            f"{setting} is in state '{state}', not 'active'; nodes can only launch into an "
-            "active reservation: use an active one (-c gpuCapacityReservationId=cr-...) or "
-            "leave gpuCapacityReservationId empty"
-        )
-    reserved_type = reservation.get("InstanceType", "")
-    if reserved_type != instance_type:
-        raise RuntimeError(
-            f"{setting} reserves {reserved_type}, but gpuNodeType={instance_type}; set "
-            f"-c gpuNodeType={reserved_type} or use a reservation for {instance_type}"
-        )
-    platform = reservation.get("InstancePlatform", "")
-    if platform != NODE_PLATFORM:
-        raise RuntimeError(
-            f"{setting} is for platform '{platform}', but the EKS AL2023 GPU nodes are "
-            f"'{NODE_PLATFORM}'; use a {NODE_PLATFORM} reservation"
-        )
-    tenancy = reservation.get("Tenancy", "default")
-    if tenancy != "default":
-        raise RuntimeError(
-            f"{setting} has tenancy '{tenancy}', but the GPU nodes launch with 'default' "
-            "tenancy and would never use it; use a reservation with default tenancy"
-        )
-    az = reservation.get("AvailabilityZone", "")
-    if requested_az and requested_az != az:
-        raise RuntimeError(
-            f"gpuAz={requested_az} but {setting} is in {az}; set -c gpuAz={az} or leave gpuAz "
-            "empty (the reservation's AZ is then used)"
-        )
-    available = int(reservation.get("AvailableInstanceCount", 0))
-    total = int(reservation.get("TotalInstanceCount", 0))
-    if available < instance_count:
-        if creating:
-            raise RuntimeError(
-                f"{setting} has {available} of {total} instances free, but gpuNodeCount="
-                f"{instance_count} nodes need {instance_count}; stop the instances that use it "
-                "or enlarge the reservation, or lower -c gpuNodeCount"
-            )
-        # On Update the running GPU nodes are the ones using it.
-        LOG.info("%s: %d of %d instances free (update: in use by our nodes)", rid, available, total)
-    reserved_group = placement_group_of(reservation)
-    if reserved_group and reserved_group != placement_group:
-        configured = (
-            f"gpuPlacementGroupName={placement_group}"
-            if placement_group
-            else "gpuPlacementGroupName is empty (the stack creates its own placement group)"
-        )
-        raise RuntimeError(
-            f"{setting} was created in cluster placement group {reserved_group}, but "
-            f"{configured}; only instances launched into that group can use it: set "
-            f"-c gpuPlacementGroupName={reserved_group}"
-        )
-    if placement_group and not reserved_group:
-        raise RuntimeError(
-            f"gpuPlacementGroupName={placement_group} but {setting} is not in a placement group; "
-            "instances launched into a cluster placement group can only use a reservation "
-            f"created in that group: use a reservation created in {placement_group}, or leave "
-            "gpuPlacementGroupName empty"
-        )
     if reservation.get("InstanceMatchCriteria") == "targeted":
         LOG.info("%s is targeted: only launches that name it use it", rid)
-    return str(az)
+    return str(reservation.get("AvailabilityZone", ""))
 
 
 def on_event(event: dict[str, Any], context: Any, ec2: Any = None) -> dict[str, Any]:
