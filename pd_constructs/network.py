@@ -19,16 +19,22 @@ from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_findi
 
 def subnet_plan(vpc_cidr: str) -> dict[str, str]:
     """How the VPC CIDR is carved: quarters 0-1 cluster private subnets (allocated by ec2.Vpc in
-    that order), the start of quarter 2 the public subnets, quarter 3 the GPU subnet, in one of
-    its two halves (the other is where it goes when it moves to another AZ)."""
+    that order), the start of quarter 2 the public subnets, quarter 3 the GPU subnet (see
+    :func:`gpu_subnet_blocks`)."""
     net = ipaddress.IPv4Network(vpc_cidr)
     quarters = list(net.subnets(prefixlen_diff=2))
-    halves = list(quarters[3].subnets(prefixlen_diff=1))
     return {
         "private_mask": str(quarters[0].prefixlen),
         "public_mask": str(net.prefixlen + 8),
-        "gpu_cidrs": ",".join(str(h) for h in halves),
     }
+
+
+def gpu_subnet_blocks(vpc_cidr: str) -> tuple[str, str]:
+    """The two halves of the VPC's last quarter: the GPU subnet uses one, and the other when it
+    moves to another AZ (the new subnet is created before the old one is deleted)."""
+    last_quarter = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))[3]
+    first, second = (str(h) for h in last_quarter.subnets(prefixlen_diff=1))
+    return first, second
 
 
 class GpuAvailabilityZone(Construct):
@@ -45,7 +51,7 @@ class GpuAvailabilityZone(Construct):
     group fits).
 
     ``subnet_cidrs`` are the two blocks the GPU subnet alternates between when it moves to
-    another AZ (:func:`subnet_plan`); ``subnet_cidr`` is the one to use now.
+    another AZ (:func:`gpu_subnet_blocks`); ``subnet_cidr`` is the one to use now.
     """
 
     def __init__(

@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
-from pd_constructs.network import GpuAvailabilityZone, PdNetwork, subnet_plan
+from pd_constructs.network import GpuAvailabilityZone, PdNetwork, gpu_subnet_blocks
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.logs import log_removal_policy, log_retention
 
@@ -29,7 +29,7 @@ class NetworkStack(Stack):
             capacity_reservation_id=config.gpu_capacity_reservation_id,
             placement_group_name=config.gpu_placement_group_name,
             instance_count=config.gpu_node_count,
-            subnet_cidrs=subnet_plan(config.vpc_cidr)["gpu_cidrs"].split(","),
+            subnet_cidrs=gpu_subnet_blocks(config.vpc_cidr),
             log_retention=log_retention(config),
             log_removal_policy=log_removal_policy(config),
         )

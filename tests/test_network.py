@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.network import subnet_plan
+from pd_constructs.network import gpu_subnet_blocks, subnet_plan
 from tests.synth import Synthesized
 
 
@@ -94,8 +94,7 @@ def test_subnet_plan_never_overlaps(cidr: str) -> None:
     privates = list(net.subnets(new_prefix=int(plan["private_mask"])))[:2]
     public_base = list(net.subnets(prefixlen_diff=2))[2]
     publics = list(public_base.subnets(new_prefix=int(plan["public_mask"])))[:2]
-    gpu = [ipaddress.IPv4Network(c) for c in plan["gpu_cidrs"].split(",")]
-    assert len(gpu) == 2
+    gpu = [ipaddress.IPv4Network(c) for c in gpu_subnet_blocks(cidr)]
     blocks = [*privates, *publics, *gpu]
     for i, a in enumerate(blocks):
         assert a.subnet_of(net)

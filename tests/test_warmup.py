@@ -13,7 +13,7 @@ from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR
 from pd_constructs.warmup import WARMUP_NAMESPACE
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
-from tests.conftest import RESERVATION, S3_URI, TOKEN_SECRET
+from tests.conftest import S3_URI, TOKEN_SECRET
 from tests.synth import TEST_REGION, Synthesized, resolve
 
 REGION = TEST_REGION
@@ -282,10 +282,6 @@ def test_render_matches_what_the_template_applies(token_app: Synthesized) -> Non
     expected = render_rayservice(token_app.config, image=IMAGE, region=REGION)
     labels = {k: v for k, v in rs["metadata"]["labels"].items() if "prune" not in k}
     assert {**rs, "metadata": {**rs["metadata"], "labels": labels}} == expected
-
-
-def test_reservation_is_not_a_secret(token_app: Synthesized) -> None:
-    assert RESERVATION in json.dumps(token_app.templates["Cluster"])
 
 
 @pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
