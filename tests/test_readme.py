@@ -1,15 +1,25 @@
-"""The README is the manual: its commands and settings must match the code."""
+"""The README is the manual: its commands and settings must match the code.
+
+The README is the newcomer's path and docs/ holds the depth; both are checked, because a
+command copied from either must work.
+"""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
-from ray_pd_eks.cli.main import COMMANDS
+from ray_pd_eks import instance_types
+from ray_pd_eks.cli.main import COMMANDS, build_parser
 from ray_pd_eks.config import DEFAULTS, OTHER_CONTEXT_KEYS, AppConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+DOCS = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+MANUAL = {"README.md": README, **{f"docs/{name}": text for name, text in DOCS.items()}}
+# About 300 lines: the newcomer's path plus one row per setting; the depth goes to docs/.
+README_MAX_LINES = 350
 
 
 def test_two_commands_are_the_ones_ci_runs() -> None:
@@ -35,18 +45,90 @@ def test_every_setting_is_documented_with_its_default() -> None:
             assert shown in (default, f'"{default}"'), key
 
 
-def test_every_context_override_in_the_readme_is_a_real_setting() -> None:
+def test_every_context_override_shown_is_a_real_setting() -> None:
     keys = set(AppConfig.context_keys()) | OTHER_CONTEXT_KEYS
-    used = set(re.findall(r"-c (\w+)=", README)) - {"key"}  # "-c key=value" in prose
-    assert used, "README shows no -c overrides"
-    assert used <= keys, used - keys
+    for where, text in MANUAL.items():
+        used = set(re.findall(r"-c (\w+)=", text)) - {"key"}  # "-c key=value" in prose
+        assert used <= keys, (where, used - keys)
+    assert re.search(r"-c (\w+)=", README), "README shows no -c override"
+
+
+def _subcommand_options() -> dict[str, set[str]]:
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: set(sub._option_string_actions) for name, sub in subparsers.choices.items()}
+
+
+def test_every_cli_command_and_option_shown_exists() -> None:
+    """`python -m ray_pd_eks <command> --option` anywhere in the manual is accepted."""
+    options = _subcommand_options()
+    shown = 0
+    for where, text in MANUAL.items():
+        for command, rest in re.findall(r"ray_pd_eks ([a-z][\w-]*)([^`|\n]*)", text):
+            assert command in options, f"{where}: unknown command {command!r}"
+            for option in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest):
+                assert option in options[command], f"{where}: {command} has no {option}"
+            shown += 1
+    assert shown >= len(COMMANDS)
 
 
 def test_operations_guide_covers_every_cli_command() -> None:
     for module in COMMANDS:
-        assert f"ray_pd_eks {module.NAME}" in README, module.NAME
+        assert f"ray_pd_eks {module.NAME}" in README + DOCS["operations.md"], module.NAME
 
 
 def test_deploy_commands_select_the_stage_stacks() -> None:
     assert "npx cdk deploy 'RayPdEks/*'" in README
     assert "npx cdk destroy 'RayPdEks/*'" in README
+    for where, text in MANUAL.items():
+        for stacks in re.findall(r"npx cdk (?:deploy|destroy) ([^\s\\]*)", text):
+            assert stacks.startswith("'RayPdEks") or stacks in ("--all", "RayPdEksPipeline"), (
+                where,
+                stacks,
+            )
+
+
+def test_readme_is_short_and_links_every_doc() -> None:
+    assert len(README.splitlines()) <= README_MAX_LINES
+    linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)(?:#[\w-]+)?\)", README))
+    assert linked == {f"docs/{name}" for name in DOCS}, linked ^ {f"docs/{n}" for n in DOCS}
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lowercase, punctuation dropped, spaces to '-'."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
+
+
+def test_every_relative_link_resolves() -> None:
+    for where, text in MANUAL.items():
+        base = (ROOT / where).parent
+        for target, anchor in re.findall(r"\]\(((?!https?:)[^)#\s]*)(?:#([\w-]+))?\)", text):
+            path = (base / target).resolve() if target else ROOT / where
+            assert path.is_file(), f"{where}: broken link {target}"
+            if anchor:
+                assert anchor in _anchors(path.read_text()), f"{where}: no #{anchor} in {target}"
+
+
+def test_the_cost_table_prices_the_default_deployment() -> None:
+    costs = README.split("## What it costs", 1)[1].split("\n## ", 1)[0]
+    gpu = next(line for line in costs.splitlines() if line.startswith("| GPU nodes"))
+    assert f"{DEFAULTS.gpu_node_count} \u00d7 `{DEFAULTS.gpu_node_type}`" in gpu
+    assert instance_types.EFA_GPU_TYPES[DEFAULTS.gpu_node_type].gpu_model in gpu
+    system = next(line for line in costs.splitlines() if line.startswith("| System node"))
+    assert f"{DEFAULTS.system_node_count} \u00d7 `{DEFAULTS.system_node_type}`" in system
+    for item in ("EKS control plane", "NAT gateway", "EBS", "Observability", "**Total**"):
+        assert f"| {item}" in costs, item
+    assert re.search(r"us-(east-1|west-2)", costs) and "On-Demand" in costs
+    assert re.search(r"\b20\d\d-\d\d-\d\d\b", costs), "prices must be dated"
+
+
+def test_one_deploy_time_everywhere() -> None:
+    stated = {
+        (where, time)
+        for where, text in MANUAL.items()
+        for time in re.findall(
+            r"deploy (?:therefore )?takes (?:\*\*)?(?:about|roughly) ([\d-]+ minutes)", text
+        )
+    }
+    assert {time for _, time in stated} and len({time for _, time in stated}) == 1, stated
