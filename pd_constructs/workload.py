@@ -38,25 +38,36 @@ def _gib(value: float) -> str:
 
 def render_namespace(config: AppConfig) -> dict[str, Any]:
     """The namespace, labelled for Pod Security admission at the level the workers need."""
-    level = "privileged" if config.kv_backend == "LIBFABRIC" else "baseline"
+    level = "privileged" if config.uses_efa_transport else "baseline"
     return dict(
         render("manifests/namespace.yaml", {"NAMESPACE": config.namespace, "PSA_ENFORCE": level})
     )
 
 
 def render_serve_config(config: AppConfig) -> dict[str, Any]:
-    """The Serve application (``serveConfigV2``) as a mapping."""
+    """The Serve application (``serveConfigV2``) as a mapping: the PD app, or with
+    ``servingMode: aggregated`` the same engines without disaggregation (the baseline)."""
+    common = {
+        "APP_NAME": config.application_name,
+        "MODEL_ID": config.model_id,
+        "MODEL_SOURCE": serve_model_source(config),
+        "MAX_MODEL_LEN": config.max_model_len,
+        "DTYPE": config.dtype,
+        "GPU_MEMORY_UTILIZATION": config.gpu_memory_utilization,
+        "ENFORCE_EAGER": config.enforce_eager,
+    }
+    if not config.is_pd:
+        return dict(
+            render(
+                "manifests/serve-config-aggregated.yaml",
+                {**common, "REPLICAS": config.worker_replicas},
+            )
+        )
     return dict(
         render(
             "manifests/serve-config.yaml",
             {
-                "APP_NAME": config.application_name,
-                "MODEL_ID": config.model_id,
-                "MODEL_SOURCE": serve_model_source(config),
-                "MAX_MODEL_LEN": config.max_model_len,
-                "DTYPE": config.dtype,
-                "GPU_MEMORY_UTILIZATION": config.gpu_memory_utilization,
-                "ENFORCE_EAGER": config.enforce_eager,
+                **common,
                 "KV_BACKENDS": [config.kv_backend],
                 "PREFILL_REPLICAS": config.prefill_replicas,
                 "DECODE_REPLICAS": config.decode_replicas,
@@ -66,17 +77,23 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
 
 
 def worker_env(config: AppConfig) -> list[dict[str, Any]]:
-    """Environment of each GPU worker; the transport part depends on ``kvBackend``."""
+    """Environment of each GPU worker; the transport part depends on ``kvBackend``, and an
+    aggregated app (no KV transfer) has none."""
     env: list[dict[str, Any]] = [
         {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    if config.is_pd:
         # Qwen3.5 is a hybrid (Gated-DeltaNet) model; NIXL needs this state layout for it.
-        {"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"},
+        env.append({"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"})
+    env += [
         *model_env(config),
         # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
         # on the node cache too, so a restarted worker skips the recompilation.
         {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
     ]
-    if config.kv_backend == "LIBFABRIC":
+    if not config.is_pd:
+        return env
+    if config.uses_efa_transport:
         env.append({"name": "FI_PROVIDER", "value": "efa"})
     else:
         # The walkthrough's fallback for nodes without EFA: NIXL over UCX on TCP sockets.
@@ -85,14 +102,15 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
 
 
 def worker_resources(config: AppConfig) -> dict[str, Any]:
-    """Requests = limits per worker: half the node's vCPUs and memory, one GPU, one EFA NIC."""
+    """Requests = limits per worker: half the node's vCPUs and memory, one GPU, and one EFA NIC
+    when the KV cache moves over EFA."""
     spec = config.gpu_spec
     resources: dict[str, Any] = {
         "cpu": str(spec.vcpus // 2),
         "memory": _gib(spec.memory_gib / 2),
         "nvidia.com/gpu": 1,
     }
-    if config.kv_backend == "LIBFABRIC":
+    if config.uses_efa_transport:
         resources["vpc.amazonaws.com/efa"] = 1
     return resources
 
@@ -154,7 +172,7 @@ def render_rayservice(config: AppConfig, *, image: str, region: str = "-") -> di
                 "HEAD_MEMORY": _gib(system.memory_gib / 2),
                 "WORKER_REPLICAS": config.worker_replicas,
                 "WORKER_RESOURCES": worker_resources(config),
-                "WORKER_PRIVILEGED": config.kv_backend == "LIBFABRIC",
+                "WORKER_PRIVILEGED": config.uses_efa_transport,
                 "WORKER_ENV": worker_env(config),
                 "WORKER_INIT_CONTAINERS": fetch_init_containers(config, region=region),
                 "WORKER_VOLUME_MOUNTS": worker_mounts,

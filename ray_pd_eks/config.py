@@ -31,6 +31,9 @@ NEWEST_EKS_MINOR = 36
 
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
 KV_BACKENDS = ("LIBFABRIC", "UCX")
+# pd: prefill and decode engines on separate GPU nodes, KV cache over NIXL (the product);
+# aggregated: ordinary engines doing both phases on the same GPU nodes (the baseline to beat).
+SERVING_MODES = ("pd", "aggregated")
 MAX_READINESS_MINUTES = 60  # CloudFormation custom resources wait at most one hour.
 RAYSERVICE_NAME_MAX = 47  # KubeRay derives longer object names from it.
 CLUSTER_NAME_MAX = 100
@@ -201,6 +204,7 @@ class AppConfig:
     gpu_memory_utilization: float = 0.90
     enforce_eager: bool = True
     kv_backend: str = "LIBFABRIC"
+    serving_mode: str = "pd"  # "aggregated": build_openai_app, one engine per GPU node
     prefill_replicas: int = 1
     decode_replicas: int = 1
     readiness_timeout_minutes: int = 60
@@ -220,6 +224,17 @@ class AppConfig:
     def worker_replicas(self) -> int:
         """GPU worker pods: one per prefill or decode replica, one pod per GPU node."""
         return self.prefill_replicas + self.decode_replicas
+
+    @property
+    def is_pd(self) -> bool:
+        """Whether prefill and decode are disaggregated (KV cache moves over NIXL)."""
+        return self.serving_mode == "pd"
+
+    @property
+    def uses_efa_transport(self) -> bool:
+        """Whether the workers move KV cache over EFA: they then request an EFA interface and
+        run privileged (NIXL registers GPU memory with the NIC). Only PD over LIBFABRIC does."""
+        return self.is_pd and self.kv_backend == "LIBFABRIC"
 
     @property
     def gpu_spec(self) -> instance_types.InstanceSpec:
@@ -623,6 +638,18 @@ def _serving(c: AppConfig) -> list[str]:
         out.append(_problem("gpuMemoryUtilization", c.gpu_memory_utilization, why))
     if c.kv_backend not in KV_BACKENDS:
         why = "must be LIBFABRIC (EFA) or UCX (TCP fallback, for comparison)"
+        out.append(_problem("kvBackend", c.kv_backend, why))
+    if c.serving_mode not in SERVING_MODES:
+        why = (
+            "must be pd (prefill and decode on separate GPU nodes, KV cache over NIXL) or "
+            "aggregated (the same GPUs serving both phases, the baseline to compare with)"
+        )
+        out.append(_problem("servingMode", c.serving_mode, why))
+    elif c.serving_mode == "aggregated" and c.kv_backend == "UCX":
+        why = (
+            "an aggregated app moves no KV cache, so kvBackend has no effect; leave it at "
+            "LIBFABRIC or use servingMode=pd to compare backends"
+        )
         out.append(_problem("kvBackend", c.kv_backend, why))
     if not 1 <= c.readiness_timeout_minutes <= MAX_READINESS_MINUTES:
         why = (

@@ -45,6 +45,7 @@ class WorkloadStack(Stack):
             application_name=config.application_name,
             model_id=config.model_id,
             kv_backend=config.kv_backend,
+            serving_mode=config.serving_mode,
             expected_gpu_nodes=config.gpu_node_count,
             timeout=Duration.minutes(config.readiness_timeout_minutes),
             # Hash of the manifest as rendered for review (region left symbolic): stable, and

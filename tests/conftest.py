@@ -56,9 +56,16 @@ def variant_app() -> Synthesized:
 
 @pytest.fixture(scope="session")
 def token_app() -> Synthesized:
-    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), and a
-    capacity reservation without a placement group."""
-    return synth({"hfTokenSecretArn": TOKEN_SECRET, "gpuCapacityReservationId": RESERVATION})
+    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), a
+    capacity reservation without a placement group, served aggregated (the benchmark's
+    baseline: no prefill/decode split, no KV transfer)."""
+    return synth(
+        {
+            "hfTokenSecretArn": TOKEN_SECRET,
+            "gpuCapacityReservationId": RESERVATION,
+            "servingMode": "aggregated",
+        }
+    )
 
 
 @pytest.fixture(scope="session")

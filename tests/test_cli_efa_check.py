@@ -151,3 +151,32 @@ def test_rayservice_missing_is_exit_3(kube_api: FakeKubeApi, tmp_path: Path) -> 
     result = harness.run("efa-check")
     assert result.code == 3
     assert result.err.startswith("error: RayService 'ray-llm' not found")
+
+
+def test_aggregated_app_has_no_kv_path_to_prove(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api, fi_provider=None)
+    kube_api.set_aggregated()  # the live app is build_openai_app; cdk.json still says pd
+    result = cli.run("efa-check")
+    assert result.code == 0, result.out + result.err
+    assert "(servingMode aggregated, cluster ray-llm-multinode)" in result.out
+    assert finding(result.out, GPU_NODE_A).startswith(f"OK    nodes         {GPU_NODE_A}")
+    line = finding(result.out, "no NIXL backend")
+    assert line.startswith("OK    backend       servingMode aggregated: each engine does")
+    assert "FAIL" not in result.out
+    assert kube_api.requests_to("/proxy/api/v0/logs") == []  # no log was read
+
+
+def test_serving_mode_is_read_from_the_live_app() -> None:
+    from ray_pd_eks import lambda_code
+
+    checks = lambda_code.checks()
+    pd = {
+        "spec": {
+            "serveConfigV2": "applications:\n- import_path: ray.serve.llm:build_pd_openai_app\n"
+        }
+    }
+    agg = {"spec": {"serveConfigV2": "- import_path: ray.serve.llm:build_openai_app\n"}}
+    assert checks.serving_mode(pd) == "pd"
+    assert checks.serving_mode(agg) == "aggregated"
+    assert checks.serving_mode({"spec": {"serveConfigV2": "applications: []"}}) is None
+    assert checks.serving_mode(None) is None

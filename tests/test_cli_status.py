@@ -598,3 +598,23 @@ def test_watch_shows_warmup_progress_and_does_not_wait_for_it(
     ]
     assert state_of(result.out, PREFETCH_B) == "failed: prefetch-model exit 1 (Error)"
     assert "Verdict: RUNNING after 30s: app qwen RUNNING" in result.out
+
+
+def test_aggregated_app_shows_engines_doing_both_phases(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_aggregated()  # the live app is build_openai_app; cdk.json still says pd
+    result = cli.run("status")
+    assert result.code == 0, result.err
+    assert row(result.out, WORKER_POD_A)[-1] == "prefill+decode"
+    assert row(result.out, WORKER_POD_B)[-1] == "prefill+decode"
+    assert row(result.out, "LLMServer:qwen3_5-9b")[:3] == [
+        "LLMServer:qwen3_5-9b",
+        "engine",
+        "HEALTHY",
+    ]
+    assert (
+        f"Placement: aggregated: 2 engine(s), each on its own node: {GPU_NODE_A}, {GPU_NODE_B}"
+        in result.out
+    )

@@ -111,6 +111,8 @@ BAD = [
     ({"systemNodeCount": 0}, "systemNodeCount", "1..20"),
     ({"dtype": "int4"}, "dtype", "must be one of"),
     ({"kvBackend": "TCP"}, "kvBackend", "LIBFABRIC (EFA) or UCX"),
+    ({"servingMode": "disaggregated"}, "servingMode", "must be pd (prefill and decode"),
+    ({"servingMode": "aggregated", "kvBackend": "UCX"}, "kvBackend", "moves no KV cache"),
     ({"readinessTimeoutMinutes": 61}, "readinessTimeoutMinutes", "at most one hour"),
     ({"readinessTimeoutMinutes": 0}, "readinessTimeoutMinutes", "1..60"),
     ({"region": "us-west-2", "gpuAz": "us-east-1a"}, "gpuAz", "is not in region us-west-2"),
@@ -261,3 +263,17 @@ def test_s3_staging_and_token_derived_values() -> None:
     assert DEFAULTS.with_overrides({"hfTokenSecretArn": full}).hf_token_secret_resource == full
     token = DEFAULTS.with_overrides({"hfTokenSecretArn": partial})
     assert token.hf_token_secret_resource == partial + "-??????"
+
+
+def test_serving_mode_accepts_both_modes_and_only_pd_uses_the_efa_transport() -> None:
+    assert DEFAULTS.serving_mode == "pd" and DEFAULTS.is_pd and DEFAULTS.uses_efa_transport
+    aggregated = DEFAULTS.with_overrides({"servingMode": "aggregated"})
+    assert not aggregated.is_pd and not aggregated.uses_efa_transport
+    assert aggregated.kv_backend == "LIBFABRIC"  # the default stays accepted
+    ucx = DEFAULTS.with_overrides({"kvBackend": "UCX"})
+    assert ucx.is_pd and not ucx.uses_efa_transport
+    # The replica limit is the same in both modes: one engine per GPU node.
+    at_limit = {"servingMode": "aggregated", "gpuNodeCount": 3, "decodeReplicas": 2}
+    assert DEFAULTS.with_overrides(at_limit).worker_replicas == 3
+    with pytest.raises(ConfigError, match="exceeds gpuNodeCount 3"):
+        DEFAULTS.with_overrides({**at_limit, "prefillReplicas": 2})

@@ -37,6 +37,7 @@ def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) 
         "ApplicationName": "qwen",
         "ModelId": "qwen3.5-9b",
         "KvBackend": "LIBFABRIC",
+        "ServingMode": "pd",
         "ExpectedGpuNodes": "2",
         "TimeoutSeconds": "3600",
         "QueryIntervalSeconds": "30",
@@ -174,3 +175,8 @@ def test_variant_settings_reach_the_check(variant_app: Synthesized) -> None:
     _, cr = _readiness(variant_app)
     assert cr["Properties"]["KvBackend"] == "UCX"
     assert cr["Properties"]["ExpectedGpuNodes"] == "3"
+
+
+def test_aggregated_mode_reaches_the_check(token_app: Synthesized) -> None:
+    _, cr = _readiness(token_app)
+    assert cr["Properties"]["ServingMode"] == "aggregated"

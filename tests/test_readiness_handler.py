@@ -736,3 +736,68 @@ def test_placement_maps_replica_ips_to_pods_and_nodes() -> None:
     assert (result.method, result.ok) == ("serve-replicas", True)
     assert (result.prefill_nodes, result.decode_nodes) == ((fake.GPU_NODE_A,), (fake.GPU_NODE_B,))
     assert result.head_node == fake.SYSTEM_NODE
+
+
+# --- servingMode aggregated: no prefill/decode split, no KV transfer ------------------------
+
+
+def _serve_aggregated(server: FakeKubeApi, engines: Any = None) -> None:
+    server.set_stage("serving")
+    server.set_aggregated(*([engines] if engines is not None else []))
+
+
+def test_aggregated_app_completes_without_reading_nixl_logs(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    _serve_aggregated(kube_api)
+    result = poll(started(cfn_event(kube_api, ServingMode="aggregated")))
+    engines = f"aggregated: engines on {fake.GPU_NODE_A},{fake.GPU_NODE_B}"
+    assert result["IsComplete"] is True
+    assert result["Data"] == {
+        "GpuNodes": f"{fake.GPU_NODE_A}:us-west-2a,{fake.GPU_NODE_B}:us-west-2a",
+        "AppStatus": "RUNNING",
+        "PrefillNode": engines,
+        "DecodeNode": engines,
+        "PlacementMethod": "serve-replicas",
+        "Models": "qwen3.5-9b",
+        "CompletionSample": "OK.",
+        "KvBackend": "none (aggregated: no KV transfer)",
+        "ServeService": "ray-llm-serve-svc.inference:8000",
+    }
+    assert kube_api.requests_to("api/v0/logs") == []
+
+
+def test_a_pd_check_of_an_aggregated_app_proves_no_kv_backend(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same cluster checked as PD has no prefill/decode replicas: placement stays pending
+    # on the weaker pod-level proof, which holds, then NIXL is unknown, never "aggregated".
+    _serve_aggregated(kube_api)
+    result = poll(started(cfn_event(kube_api)))
+    assert result["Data"]["PlacementMethod"] == "worker-pods"
+    assert result["Data"]["KvBackend"].startswith("unknown")
+
+
+def test_aggregated_engines_sharing_a_node_fail_the_deploy(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    both_on_a = ((fake.RAY_NODE_A, fake.WORKER_IP_A), (fake.RAY_NODE_A, fake.WORKER_IP_A))
+    _serve_aggregated(kube_api, both_on_a)
+    message = fail_message(started(cfn_event(kube_api, ServingMode="aggregated")))
+    assert f"several engine replicas share node(s) {fake.GPU_NODE_A}" in message
+
+
+def test_aggregated_without_running_engines_waits_on_placement(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    _serve_aggregated(kube_api, [])
+    kube_api.pods = [p for p in kube_api.pods if p["metadata"]["name"] != fake.WORKER_POD_B]
+    assert poll(started(cfn_event(kube_api, ServingMode="aggregated"))) == {"IsComplete": False}
+    assert pending_check(caplog) == "placement"
+    line = [r.getMessage() for r in caplog.records if "poll: pending" in r.getMessage()][-1]
+    assert "no RUNNING engine replicas in app qwen" in line
+
+
+def test_unknown_serving_mode_is_rejected(kube_api: FakeKubeApi) -> None:
+    with pytest.raises(handler.ReadinessError, match="ServingMode must be one of pd, aggregated"):
+        handler.on_event(cfn_event(kube_api, ServingMode="disaggregated"), None)

@@ -160,6 +160,74 @@ def test_serve_config_uses_only_fields_ray_serve_llm_accepts(rs: dict[str, Any])
         assert set(cfg["model_loading_config"]) <= MODEL_LOADING_FIELDS
 
 
+# Ray Serve LLM 2.58's LLMServingArgs (ray/llm/_internal/serve/core/ingress/builder.py), the
+# model build_openai_app validates its args with; each entry of llm_configs is an LLMConfig.
+LLM_SERVING_ARGS_FIELDS = {"llm_configs", "ingress_cls_config", "ingress_deployment_config"}
+AGGREGATED = DEFAULTS.with_overrides({"servingMode": "aggregated"})
+
+
+def test_aggregated_app_serves_the_same_engine_without_kv_transfer() -> None:
+    (pd_app,) = render_serve_config(DEFAULTS)["applications"]
+    (app,) = render_serve_config(AGGREGATED)["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    assert (app["name"], app["route_prefix"]) == ("qwen", "/")
+    assert set(app["args"]) == {"llm_configs"} <= LLM_SERVING_ARGS_FIELDS
+    (llm,) = app["args"]["llm_configs"]
+    assert set(llm) <= LLM_CONFIG_FIELDS
+    assert set(llm["model_loading_config"]) <= MODEL_LOADING_FIELDS
+    # Same model and engine settings as either PD phase, minus the KV connector.
+    prefill = pd_app["args"]["prefill_config"]
+    engine = {k: v for k, v in prefill["engine_kwargs"].items() if k != "kv_transfer_config"}
+    assert llm["model_loading_config"] == prefill["model_loading_config"]
+    assert llm["engine_kwargs"] == engine
+    assert "kv_transfer_config" not in json.dumps(app)
+    # One engine per GPU worker pod, i.e. per GPU node: prefill + decode replicas.
+    assert llm["deployment_config"] == {"num_replicas": 2}
+
+
+def test_aggregated_replicas_fill_the_same_gpu_nodes() -> None:
+    config = AGGREGATED.with_overrides(
+        {"gpuNodeCount": 5, "prefillReplicas": 2, "decodeReplicas": 3}
+    )
+    rs = render_rayservice(config, image="img:1")
+    (app,) = _serve(rs)["applications"]
+    assert app["args"]["llm_configs"][0]["deployment_config"] == {"num_replicas": 5}
+    assert _workers(rs)["replicas"] == 5
+    changed = AGGREGATED.with_overrides({"maxModelLen": 8192, "enforceEager": False})
+    (app,) = render_serve_config(changed)["applications"]
+    engine = app["args"]["llm_configs"][0]["engine_kwargs"]
+    assert (engine["max_model_len"], engine["enforce_eager"]) == (8192, False)
+
+
+def test_aggregated_workers_need_neither_efa_nor_privilege() -> None:
+    rs = render_rayservice(AGGREGATED, image="img:1")
+    c = _worker_container(rs)
+    assert c["securityContext"] == {"privileged": False}
+    assert c["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 1}
+    env = {e["name"] for e in c["env"]}
+    assert env == {"VLLM_HOST_IP", "HF_HOME", "VLLM_CACHE_ROOT"}  # no NIXL/EFA/UCX knobs
+    from pd_constructs.workload import render_namespace
+
+    labels = render_namespace(AGGREGATED)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_synthesized_aggregated_app_is_the_rendered_one(token_app: Synthesized) -> None:
+    rs = _kind(token_app, "RayService")
+    (app,) = _serve(rs)["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    assert app == render_serve_config(token_app.config)["applications"][0]
+    assert "kv_transfer_config" not in rs["spec"]["serveConfigV2"]
+
+
+def test_pd_default_is_unchanged_by_the_aggregated_template() -> None:
+    (app,) = render_serve_config(DEFAULTS.with_overrides({"servingMode": "pd"}))["applications"]
+    assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    assert render_serve_config(DEFAULTS) == render_serve_config(
+        DEFAULTS.with_overrides({"servingMode": "pd"})
+    )
+
+
 def test_config_changes_flow_into_both_phases() -> None:
     config = DEFAULTS.with_overrides(
         {
@@ -314,6 +382,7 @@ def _crd_schema(reference_dir: Path) -> dict[str, Any]:
         {"gpuNodeType": "p5.48xlarge"},
         {"modelS3Uri": "s3://models/qwen/Qwen3.5-9B", "gpuLocalStorage": "none"},
         {"hfTokenSecretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-AbCdEf"},
+        {"servingMode": "aggregated", "gpuNodeCount": 3, "decodeReplicas": 2},
     ],
 )
 def test_rayservice_validates_against_the_kuberay_1_7_crd(

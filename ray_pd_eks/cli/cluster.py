@@ -61,7 +61,13 @@ class Cluster:
             model_id=c.model_id,
             kv_backend=c.kv_backend,
             expected_gpu_nodes=c.gpu_node_count,
+            serving_mode=c.serving_mode,
         )
+
+    def serving_mode(self, rayservice: dict[str, Any] | None) -> str:
+        """The mode the cluster runs (from the live app's builder), else the configured one."""
+        live: str | None = lambda_code.checks().serving_mode(rayservice)
+        return live or self.app.config.serving_mode
 
     def dashboard(self) -> Any:
         """The Ray dashboard (head service :8265) through the API server proxy."""

@@ -26,7 +26,9 @@ Prove the prefill->decode KV-cache path uses EFA:
   backend  the NIXL backend each worker instantiated, from its logs via the Ray dashboard
            ("Backend LIBFABRIC was instantiated" vs "Backend UCX ...")
 Exit 1 when a worker fell back to UCX while kvBackend is LIBFABRIC, when a node or pod lacks
-EFA, or when the backend could not be read (unknown is not a pass)."""
+EFA, or when the backend could not be read (unknown is not a pass).
+An aggregated app (servingMode aggregated) moves no KV cache: only the nodes are shown, and
+the command exits 0 saying there is nothing to prove."""
 
 FALLBACK_FIX = (
     'set kv_connector_extra_config.backends: ["LIBFABRIC"] in prefill_config and decode_config '
@@ -182,6 +184,24 @@ def run(app: App) -> int:
         config.ray_service_name,
         state.cluster_names,
     )
+    mode = cluster.serving_mode(rayservice)
+    if mode == "aggregated":
+        app.print(
+            f"EFA check of RayService {config.ray_service_name} (servingMode aggregated, "
+            f"cluster {config.cluster_name})"
+        )
+        for finding in _node_findings(nodes, uses_efa=False):
+            app.print(finding.line())
+        app.print(
+            Finding(
+                OK,
+                "backend",
+                "servingMode aggregated: each engine does prefill and decode on its own GPU, "
+                "so no KV cache crosses the network and there is no NIXL backend to check "
+                "(deploy servingMode=pd to use EFA)",
+            ).line()
+        )
+        return EXIT_OK
     app.print(
         f"EFA check of RayService {config.ray_service_name} (kvBackend {config.kv_backend}, "
         f"cluster {config.cluster_name})"

@@ -330,7 +330,13 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
                 serve_json = cluster.dashboard().serve_applications()
         except AccessError as err:
             serve_error = err.message
-    placement = checks.placement(pods, serve_json, config.application_name, serve_error=serve_error)
+    placement = checks.placement(
+        pods,
+        serve_json,
+        config.application_name,
+        serve_error=serve_error,
+        mode=cluster.serving_mode(rayservice),
+    )
     events = sorted(events_json.get("items", []), key=lambda e: str(_event_time(e) or ""))
     failure = None
     if rayservice is not None:
@@ -386,6 +392,8 @@ def render(snapshot: Snapshot, app: App, now: datetime, events_shown: int) -> li
     serves = {n: "prefill" for n in placement.prefill_nodes}
     for n in placement.decode_nodes:
         serves[n] = "decode" if n not in serves else "prefill+decode"
+    for n in placement.engine_nodes:  # aggregated: one engine doing both phases
+        serves[n] = "prefill+decode"
     problem_of = {p.pod: p.reason for p in snapshot.problems}
     pod_rows = [
         [

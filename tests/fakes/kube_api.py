@@ -45,7 +45,7 @@ import ssl
 import struct
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -73,6 +73,8 @@ RAY_NODE_B = "c" * 56
 PREFILL_DEPLOYMENT = "Prefill:PDPrefillServer:qwen3_5-9b"
 DECODE_DEPLOYMENT = "Decode:PDDecodeServer:qwen3_5-9b"
 INGRESS_DEPLOYMENT = "OpenAiIngress"
+# build_openai_app (servingMode aggregated): build_llm_deployment names it <server class>:<model>.
+ENGINE_DEPLOYMENT = "LLMServer:qwen3_5-9b"
 PREFILL_WORKER_ID = "1f" * 28
 DECODE_WORKER_ID = "2e" * 28
 COMPLETION_TEXT = "OK."
@@ -517,6 +519,22 @@ def make_pd_serve_applications(
     )
 
 
+def make_aggregated_serve_applications(
+    engines: Sequence[tuple[str, str]] = ((RAY_NODE_A, WORKER_IP_A), (RAY_NODE_B, WORKER_IP_B)),
+) -> dict[str, Any]:
+    """Serve details of a ``build_openai_app`` app: one engine replica per (node_id, node_ip)."""
+    return make_serve_applications(
+        APP_NAME,
+        {
+            INGRESS_DEPLOYMENT: [make_replica(RAY_HEAD_ID, HEAD_IP, deployment=INGRESS_DEPLOYMENT)],
+            ENGINE_DEPLOYMENT: [
+                make_replica(node_id, ip, deployment=ENGINE_DEPLOYMENT, pid=5000 + i)
+                for i, (node_id, ip) in enumerate(engines)
+            ],
+        },
+    )
+
+
 def make_ray_node(node_id: str, ip: str, *, head: bool = False) -> dict[str, Any]:
     """A row of the state API's ``/api/v0/nodes``."""
     return {
@@ -763,6 +781,28 @@ class FakeKubeApi:
         decode_backend = prefill if decode == "same" else decode
         self.ray_logs[RAY_NODE_A] = _worker_logs(PREFILL_WORKER_ID, nixl_log(prefill))
         self.ray_logs[RAY_NODE_B] = _worker_logs(DECODE_WORKER_ID, nixl_log(decode_backend))
+
+    def set_aggregated(
+        self,
+        engines: Sequence[tuple[str, str]] = (
+            (RAY_NODE_A, WORKER_IP_A),
+            (RAY_NODE_B, WORKER_IP_B),
+        ),
+    ) -> None:
+        """Turn the current (serving) state into a ``servingMode: aggregated`` app: the
+        RayService's serveConfigV2 names ``build_openai_app``, its deployments are the ingress
+        and one engine deployment, Serve lists one engine replica per (node_id, node_ip), and
+        no worker log mentions NIXL."""
+        rs = make_rayservice(
+            deployments={INGRESS_DEPLOYMENT: "HEALTHY", ENGINE_DEPLOYMENT: "HEALTHY"}
+        )
+        rs["spec"]["serveConfigV2"] = (
+            f"applications:\n- name: {self.app_name}\n"
+            "  import_path: ray.serve.llm:build_openai_app\n  route_prefix: /\n"
+        )
+        self.rayservice = rs
+        self.serve_applications = make_aggregated_serve_applications(engines)
+        self.set_nixl_backend(None)
 
     def set_stage(self, stage: str) -> None:
         """Replace all state with a coherent point of a deploy, in order:

@@ -190,19 +190,37 @@ def gpu_nodes(nodes_json: Mapping[str, Any] | None, expected: int) -> GpuNodes:
 # --- RayService ----------------------------------------------------------------------------
 
 
+SERVING_MODES = ("pd", "aggregated")
+
+
 def deployment_role(name: str) -> str:
-    """ "prefill" / "decode" / "other" from a Serve deployment name.
+    """ "prefill" / "decode" / "engine" / "other" from a Serve deployment name.
 
     Ray Serve LLM's PD builder prefixes the LLM server deployments with ``Prefill:`` and
-    ``Decode:``; older releases named classes ``PDPrefillServer``/``PDDecodeServer``. The proxy
-    and ingress deployments match neither.
+    ``Decode:``; older releases named classes ``PDPrefillServer``/``PDDecodeServer``. The
+    ordinary (aggregated) builder names its engine deployment after the server class,
+    ``LLMServer:<model>`` (Ray 2.58 ``build_llm_deployment``): an "engine" doing both phases.
+    The proxy and ingress deployments match none of these.
     """
     lowered = name.lower()
     if "prefill" in lowered:
         return "prefill"
     if "decode" in lowered:
         return "decode"
+    if lowered.startswith("llmserver"):
+        return "engine"
     return "other"
+
+
+def serving_mode(rs_json: Mapping[str, Any] | None) -> str | None:
+    """ "pd" / "aggregated" from the RayService's ``serveConfigV2`` import path, None when it
+    names neither builder (a text search: the Lambda has no YAML parser)."""
+    text = _str(_get(rs_json, "spec", "serveConfigV2"))
+    if "ray.serve.llm:build_pd_openai_app" in text:
+        return "pd"
+    if "ray.serve.llm:build_openai_app" in text:
+        return "aggregated"
+    return None
 
 
 @dataclass(frozen=True)
@@ -553,6 +571,8 @@ class Placement:
     ok: bool
     why: str
     conflict: bool = False
+    # Aggregated mode: the nodes running an engine that does both phases.
+    engine_nodes: tuple[str, ...] = ()
 
     @property
     def worker_nodes(self) -> tuple[str, ...]:
@@ -569,8 +589,10 @@ def placement(
     app_name: str | None = None,
     *,
     serve_error: str = "",
+    mode: str = "pd",
 ) -> Placement:
-    """Decide whether prefill and decode run on different nodes.
+    """Decide whether prefill and decode run on different nodes (``mode`` "pd"), or, for an
+    aggregated app (``mode`` "aggregated"), whether each engine has a GPU node of its own.
 
     Pass ``serve_json`` (dashboard ``/api/serve/applications/``) and ``app_name`` for the strong
     check; without them, or when replicas cannot be mapped to pods, fall back to the pod-level
@@ -593,7 +615,12 @@ def placement(
         )
     pods.sort(key=lambda p: (p.role != "head", p.name))
     fallback_reason = serve_error or "Serve replica details not available"
-    if serve_json is not None and app_name:
+    if mode == "aggregated" and serve_json is not None and app_name:
+        found = _engine_placement(pods, serve_json, app_name)
+        if isinstance(found, Placement):
+            return found
+        fallback_reason = found
+    elif serve_json is not None and app_name:
         by_ip = {p.ip: p for p in pods if p.ip}
         replicas = [
             r
@@ -665,6 +692,54 @@ def placement(
         decode_nodes=(),
         ok=ok,
         why=f"{detail}; replica placement unread: {fallback_reason}",
+    )
+
+
+def _engine_placement(
+    pods: list[PodPlacement], serve_json: Mapping[str, Any], app_name: str
+) -> Placement | str:
+    """The aggregated app's placement from its engine replicas, or why it cannot be read."""
+    by_ip = {p.ip: p for p in pods if p.ip}
+    replicas = [
+        r
+        for r in serve_replicas(serve_json, app_name)
+        if r.role == "engine" and r.state == "RUNNING"
+    ]
+    unmapped = [r for r in replicas if r.node_ip not in by_ip or not by_ip[r.node_ip].node]
+    if unmapped:
+        return "replica node IPs not found among Ray pods: " + ", ".join(
+            f"{r.deployment}@{r.node_ip or '?'}" for r in unmapped
+        )
+    if not replicas:
+        return f"no RUNNING engine replicas in app {app_name}"
+    per_node: dict[str, int] = {}
+    for r in replicas:
+        node = by_ip[r.node_ip].node
+        per_node[node] = per_node.get(node, 0) + 1
+    nodes = tuple(sorted(per_node))
+    shared = [n for n, count in sorted(per_node.items()) if count > 1]
+    if shared:
+        return Placement(
+            method="serve-replicas",
+            pods=tuple(pods),
+            prefill_nodes=(),
+            decode_nodes=(),
+            engine_nodes=nodes,
+            ok=False,
+            conflict=True,
+            why=(
+                f"several engine replicas share node(s) {', '.join(shared)}; give each worker "
+                "pod exactly one GPU so each engine gets a GPU node of its own"
+            ),
+        )
+    return Placement(
+        method="serve-replicas",
+        pods=tuple(pods),
+        prefill_nodes=(),
+        decode_nodes=(),
+        engine_nodes=nodes,
+        ok=True,
+        why=f"aggregated: {len(replicas)} engine(s), each on its own node: {', '.join(nodes)}",
     )
 
 

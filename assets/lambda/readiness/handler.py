@@ -5,10 +5,12 @@ it returns ``IsComplete: True`` (with ``Data``) or raises. Each ``is_complete`` 
 
 1. the GPU nodes are Ready and advertise ``nvidia.com/gpu`` and ``vpc.amazonaws.com/efa``;
 2. the RayService's ``Ready`` condition is True and the Serve app is ``RUNNING``;
-3. prefill and decode run on different nodes;
+3. prefill and decode run on different nodes (``ServingMode`` aggregated: each engine on a node
+   of its own);
 4. ``/v1/models`` lists the model and a short chat completion returns text (through the API
    server's service proxy, so the Lambda needs no route to pod IPs);
-5. which NIXL backend each worker instantiated, from the Ray dashboard's log API.
+5. which NIXL backend each worker instantiated, from the Ray dashboard's log API (not for an
+   aggregated app, which moves no KV cache).
 
 Terminal states raise at once with a message a person can act on; the Provider turns the
 exception into the CloudFormation failure reason. Nothing survives between polls except the
@@ -56,6 +58,7 @@ MAX_REASON_CHARS = 1500
 # CloudFormation caps a custom resource response at 4 KiB, Data included.
 MAX_DATA_VALUE_CHARS = 300
 KV_BACKENDS = ("LIBFABRIC", "UCX")
+SERVING_MODES = ("pd", "aggregated")
 
 REQUIRED_PROPERTIES = (
     "ClusterName",
@@ -117,6 +120,7 @@ class Props:
     model_id: str
     kv_backend: str
     expected_gpu_nodes: int
+    serving_mode: str = "pd"  # optional property ServingMode: pd / aggregated
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     query_interval_seconds: int = DEFAULT_QUERY_INTERVAL_SECONDS
 
@@ -147,6 +151,11 @@ class Props:
                 f"KvBackend must be one of {', '.join(KV_BACKENDS)}, got "
                 f"{properties['KvBackend']!r}"
             )
+        serving_mode = str(properties.get("ServingMode") or "pd")
+        if serving_mode not in SERVING_MODES:
+            raise ReadinessError(
+                f"ServingMode must be one of {', '.join(SERVING_MODES)}, got {serving_mode!r}"
+            )
         return cls(
             cluster_name=str(properties["ClusterName"]),
             endpoint=endpoint,
@@ -157,6 +166,7 @@ class Props:
             model_id=str(properties["ModelId"]),
             kv_backend=kv_backend,
             expected_gpu_nodes=_positive_int(properties, "ExpectedGpuNodes", None),
+            serving_mode=serving_mode,
             timeout_seconds=_positive_int(properties, "TimeoutSeconds", DEFAULT_TIMEOUT_SECONDS),
             query_interval_seconds=_positive_int(
                 properties, "QueryIntervalSeconds", DEFAULT_QUERY_INTERVAL_SECONDS
@@ -356,7 +366,9 @@ def check(
     if late := out_of_budget("placement"):
         return late
     serve_json, serve_error = _serve_applications(dashboard)
-    place = checks.placement(pods, serve_json, props.app_name, serve_error=serve_error)
+    place = checks.placement(
+        pods, serve_json, props.app_name, serve_error=serve_error, mode=props.serving_mode
+    )
     if place.conflict:
         raise ReadinessError(place.why)
     if not place.ok:
@@ -379,6 +391,10 @@ def check(
     if not sample:
         return _pending("chat-completion", completion_status)
 
+    if props.serving_mode == "aggregated":
+        return Outcome(
+            complete=True, data=_aggregated_data(props, nodes, state, place, models, sample)
+        )
     kv = read_nixl_backends(
         dashboard,
         serve_json,
@@ -412,6 +428,28 @@ def check(
         "ServeService": f"{props.serve_service}.{ns}:{SERVE_PORT}",
     }
     return Outcome(complete=True, data={k: v[:MAX_DATA_VALUE_CHARS] for k, v in data.items()})
+
+
+def _aggregated_data(
+    props: Props, nodes: Any, state: Any, place: Any, models: list[str], sample: str
+) -> dict[str, str]:
+    """Data of an aggregated app: the same keys as PD (stack outputs read them), saying that
+    there is no prefill/decode split and no KV transfer."""
+    engines = (
+        ",".join(place.engine_nodes) or f"unknown (worker nodes {' '.join(place.worker_nodes)})"
+    )
+    data = {
+        "GpuNodes": ",".join(f"{n.name}:{n.zone}" for n in nodes.usable),
+        "AppStatus": state.app_status or "",
+        "PrefillNode": f"aggregated: engines on {engines}",
+        "DecodeNode": f"aggregated: engines on {engines}",
+        "PlacementMethod": place.method,
+        "Models": ",".join(models),
+        "CompletionSample": " ".join(sample.split())[:SAMPLE_CHARS],
+        "KvBackend": "none (aggregated: no KV transfer)",
+        "ServeService": f"{props.serve_service}.{props.namespace}:{SERVE_PORT}",
+    }
+    return {k: v[:MAX_DATA_VALUE_CHARS] for k, v in data.items()}
 
 
 def _get_rayservice(client: kube.KubeClient, props: Props) -> dict[str, Any]:
