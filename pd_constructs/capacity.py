@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack, Token
+from aws_cdk import ArnFormat, CustomResource, Duration, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -19,7 +19,7 @@ from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.nag import LAMBDA_BASIC, acknowledge
-from pd_constructs.waiter import logged_waiter_provider
+from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
 # derives when to give up with its own message before the Provider's total timeout.
@@ -44,7 +44,8 @@ class GpuCapacityWatch(Construct):
     update that replaces the nodes is watched again. ``cluster_name`` must be a literal or a
     reference to a resource of this construct's stack (the node group's): it is part of the
     IAM policy's resource and of its cdk-nag acknowledgment. ``resource`` exposes the custom
-    resource; its ``Nodes`` attribute is the desired size once the node group is ACTIVE.
+    resource; its ``Nodes`` attribute is the desired size once the node group is ACTIVE. Its log
+    groups are retained on delete (with ``log_retention``) even when the app's other logs are not.
     """
 
     def __init__(
@@ -62,7 +63,6 @@ class GpuCapacityWatch(Construct):
         timeout: Duration,
         fingerprint: str,
         log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         timeout_s = int(timeout.to_seconds())
@@ -85,8 +85,10 @@ class GpuCapacityWatch(Construct):
         if desired_size < 1:
             raise ValueError(f"GpuCapacityWatch desired_size={desired_size}: needs at least 1")
 
+        # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
+        # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
         log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+            self, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
         )
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
@@ -130,7 +132,7 @@ class GpuCapacityWatch(Construct):
             timeout=timeout,
             log_group=log_group,
             log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_removal_policy=EVIDENCE_REMOVAL_POLICY,
         )
         self.resource = CustomResource(
             self,

@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy
+from aws_cdk import CustomResource, Duration
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
@@ -23,7 +23,7 @@ from constructs import Construct
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
-from pd_constructs.waiter import logged_waiter_provider
+from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
 READINESS_GROUP = "ray-pd-eks:readiness"
 QUERY_INTERVAL = Duration.seconds(30)
@@ -107,6 +107,10 @@ class ReadinessCheck(Construct):
     """Waits (up to ``timeout``, at most one hour) for the endpoint to prove itself; fails the
     deploy with the reason when it cannot. ``Delete`` returns at once.
 
+    Its log groups (the functions' and the waiter's) are retained on delete with
+    ``log_retention``, even when the app's other logs go with the stack: they hold the reason a
+    failed deploy failed.
+
     The facts it found are attributes of ``resource`` (``AppStatus``, ``PrefillNode``,
     ``DecodeNode``, ``KvBackend``, ``Models``, ``GpuNodes``, ``CompletionSample``, ...).
     """
@@ -127,7 +131,6 @@ class ReadinessCheck(Construct):
         timeout: Duration,
         manifest_fingerprint: str,
         log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         minutes = timeout.to_minutes()
@@ -160,8 +163,10 @@ class ReadinessCheck(Construct):
             to_port=443,
             description="Readiness check to the Kubernetes API",
         )
+        # Kept on delete, whatever retainLogs says: when a first deploy fails, CloudFormation
+        # deletes the stack, and these logs hold the only record of why (docs/lifecycle.md).
         log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+            self, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
         )
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
@@ -212,7 +217,7 @@ class ReadinessCheck(Construct):
             timeout=timeout,
             log_group=log_group,
             log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_removal_policy=EVIDENCE_REMOVAL_POLICY,
         )
         self.resource = CustomResource(
             self,

@@ -13,6 +13,11 @@ from constructs import Construct
 from pd_constructs.nag import acknowledge
 from pd_constructs.network import suppress_provider_framework
 
+# The log groups of the two waiters (readiness check, GPU capacity watch) outlive their stack,
+# whatever ``retainLogs`` says: a failed first deploy rolls back by deleting the stack, and
+# these logs are the only record of why. They still expire after ``logRetentionDays``.
+EVIDENCE_REMOVAL_POLICY = RemovalPolicy.RETAIN
+
 
 def logged_waiter_provider(
     scope: Construct,

@@ -83,7 +83,6 @@ class ClusterStack(Stack):
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
             log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
         )
         self.device_plugins = GpuDevicePlugins(
             self, "DevicePlugins", cluster=self.cluster, gpu_instance_type=config.gpu_node_type

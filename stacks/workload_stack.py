@@ -11,7 +11,7 @@ from constructs import Construct
 from pd_constructs.readiness import ReadinessCheck, config_hash
 from pd_constructs.workload import PdWorkload, render_rayservice
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from ray_pd_eks.logs import log_retention
 
 # Readiness facts surfaced as stack outputs (and to the pipeline's post-deploy step).
 READINESS_OUTPUTS = ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models")
@@ -54,7 +54,6 @@ class WorkloadStack(Stack):
                 render_rayservice(config, image=config.image_uri("-"))
             ),
             log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
         )
         # The check runs after the RayService exists; RBAC needs the namespace.
         self.readiness.node.add_dependency(self.workload.rayservice)

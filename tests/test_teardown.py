@@ -49,12 +49,26 @@ def all_stacks(
     return stacks
 
 
-def allowed_to_survive(config: AppConfig | None, rtype: str) -> str | None:
+# Logical-id prefixes of the failure-evidence log groups: the readiness check's and the GPU
+# capacity watch's (function and waiter logs), kept even without retainLogs.
+EVIDENCE_LOG_PREFIXES: tuple[str, ...] = (
+    "ReadinessLogs",
+    "ReadinessWaiterLogs",
+    "GpuCapacityWatchLogs",
+    "GpuCapacityWatchWaiterLogs",
+)
+EVIDENCE = "failure evidence"
+
+
+def allowed_to_survive(config: AppConfig | None, rtype: str, logical_id: str = "") -> str | None:
     """Why a retained resource of ``rtype`` may outlive `cdk destroy`, or None if it may not.
 
     The allow-list, in full:
     - CloudWatch log groups of a Stage when ``retainLogs`` is on: the setting exists so that a
       production environment keeps its logs for audit after the stacks are gone.
+    - The readiness check's and the GPU capacity watch's log groups, always: a failed first
+      deploy rolls back by deleting its stack, and they hold the only record of why
+      (docs/lifecycle.md). They expire after ``logRetentionDays`` like every other log group.
     - The pipeline's artifact buckets (its own, and the replication bucket of each other region's
       support stack): CDK Pipelines retains them because CloudFormation cannot delete a
       non-empty bucket. They hold build artifacts only; empty and delete them by hand after
@@ -63,6 +77,9 @@ def allowed_to_survive(config: AppConfig | None, rtype: str) -> str | None:
     """
     if config is not None and config.retain_logs and rtype == "AWS::Logs::LogGroup":
         return "retainLogs"
+    evidence = logical_id.startswith(EVIDENCE_LOG_PREFIXES)
+    if config is not None and rtype == "AWS::Logs::LogGroup" and evidence:
+        return EVIDENCE
     if config is None and rtype == "AWS::S3::Bucket":
         return PIPELINE_KEEPS
     return None
@@ -77,7 +94,7 @@ def retained(
         for logical_id, resource in template.get("Resources", {}).items():
             policies = {resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")}
             if policies & RETAINING:
-                why = allowed_to_survive(config, resource["Type"])
+                why = allowed_to_survive(config, resource["Type"], logical_id)
                 found.append((label, logical_id, resource["Type"], why))
     return found
 
@@ -93,9 +110,10 @@ def test_nothing_is_retained_unless_allowed(
 def test_the_allow_list_is_exactly_what_we_expect(
     default_app: Synthesized, variant_app: Synthesized, pipeline: SynthesizedPipeline
 ) -> None:
-    """Pins the survivors, so the documented list cannot drift: nothing from a Stage without
-    retainLogs; with it, every log group of the Stage and nothing else; the pipeline's two
-    artifact buckets (its own and the us-east-1 replication bucket)."""
+    """Pins the survivors, so the documented list cannot drift: from a Stage without retainLogs
+    only the four failure-evidence log groups (readiness and capacity watch, each a function and
+    a waiter log group); with it, every log group of the Stage and nothing else; the pipeline's
+    two artifact buckets (its own and the us-east-1 replication bucket)."""
     stacks = all_stacks(default_app, variant_app, pipeline)
     found = retained(stacks)
     for label, config, template in stacks:
@@ -106,9 +124,18 @@ def test_the_allow_list_is_exactly_what_we_expect(
             log_groups = [r for r in template["Resources"].values()]
             expected = [r["Type"] for r in log_groups if r["Type"] == "AWS::Logs::LogGroup"]
         else:
-            expected = []
+            expected = [
+                r["Type"]
+                for logical_id, r in template["Resources"].items()
+                if r["Type"] == "AWS::Logs::LogGroup"
+                and logical_id.startswith(EVIDENCE_LOG_PREFIXES)
+            ]
         assert kept == expected, label
     assert sum(1 for f in found if f[3] == PIPELINE_KEEPS) == 2
+    # Each Stage without retainLogs keeps exactly its four evidence log groups.
+    evidence = sorted(f[1] for f in found if f[0].startswith("default/") and f[3] == EVIDENCE)
+    assert len(evidence) == 4
+    assert all(any(e.startswith(p) for p in EVIDENCE_LOG_PREFIXES) for e in evidence)
     assert sum(1 for f in found if f[3] == "retainLogs") >= 8  # variant and prod: 4+ each
 
 
