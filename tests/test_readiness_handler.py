@@ -801,3 +801,50 @@ def test_aggregated_without_running_engines_waits_on_placement(
 def test_unknown_serving_mode_is_rejected(kube_api: FakeKubeApi) -> None:
     with pytest.raises(handler.ReadinessError, match="ServingMode must be one of pd, aggregated"):
         handler.on_event(cfn_event(kube_api, ServingMode="disaggregated"), None)
+
+
+def test_nixl_log_files_are_read_stdout_first_replica_then_its_engine_workers() -> None:
+    """NIXL prints to stdout: the replica's .out, then the .out files of its job (the vLLM GPU
+    worker actors), then other .out files, and only then .err and the replica log."""
+    replica, gpu, other = "1f" * 28, "e1" * 28, "9a" * 28
+    files = [
+        "raylet.out",
+        *(f"worker-{i:02x}{'77' * 27}-ffffffff-{3000 + i}.err" for i in range(20)),
+        f"worker-{replica}-01000000-4242.err",
+        f"worker-{other}-02000000-6000.out",
+        f"worker-{gpu}-01000000-5151.err",
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{replica}-01000000-4242.out",
+        "serve/replica_qwen_Prefill_1.log",
+        "gcs_server.out",
+    ]
+    target = checks.NixlTarget(
+        label="prefill@10.0.1.20",
+        node_id=fake.RAY_NODE_A,
+        worker_ids=(replica,),
+        role="prefill",
+        replica_log="serve/replica_qwen_Prefill_1.log",
+    )
+    chosen = checks.log_files_to_read(files, target, 5)
+    assert chosen == [
+        f"worker-{replica}-01000000-4242.out",
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{other}-02000000-6000.out",
+        f"worker-{replica}-01000000-4242.err",
+        "serve/replica_qwen_Prefill_1.log",
+    ]
+    assert all(not name.startswith(("raylet", "gcs_server")) for name in chosen)
+
+
+def test_nixl_line_in_an_engine_worker_stdout_is_found_behind_many_idle_workers(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """The fake node has 14 idle workers' .err files: a reader that opened .err files first
+    and stopped at a dozen would never reach the GPU worker's .out and report unknown."""
+    kube_api.set_stage("serving")
+    result = poll(started(cfn_event(kube_api)))
+    assert result["Data"]["KvBackend"] == "LIBFABRIC,LIBFABRIC"
+    reads = [r.query["filename"] for r in kube_api.requests_to("api/v0/logs/file")]
+    assert reads[0] == f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.out"
+    assert reads[1] == f"worker-{fake.PREFILL_WORKER_ID[::-1]}-01000000-5151.out"
+    assert not any(name.endswith(".err") for name in reads)

@@ -547,7 +547,7 @@ def make_ray_node(node_id: str, ip: str, *, head: bool = False) -> dict[str, Any
 
 
 def nixl_log(backend: str | None) -> str:
-    """A vLLM worker's stderr; with ``backend`` it contains NIXL's instantiation line."""
+    """A vLLM GPU worker's stdout; with ``backend`` it contains NIXL's instantiation line."""
     lines = [
         "INFO 11-30 01:02:03 [core.py:58] Initializing a V1 LLM engine",
         "INFO 11-30 01:02:04 [nixl_connector.py:480] Initializing NIXL wrapper",
@@ -968,14 +968,23 @@ class FakeKubeApi:
         return None
 
 
-def _worker_logs(worker_id: str, worker_err: str) -> dict[str, str]:
-    return {
+def _worker_logs(worker_id: str, nixl_text: str) -> dict[str, str]:
+    """One GPU node's Ray log files, as the log API lists them: the Serve replica's worker
+    files, its vLLM GPU worker actor's (same job, another worker id; NIXL prints "Backend ...
+    was instantiated" to its stdout, so ``.out``), and a pool of idle workers whose ``.err``
+    files outnumber what a reader that starts with ``.err`` would open."""
+    gpu_worker = worker_id[::-1]
+    files = {
         "raylet.out": "raylet started\n",
-        f"worker-{'9a' * 28}-01000000-3100.err": "idle worker\n",
-        f"worker-{worker_id}-01000000-4242.err": worker_err,
+        f"worker-{worker_id}-01000000-4242.err": "INFO replica starting the vLLM engine\n",
         f"worker-{worker_id}-01000000-4242.out": "replica started\n",
+        f"worker-{gpu_worker}-01000000-5151.err": "INFO 11-30 01:02:03 [core.py:58] engine\n",
+        f"worker-{gpu_worker}-01000000-5151.out": nixl_text,
         "python-core-worker-abc_4242.log": "core worker log\n",
     }
+    for index in range(14):
+        files[f"worker-{index:02x}{'9a' * 27}-ffffffff-{3100 + index}.err"] = "idle worker\n"
+    return files
 
 
 def _categorise(files: Mapping[str, str]) -> dict[str, list[str]]:

@@ -816,32 +816,49 @@ _SKIP_LOG_PREFIXES = (
 )
 
 
+_WORKER_LOG_RE = re.compile(r"^worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)$")
+
+
 def log_files_to_read(files: Iterable[str], target: NixlTarget, max_files: int) -> list[str]:
     """Choose the log files most likely to hold NIXL's line, most likely first.
 
-    NIXL logs from whichever process builds the vLLM engine's KV connector: the replica actor
-    itself or a vLLM GPU worker actor beside it, both of which write ``worker-*.err``/``.out``.
-    So: the replica's own worker files, its Serve replica log, then other worker files.
+    NIXL logs "Backend ... was instantiated" to stdout, so the line lands in a ``worker-*.out``
+    (Ray names them ``worker-<worker id>-<job id>-<pid>.out``): the Serve replica's own, or that
+    of a vLLM GPU worker actor the engine starts beside it (same job, another worker id). So:
+    the replica's ``.out``, the ``.out`` files of its job, any other ``.out``; only then the
+    ``.err`` files and the Serve replica log, which would hold the line only if logging were
+    redirected. Files of other processes (raylet, GCS, dashboard...) are never read.
     """
     unique = list(dict.fromkeys(files))
 
     def base(name: str) -> str:
         return name.rsplit("/", 1)[-1]
 
+    own_jobs = set()
+    for name in unique:
+        match = _WORKER_LOG_RE.match(base(name))
+        if match and match.group(1) in target.worker_ids:
+            own_jobs.add(match.group(2))
+
     def rank(name: str) -> int | None:
         b = base(name)
         if any(name.startswith(p) or b.startswith(p) for p in _SKIP_LOG_PREFIXES):
             return None
-        if any(w and b.startswith(f"worker-{w}") for w in target.worker_ids):
-            return 0 if b.endswith(".err") else 1
+        match = _WORKER_LOG_RE.match(b)
+        if match:
+            worker, job, _, stream = match.groups()
+            own = worker in target.worker_ids
+            if stream == "out":
+                return 0 if own else 1 if job in own_jobs else 2
+            return 3 if own else 5
         if target.replica_log and base(target.replica_log) == b:
+            return 4
+        if b.startswith("worker-") and b.endswith(".out"):
             return 2
         if b.startswith("worker-") and b.endswith(".err"):
-            return 3
-        if b.startswith("worker-") and b.endswith(".out"):
-            return 4
-        if b.startswith("replica_") and (not target.role or target.role in b.lower()):
             return 5
+        if b.startswith("replica_") and (not target.role or target.role in b.lower()):
+            return 6
         return None
 
     ranked = [(r, name) for name in unique if (r := rank(name)) is not None]

@@ -53,7 +53,9 @@ DASHBOARD_PORT = 8265
 CHAT_TIMEOUT_SECONDS = 45.0
 SAMPLE_CHARS = 60
 LOG_LINES = 3000
-LOG_FILES_PER_WORKER = 12
+# Enough for the replica's and its engine workers' .out files on a busy node; the poll budget
+# still bounds the reads.
+LOG_FILES_PER_WORKER = 24
 MAX_REASON_CHARS = 1500
 # CloudFormation caps a custom resource response at 4 KiB, Data included.
 MAX_DATA_VALUE_CHARS = 300
