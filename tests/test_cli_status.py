@@ -22,6 +22,7 @@ from tests.cli_fixtures import (
 from tests.fakes.kube_api import (
     GPU_NODE_A,
     GPU_NODE_B,
+    RAY_CLUSTER,
     SYSTEM_NODE,
     WARMUP_NAMESPACE,
     WORKER_POD_A,
@@ -30,6 +31,7 @@ from tests.fakes.kube_api import (
     make_container_status,
     make_daemonset,
     make_event,
+    make_object_event,
     make_pod,
     make_rayservice,
     make_warmup_pod,
@@ -185,20 +187,26 @@ def test_watch_ends_on_deploy_failed(kube_api: FakeKubeApi, cli: Harness) -> Non
     )
 
 
-def test_watch_fails_fast_on_image_pull_backoff(kube_api: FakeKubeApi, cli: Harness) -> None:
+def test_watch_fails_fast_on_image_pull_backoff_past_the_grace(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
     kube_api.set_stage("deploying")
+    back_off = 'Back-off pulling image "example.com/ray:x"'
     kube_api.pods[1] = make_pod(
         WORKER_POD_A,
         node=GPU_NODE_A,
         phase="Pending",
         waiting_reason="ImagePullBackOff",
-        waiting_message='Back-off pulling image "example.com/ray:x"',
+        waiting_message=back_off,
     )
+    # Kubelet's aggregated pull events: failing for longer than the readiness grace.
+    kube_api.events = [make_event(WORKER_POD_A, "BackOff", back_off, ago=5, count=12)]
     result = cli.run("status", "--watch")
     assert result.code == 1
     assert cli.clock.sleeps == []  # no waiting at all
     verdict = result.out.rstrip().splitlines()[-1]
-    assert verdict.startswith(f"Verdict: FAILED after 0s: Ray pod stuck: pod {WORKER_POD_A}")
+    assert verdict.startswith("Verdict: FAILED after 0s: Ray pod cannot pull its image for 66")
+    assert f"pod {WORKER_POD_A}" in verdict
     assert "ImagePullBackOff" in verdict and "check the image URI" in verdict
     assert row(result.out, WORKER_POD_A)[2] == "ImagePullBackOff"
 
@@ -618,3 +626,23 @@ def test_aggregated_app_shows_engines_doing_both_phases(
         f"Placement: aggregated: 2 engine(s), each on its own node: {GPU_NODE_A}, {GPU_NODE_B}"
         in result.out
     )
+
+
+def test_watch_fails_fast_when_the_api_server_refuses_the_worker_pods(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """No worker pod exists to show a problem: the verdict comes from the RayCluster's event."""
+    kube_api.set_stage("deploying")
+    kube_api.pods = kube_api.pods[:1]
+    refused = (
+        f"Failed to create worker Pod for the cluster inference/{RAY_CLUSTER}, exceeded quota: "
+        "gpu-quota, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=2"
+    )
+    kube_api.events = [
+        make_object_event("RayCluster", RAY_CLUSTER, "FailedToCreateWorkerPod", refused, count=3)
+    ]
+    result = cli.run("status", "--watch")
+    assert result.code == 1
+    verdict = result.out.rstrip().splitlines()[-1]
+    assert verdict.startswith("Verdict: FAILED after 0s: KubeRay could not create the Ray cluster")
+    assert refused in verdict

@@ -286,6 +286,145 @@ def test_update_waits_while_the_status_describes_the_previous_spec(
     assert poll(event)["IsComplete"] is True
 
 
+def test_deploy_failed_of_an_older_generation_does_not_fail_the_new_one(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The failed deploy left DEPLOY_FAILED behind; the update that fixes it must not be
+    failed by it before KubeRay has even looked at the new spec."""
+    kube_api.set_stage("deploying")
+    event = started(cfn_event(kube_api, "Update"))
+    kube_api.rayservice = make_rayservice(
+        ready=False,
+        app_status="DEPLOY_FAILED",
+        app_message="ValueError: max_model_len too large",
+        generation=3,
+        observed_generation=2,
+    )
+    assert poll(event) == {"IsComplete": False}
+    assert pending_check(caplog) == "rayservice"
+    assert "status describes generation 2, not the latest 3" in caplog.text
+
+    kube_api.set_stage("serving")
+    kube_api.rayservice = make_rayservice(generation=3, observed_generation=3)
+    assert poll(event)["IsComplete"] is True
+
+
+def test_deploy_failed_of_the_current_generation_still_fails(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = make_rayservice(
+        ready=False, app_status="DEPLOY_FAILED", generation=3, observed_generation=3
+    )
+    assert "is DEPLOY_FAILED" in fail_message(started(cfn_event(kube_api, "Update")))
+
+
+def test_a_terminal_condition_of_an_older_generation_is_ignored(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """conditions[].observedGeneration says which spec a condition was computed for."""
+    kube_api.set_stage("deploying")
+    stale = {
+        "type": "RayServiceReady",
+        "status": "False",
+        "reason": "InitializingTimeout",
+        "message": "cluster did not start",
+        "observedGeneration": 1,
+        "lastTransitionTime": fake.ts(ago=600),
+    }
+    kube_api.rayservice = make_rayservice(
+        ready=False, app_status="DEPLOYING", generation=2, extra_conditions=[stale]
+    )
+    assert kube_api.rayservice["status"]["observedGeneration"] == 1  # default: the spec's 1
+    kube_api.rayservice["status"]["observedGeneration"] = 2
+    assert poll(started(cfn_event(kube_api, "Update"))) == {"IsComplete": False}
+    stale["observedGeneration"] = 2
+    kube_api.rayservice = make_rayservice(
+        ready=False,
+        app_status="DEPLOYING",
+        generation=2,
+        observed_generation=2,
+        extra_conditions=[stale],
+    )
+    assert "InitializingTimeout" in fail_message(started(cfn_event(kube_api, "Update")))
+
+
+FORBIDDEN = (
+    "Failed to create worker Pod for the cluster inference/ray-llm-x7k2p, pods "
+    '"ray-llm-x7k2p-gpu-workers-worker-abcde" is forbidden: violates PodSecurity '
+    '"baseline:latest": privileged (container "ray-worker" must not set '
+    "securityContext.privileged=true)"
+)
+
+
+def _refused(server: FakeKubeApi, **event: Any) -> None:
+    """Head running, no worker pod at all: the API server refuses to create them."""
+    server.set_stage("deploying")
+    server.pods = server.pods[:1]
+    server.rayservice = make_rayservice(ready=False, app_status=None)
+    server.events = [
+        fake.make_object_event(
+            event.pop("kind", "RayCluster"),
+            event.pop("name", fake.RAY_CLUSTER),
+            event.pop("reason", "FailedToCreateWorkerPod"),
+            event.pop("message", FORBIDDEN),
+            **{"count": 4, "ago": 3, **event},
+        ),
+        fake.make_object_event(
+            "RayCluster",
+            fake.RAY_CLUSTER,
+            "CreatedHeadPod",
+            "Created head Pod",
+            event_type="Normal",
+        ),
+    ]
+
+
+def test_a_raycluster_warning_of_a_refused_pod_fails_fast_with_its_text(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    _refused(kube_api)
+    message = fail_message(started(cfn_event(kube_api), ago=60))
+    assert f"RayCluster {fake.RAY_CLUSTER}: FailedToCreateWorkerPod x4: {FORBIDDEN}" in message
+    assert "Pod Security admission" in message
+    assert kube_api.requests_to("/events")[0].query == {"fieldSelector": "type=Warning"}
+
+
+def test_a_single_refusal_is_retried_not_failed(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    _refused(kube_api, count=1)
+    assert poll(started(cfn_event(kube_api), ago=60)) == {"IsComplete": False}
+
+
+def test_a_refusal_last_seen_before_the_wait_started_is_history(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    _refused(kube_api, ago=300)
+    assert poll(started(cfn_event(kube_api, "Update"), ago=60)) == {"IsComplete": False}
+
+
+def test_warnings_of_another_raycluster_are_not_ours(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    _refused(kube_api, name="other-service-abcde")
+    assert poll(started(cfn_event(kube_api), ago=60)) == {"IsComplete": False}
+
+
+def test_an_invalid_rayservice_spec_fails_at_its_first_warning(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    text = "The RayService spec is invalid: spec.rayClusterConfig.headGroupSpec is required"
+    _refused(
+        kube_api,
+        kind="RayService",
+        name=fake.RAYSERVICE,
+        reason="InvalidRayServiceSpec",
+        message=text,
+        count=1,
+    )
+    message = fail_message(started(cfn_event(kube_api), ago=60))
+    assert f"RayService {fake.RAYSERVICE}: InvalidRayServiceSpec: {text}" in message
+
+
 def test_deprecated_service_status_is_never_trusted(
     kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -341,29 +480,91 @@ def test_unhealthy_persisting_fails_with_its_duration(
     assert "The deployment failed health checks 3 times" in message
 
 
-def test_image_pull_backoff_fails_naming_the_pod_and_event(
+PULL_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
+BACK_OFF = f'Back-off pulling image "{PULL_IMAGE}"'
+
+
+def _pulling(server: FakeKubeApi, reason: str | None, *, first_failure_ago: float) -> None:
+    """Worker A waiting in ``reason`` (None: running again), with kubelet's aggregated pull
+    events: the first failure ``first_failure_ago`` seconds ago, the last 5 s ago."""
+    server.set_stage("deploying")
+    if reason is not None:
+        server.pods[1] = make_pod(
+            fake.WORKER_POD_A,
+            node=fake.GPU_NODE_A,
+            ip=fake.WORKER_IP_A,
+            phase="Pending",
+            waiting_reason=reason,
+            waiting_message=BACK_OFF if reason == "ImagePullBackOff" else "reset by peer",
+        )
+    repeats = max(1, int(first_failure_ago // 60))
+    server.events = [
+        fake.make_object_event(
+            "Pod",
+            fake.WORKER_POD_A,
+            "Failed",
+            f'Failed to pull image "{PULL_IMAGE}": read: connection reset by peer',
+            ago=5,
+            count=repeats,
+            first_ago=first_failure_ago,
+        ),
+        fake.make_object_event(
+            "Pod",
+            fake.WORKER_POD_A,
+            "BackOff",
+            BACK_OFF,
+            ago=5,
+            count=repeats,
+            first_ago=max(5.0, first_failure_ago - 10),
+        ),
+        # Normal events are not warnings: the handler asks only for type=Warning.
+        make_event(
+            fake.WORKER_POD_A, "Pulling", f'Pulling image "{PULL_IMAGE}"', event_type="Normal"
+        ),
+    ]
+
+
+def test_one_err_image_pull_then_success_completes(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 20 GB pull that hits a reset once is retried by the kubelet: pending, not failed;
+    once the retry pulls the image the check completes, although the failure events (an hour's
+    worth) are still listed."""
+    _pulling(kube_api, "ErrImagePull", first_failure_ago=20)
+    event = started(cfn_event(kube_api), ago=30)
+    assert poll(event) == {"IsComplete": False}
+    assert "ErrImagePull: reset by peer" in caplog.text
+    pull_events = list(kube_api.events)
+    kube_api.set_stage("serving")
+    kube_api.events = pull_events
+    assert poll(event)["IsComplete"] is True
+
+
+def test_image_pull_backoff_within_the_grace_is_pending(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
-    kube_api.set_stage("deploying")
-    pull_error = 'Back-off pulling image "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:bad-tag"'
-    kube_api.pods[1] = make_pod(
-        fake.WORKER_POD_A,
-        node=fake.GPU_NODE_A,
-        ip=fake.WORKER_IP_A,
-        phase="Pending",
-        waiting_reason="ImagePullBackOff",
-        waiting_message=pull_error,
-    )
-    kube_api.events = [
-        make_event(fake.WORKER_POD_A, "Failed", "Failed to pull image ...: not found", ago=60),
-        make_event(fake.WORKER_POD_A, "BackOff", pull_error, ago=5),
-    ]
+    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=handler.IMAGE_PULL_GRACE_SECONDS - 30)
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+
+
+def test_image_pull_backoff_past_the_grace_fails_naming_the_pod_and_message(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=handler.IMAGE_PULL_GRACE_SECONDS + 30)
     message = fail_message(started(cfn_event(kube_api)))
-    assert (
-        f"Ray pod stuck: pod {fake.WORKER_POD_A} container ray-worker: ImagePullBackOff" in message
-    )
-    assert pull_error in message
+    assert f"pod {fake.WORKER_POD_A} container ray-worker: ImagePullBackOff" in message
+    assert BACK_OFF in message
+    assert "cannot pull its image for 6" in message  # 630 s, judged from firstTimestamp
     assert "check the image URI and tag" in message
+
+
+def test_image_pull_failure_without_a_pull_event_stays_pending(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """No event, no timestamp: the waiting state alone cannot say how long pulls have failed."""
+    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=3000)
+    kube_api.events = []
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
 
 
 def test_crash_loop_backoff_fails_with_the_exit_code(

@@ -340,8 +340,11 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
     events = sorted(events_json.get("items", []), key=lambda e: str(_event_time(e) or ""))
     failure = None
     if rayservice is not None:
+        warnings = checks.ray_object_warnings(
+            events_json, config.ray_service_name, state.cluster_names
+        )
         failure = handler.terminal_failure(
-            cluster.readiness_props(), nodes, state, problems, now.timestamp()
+            cluster.readiness_props(), nodes, state, problems, now.timestamp(), warnings=warnings
         )
     warmup = read_warmup(cluster)
     return Snapshot(rayservice, state, nodes, pods, problems, placement, events, failure, warmup)

@@ -19,7 +19,8 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
 ``set_proxy(...)`` for any service-proxy response. Served endpoints:
 
 * ``GET /api/v1/nodes`` (``labelSelector`` ``k=v[,k=v]``), ``GET /api/v1/namespaces/{ns}/pods``,
-  ``GET /api/v1/namespaces/{ns}/events``,
+  ``GET /api/v1/namespaces/{ns}/events`` (``fieldSelector`` ``type=Warning``,
+  ``involvedObject.kind=RayCluster``, ... as the API server applies it),
   ``GET /apis/ray.io/v1/namespaces/{ns}/rayservices/{name}`` (404 ``Status`` when unset);
 * the node warm-up namespace (``WARMUP_NAMESPACE``): ``GET /apis/apps/v1/namespaces/{it}/
   daemonsets`` and ``GET /api/v1/namespaces/{it}/pods`` from ``warmup_daemonsets`` and
@@ -361,18 +362,56 @@ def make_event(
     namespace: str = NAMESPACE,
     count: int = 1,
 ) -> dict[str, Any]:
-    """A core/v1 Event about a pod, last seen ``ago`` seconds ago."""
+    """A core/v1 Event about a pod, last seen ``ago`` seconds ago; with ``count`` > 1 the
+    kubelet's aggregation: first seen a minute per repeat earlier."""
+    return make_object_event(
+        "Pod",
+        pod,
+        reason,
+        message,
+        event_type=event_type,
+        ago=ago,
+        namespace=namespace,
+        count=count,
+    )
+
+
+def make_object_event(
+    kind: str,
+    name: str,
+    reason: str,
+    message: str,
+    *,
+    event_type: str = "Warning",
+    ago: float = 5.0,
+    namespace: str = NAMESPACE,
+    count: int = 1,
+    first_ago: float | None = None,
+    api_version: str = "",
+) -> dict[str, Any]:
+    """A core/v1 Event about any object (``Pod``, ``RayCluster``, ``RayService``), last seen
+    ``ago`` seconds ago and first seen ``first_ago`` seconds ago (default: a minute earlier per
+    repeat), as the API server returns it after the recorder's aggregation."""
+    first = ago + 60 * (count - 1) if first_ago is None else first_ago
+    involved: dict[str, Any] = {"kind": kind, "name": name, "namespace": namespace}
+    if kind != "Pod":
+        involved["apiVersion"] = api_version or "ray.io/v1"
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{pod}.{abs(hash((reason, message))):x}", "namespace": namespace},
-        "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+        "metadata": {
+            "name": f"{name}.{abs(hash((reason, message))):x}",
+            "namespace": namespace,
+            "creationTimestamp": ts(ago=first),
+        },
+        "involvedObject": involved,
         "reason": reason,
         "message": message,
         "type": event_type,
         "count": count,
-        "firstTimestamp": ts(ago=ago + 60 * (count - 1)),
+        "firstTimestamp": ts(ago=first),
         "lastTimestamp": ts(ago=ago),
+        "source": {"component": "kubelet" if kind == "Pod" else "raycluster-controller"},
     }
 
 
@@ -410,6 +449,9 @@ def make_rayservice(
                 "reason": ready_reason or ("NonZeroServeEndpoints" if ready else "Initializing"),
                 "message": "",
                 "lastTransitionTime": ts(ago=120),
+                "observedGeneration": generation
+                if observed_generation is None
+                else observed_generation,
             },
         )
     if conditions:
@@ -897,7 +939,9 @@ class FakeKubeApi:
             items = [p for p in self.pods if _matches(p, query.get("labelSelector", ""))]
             return _json(200, _list("PodList", items))
         if method == "GET" and path == f"/api/v1/namespaces/{ns}/events":
-            return _json(200, _list("EventList", self.events))
+            selector = query.get("fieldSelector", "")
+            items = [e for e in self.events if _field_matches(e, selector)]
+            return _json(200, _list("EventList", items))
         if method == "GET" and self.warmup_daemonsets is not None:
             if path == f"/apis/apps/v1/namespaces/{WARMUP_NAMESPACE}/daemonsets":
                 return _json(200, _list("DaemonSetList", self.warmup_daemonsets))
@@ -998,6 +1042,19 @@ def _categorise(files: Mapping[str, str]) -> dict[str, list[str]]:
             key = "internal"
         categories.setdefault(key, []).append(name)
     return categories
+
+
+def _field_matches(obj: Mapping[str, Any], selector: str) -> bool:
+    """A field selector as the API server applies it to Events: ``a.b=v`` terms, all of them
+    (``type``, ``reason``, ``involvedObject.kind``, ``involvedObject.name`` ...)."""
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        current: Any = obj
+        for part in key.split("."):
+            current = current.get(part) if isinstance(current, Mapping) else None
+        if str(current if current is not None else "") != value:
+            return False
+    return True
 
 
 def _matches(obj: Mapping[str, Any], selector: str) -> bool:

@@ -43,6 +43,24 @@ STUCK_WAITING_REASONS = (
     "CrashLoopBackOff",
     "CreateContainerConfigError",
 )
+IMAGE_PULL_REASONS = ("ImagePullBackOff", "ErrImagePull")
+# Warning events KubeRay records on the RayCluster / RayService when the API server refuses what
+# it creates (Pod Security admission, a ResourceQuota, an admission webhook) or the spec is
+# invalid (KubeRay ray-operator/controllers/ray/utils/constant.go, v1.7). ``FailedCreate`` is the
+# generic controller reason, kept for the same refusals reported by other controllers.
+OBJECT_FAILURE_REASONS = (
+    "FailedToCreateHeadPod",
+    "FailedToCreateWorkerPod",
+    "FailedToCreateRayCluster",
+    "FailedToCreateService",
+    "FailedToCreateServiceAccount",
+    "FailedCreate",
+    "InvalidRayClusterSpec",
+    "InvalidRayClusterMetadata",
+    "InvalidRayServiceSpec",
+    "InvalidRayServiceMetadata",
+)
+RAY_OBJECT_KINDS = ("RayCluster", "RayService")
 NIXL_BACKEND_RE = re.compile(r"Backend\s+([A-Za-z0-9_]+)\s+was instantiated")
 
 
@@ -250,6 +268,8 @@ class RayServiceState:
     terminal_message: str = ""
     upgrade_in_progress: bool = False
     generation_current: bool = True
+    generation: int | None = None
+    observed_generation: int | None = None
     active_cluster: str = ""
     pending_cluster: str = ""
 
@@ -284,7 +304,10 @@ class RayServiceState:
         if self.upgrade_in_progress:
             parts.append("upgrade in progress")
         if not self.generation_current:
-            parts.append("status not yet for the latest spec")
+            parts.append(
+                f"status describes generation {self.observed_generation}, not the latest "
+                f"{self.generation} (KubeRay has not reconciled the update yet)"
+            )
         return "; ".join(parts)
 
 
@@ -295,7 +318,19 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
     status = rs_json.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), {})
-    terminal = next((c for c in conditions if c.get("reason") in TERMINAL_CONDITION_REASONS), None)
+    generation = _get(rs_json, "metadata", "generation")
+    generation = generation if isinstance(generation, int) else None
+
+    def current(condition: Mapping[str, Any]) -> bool:
+        # Conditions carry the generation they were computed for (KubeRay v1.7 sets
+        # conditions[].observedGeneration); one about an older spec says nothing of this one.
+        seen = condition.get("observedGeneration")
+        return not (isinstance(seen, int) and generation is not None and seen < generation)
+
+    terminal = next(
+        (c for c in conditions if c.get("reason") in TERMINAL_CONDITION_REASONS and current(c)),
+        None,
+    )
     upgrade = any(
         c.get("type") == "UpgradeInProgress" and c.get("status") == "True" for c in conditions
     )
@@ -311,10 +346,10 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
         for name, value in sorted((app.get("serveDeploymentStatuses") or {}).items())
         if isinstance(value, dict)
     )
-    generation = _get(rs_json, "metadata", "generation")
     observed = status.get("observedGeneration")
+    observed = observed if isinstance(observed, int) else None
     generation_current = not (
-        isinstance(generation, int) and isinstance(observed, int) and observed < generation
+        generation is not None and observed is not None and observed < generation
     )
     terminal_reason = _str(terminal.get("reason")) if terminal else None
     terminal_message = ""
@@ -337,6 +372,8 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
         terminal_message=terminal_message,
         upgrade_in_progress=upgrade,
         generation_current=generation_current,
+        generation=generation,
+        observed_generation=observed,
         active_cluster=_str(active.get("rayClusterName")),
         pending_cluster=_str(_get(status, "pendingServiceStatus", "rayClusterName")),
     )
@@ -384,6 +421,34 @@ def event_time(event: Mapping[str, Any]) -> datetime | None:
     ]
     times = [t for t in candidates if t is not None]
     return max(times) if times else None
+
+
+def event_first_time(event: Mapping[str, Any]) -> datetime | None:
+    """When the (possibly aggregated) event was first seen: core/v1 ``firstTimestamp``, or the
+    ``eventTime`` of an events.k8s.io-style series, else the Event object's creation."""
+    candidates = [
+        parse_time(event.get("firstTimestamp")),
+        parse_time(event.get("eventTime")),
+        parse_time(_get(event, "metadata", "creationTimestamp")),
+    ]
+    times = [t for t in candidates if t is not None]
+    return min(times) if times else None
+
+
+def event_count(event: Mapping[str, Any]) -> int:
+    """How many times the event was seen (core/v1 ``count`` or ``series.count``), at least 1."""
+    counts = [quantity(event.get("count")), quantity(_get(event, "series", "count"))]
+    return max(1, *counts)
+
+
+def _is_pull_failure(event: Mapping[str, Any]) -> bool:
+    """Kubelet's image-pull failures: reason ``Failed`` with "Failed to pull image ..." or
+    "Error: ErrImagePull"/"Error: ImagePullBackOff", and ``BackOff`` "Back-off pulling image"."""
+    reason = event.get("reason")
+    message = _str(event.get("message") or event.get("note"))
+    if reason == "Failed":
+        return "pull" in message.lower() or any(r in message for r in IMAGE_PULL_REASONS)
+    return reason == "BackOff" and "pulling image" in message.lower()
 
 
 @dataclass(frozen=True)
@@ -486,6 +551,16 @@ def pod_problems(
                     f"{exit_code}" + (f": {detail[:300]}" if detail else "")
                 )
             event, event_at = latest_event(name, _EVENT_REASONS_FOR[reason])
+            since = None
+            if reason in IMAGE_PULL_REASONS:
+                # Kubelet retries pulls with a backoff; how long they have been failing is the
+                # first pull-failure event of this pod (a waiting state has no timestamp).
+                firsts = [
+                    t
+                    for e in events_by_pod.get(name, [])
+                    if _is_pull_failure(e) and (t := event_first_time(e)) is not None
+                ]
+                since = min(firsts) if firsts else None
             problems.append(
                 PodProblem(
                     pod=name,
@@ -494,11 +569,66 @@ def pod_problems(
                     container=_str(container.get("name")),
                     event=event,
                     observed_at=event_at,
+                    since=since,
                     requests_gpu=gpu,
                     role=role,
                 )
             )
     return problems
+
+
+@dataclass(frozen=True)
+class ObjectWarning:
+    """A Warning event recorded on the RayService or one of its RayClusters."""
+
+    kind: str
+    name: str
+    reason: str
+    message: str
+    count: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+
+    def describe(self) -> str:
+        times = f" x{self.count}" if self.count > 1 else ""
+        return f"{self.kind} {self.name}: {self.reason}{times}: {self.message}"
+
+
+def ray_object_warnings(
+    events_json: Mapping[str, Any] | None, rayservice: str, cluster_names: Iterable[str] = ()
+) -> list[ObjectWarning]:
+    """Warning events whose ``involvedObject`` is the RayService or one of its RayClusters
+    (the current cluster names, or before KubeRay reports them, ``<rayservice>-*``), newest
+    first. Pod creation refused by the API server shows up only here: there is no pod."""
+    names = set(cluster_names)
+    found = []
+    for item in _items(events_json):
+        if item.get("type") != "Warning":
+            continue
+        involved = item.get("involvedObject") or item.get("regarding") or {}
+        kind, name = _str(involved.get("kind")), _str(involved.get("name"))
+        if kind == "RayService" and name != rayservice:
+            continue
+        if kind == "RayCluster" and not (
+            name in names or (not names and name.startswith(f"{rayservice}-"))
+        ):
+            continue
+        if kind not in RAY_OBJECT_KINDS:
+            continue
+        found.append(
+            ObjectWarning(
+                kind=kind,
+                name=name,
+                reason=_str(item.get("reason")),
+                message=" ".join(_str(item.get("message") or item.get("note")).split()),
+                count=event_count(item),
+                first_seen=event_first_time(item),
+                last_seen=event_time(item),
+            )
+        )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    found.sort(key=lambda w: w.last_seen or oldest, reverse=True)
+    return found
 
 
 # --- Serve replicas and placement ----------------------------------------------------------

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,13 @@ UNHEALTHY_GRACE_SECONDS = 300
 # A GPU pod still failing to schedule this long after the last GPU node turned Ready is not
 # waiting for a device plugin to catch up; the scheduler's message is the diagnosis.
 UNSCHEDULABLE_GRACE_SECONDS = 180
+# Kubelet retries a failed pull with a backoff capped at 5 minutes; a 20 GB image can meet
+# registry throttling or a reset. Only a pull still failing this long after its first failure
+# event is terminal.
+IMAGE_PULL_GRACE_SECONDS = 600
+# A RayCluster/RayService warning (pod creation refused) is terminal once it has repeated and
+# was seen during this wait: KubeRay retries with a backoff, so a refusal that persists repeats.
+OBJECT_WARNING_MIN_COUNT = 2
 # Worst case for one API call: 4 attempts x 10 s timeout + 7 s backoff. The poll reserves it so
 # a call started just inside the budget still ends well before the Lambda timeout.
 SLOWEST_CALL_SECONDS = 60
@@ -241,6 +248,7 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
             client_factory(props),
             now=now,
             budget_ends=time.monotonic() + max(0.0, budget),
+            started=started,
         )
     except ReadinessError as exc:
         message = _one_line(f"Readiness check failed for {props.physical_id}: {exc}")
@@ -319,6 +327,7 @@ def check(
     now: float,
     budget_ends: float | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    started: float | None = None,
 ) -> Outcome:
     """Run every check once, in order; return the first pending one or the Data when done.
 
@@ -344,8 +353,10 @@ def check(
         pods = checks.ray_pods(
             client.get_json(f"/api/v1/namespaces/{ns}/pods"), rs, state.cluster_names
         )
+        # Warnings of the pods and of the RayService/RayCluster: a pod the API server refused
+        # to create has no events of its own, only its RayCluster's FailedToCreate*Pod.
         events = client.get_json(
-            f"/api/v1/namespaces/{ns}/events", {"fieldSelector": "involvedObject.kind=Pod"}
+            f"/api/v1/namespaces/{ns}/events", {"fieldSelector": "type=Warning"}
         )
     except (kube.KubeAuthError, kube.KubeTlsError):
         raise
@@ -353,7 +364,10 @@ def check(
         return _pending("kubernetes-api", str(exc))
 
     problems = checks.pod_problems(pods, events)
-    failure = terminal_failure(props, nodes, state, problems, now)
+    warnings = checks.ray_object_warnings(events, rs, state.cluster_names)
+    failure = terminal_failure(
+        props, nodes, state, problems, now, warnings=warnings, started=started
+    )
     if failure:
         raise ReadinessError(failure)
     pod_note = "; ".join(p.describe() for p in problems)
@@ -474,32 +488,55 @@ def terminal_failure(
     state: checks.RayServiceState,
     problems: list[checks.PodProblem],
     now: float,
+    *,
+    warnings: Sequence[checks.ObjectWarning] = (),
+    started: float | None = None,
 ) -> str | None:
     """The first state that waiting cannot fix, as a message; None if there is none.
+
+    The RayService's own verdicts (a terminal condition, ``DEPLOY_FAILED``, ``UNHEALTHY``)
+    count only when its status describes the current spec (``status.observedGeneration`` equal
+    to ``metadata.generation``): right after an update KubeRay may still show the previous
+    generation's failure, which the new spec may well fix.
 
     UNHEALTHY uses KubeRay's ``healthLastUpdateTime`` on the app status, which KubeRay sets when
     the app first turns unhealthy after being healthy: it gives "unhealthy for how long" without
     remembering earlier polls. Without that timestamp UNHEALTHY stays pending and the timeout
     message reports it.
+
+    ``warnings`` are the RayService's and its RayClusters' Warning events; one whose reason says
+    the API server refused an object (``checks.OBJECT_FAILURE_REASONS``) is terminal once it has
+    repeated and was last seen after ``started`` (the wait's start), so neither a one-off
+    refusal nor an event left by an earlier deploy fails this one.
     """
     app = props.app_name
-    if state.terminal_reason:
-        return state.terminal_message
-    if state.app_status == "DEPLOY_FAILED":
-        return (
-            f"Serve app {app} is DEPLOY_FAILED: {state.app_message or 'no message'}"
-            + _deployment_detail(state)
-            + "; fix serveConfigV2 or the image, then redeploy"
-        )
-    if state.app_status == "UNHEALTHY" and state.app_health_since is not None:
-        unhealthy_for = now - state.app_health_since.timestamp()
-        if unhealthy_for >= UNHEALTHY_GRACE_SECONDS:
+    if state.generation_current:
+        if state.terminal_reason:
+            return state.terminal_message
+        if state.app_status == "DEPLOY_FAILED":
             return (
-                f"Serve app {app} has been UNHEALTHY for {unhealthy_for:.0f} s (since "
-                f"{state.app_health_since.isoformat()}): {state.app_message or 'no message'}"
+                f"Serve app {app} is DEPLOY_FAILED: {state.app_message or 'no message'}"
                 + _deployment_detail(state)
-                + "; read the replica logs in the Ray dashboard"
+                + "; fix serveConfigV2 or the image, then redeploy"
             )
+        if state.app_status == "UNHEALTHY" and state.app_health_since is not None:
+            unhealthy_for = now - state.app_health_since.timestamp()
+            if unhealthy_for >= UNHEALTHY_GRACE_SECONDS:
+                return (
+                    f"Serve app {app} has been UNHEALTHY for {unhealthy_for:.0f} s (since "
+                    f"{state.app_health_since.isoformat()}): {state.app_message or 'no message'}"
+                    + _deployment_detail(state)
+                    + "; read the replica logs in the Ray dashboard"
+                )
+    if not state.running:
+        for warning in warnings:
+            if _object_warning_is_terminal(warning, started):
+                return (
+                    f"KubeRay could not create the Ray cluster: {warning.describe()}; the API "
+                    "server refused it (Pod Security admission of the namespace, a "
+                    "ResourceQuota or LimitRange, or an admission webhook) or the spec is "
+                    "invalid: fix the policy or the RayService, then redeploy"
+                )
     for problem in problems:
         if problem.reason == "Unschedulable":
             if not _unschedulable_is_terminal(problem, nodes, now):
@@ -509,9 +546,21 @@ def terminal_failure(
                 f"({checks.GPU_RESOURCE}, {checks.EFA_RESOURCE}, cpu, memory) with the nodes' "
                 "allocatable resources and the node selector"
             )
+        if problem.reason in checks.IMAGE_PULL_REASONS:
+            # ErrImagePull is one failed attempt, which the kubelet retries; a pull that keeps
+            # failing spends its time in ImagePullBackOff between attempts. Without a pull
+            # failure event there is no telling how long it has failed: keep waiting.
+            if problem.reason != "ImagePullBackOff" or problem.since is None:
+                continue
+            failing_for = now - problem.since.timestamp()
+            if failing_for < IMAGE_PULL_GRACE_SECONDS:
+                continue
+            return (
+                f"Ray pod cannot pull its image for {failing_for:.0f} s (first failure "
+                f"{problem.since.isoformat()}): {problem.describe()}; check the image URI and "
+                "tag, that the node role may pull it, and the registry's throttling"
+            )
         hint = {
-            "ImagePullBackOff": "check the image URI and tag, and that the node role may pull it",
-            "ErrImagePull": "check the image URI and tag, and that the node role may pull it",
             "CrashLoopBackOff": (
                 f"read its previous log: kubectl logs -n {props.namespace} {problem.pod} "
                 f"-c {problem.container or '<container>'} --previous"
@@ -520,6 +569,16 @@ def terminal_failure(
         }.get(problem.reason, "")
         return f"Ray pod stuck: {problem.describe()}" + (f"; {hint}" if hint else "")
     return None
+
+
+def _object_warning_is_terminal(warning: checks.ObjectWarning, started: float | None) -> bool:
+    if warning.reason not in checks.OBJECT_FAILURE_REASONS:
+        return False
+    if warning.count < OBJECT_WARNING_MIN_COUNT and not warning.reason.startswith("Invalid"):
+        return False
+    if started is None or warning.last_seen is None:
+        return started is None
+    return warning.last_seen.timestamp() >= started
 
 
 # The project CLI's `status` called this before it was public; keep the old name working.
