@@ -865,3 +865,51 @@ def test_every_new_check_runs_even_when_others_fail(tmp_path: Path) -> None:
     assert "OK    gpu storage" in result.out
     assert "2 FAIL" in result.out
     harness.session.assert_no_pending_responses()
+
+
+# edges: each numeric decision at its limit and one past it ----------------------------------
+
+
+def _cpus(vcpus: int, cluster: str = "other") -> dict[str, Any]:
+    """A running instance of another cluster using exactly ``vcpus`` (odd counts too)."""
+    return {**instance(2, cluster), "CpuOptions": {"CoreCount": vcpus, "ThreadsPerCore": 1}}
+
+
+@pytest.mark.parametrize(
+    ("quota", "in_use", "verdict"),
+    [
+        (64.0, 0, "OK"),  # exactly the 2 x 32 vCPUs the GPU nodes need
+        (63.0, None, "FAIL"),  # one vCPU short
+        (128.0, 64, "OK"),  # what others use leaves exactly enough
+        (128.0, 65, "WARN"),  # ...and one vCPU more does not
+    ],
+    ids=["quota-equal", "quota-one-short", "free-equal", "free-one-short"],
+)
+def test_vcpu_quota_edges(harness: Harness, quota: float, in_use: int | None, verdict: str) -> None:
+    running = None if in_use is None else ([_cpus(in_use)] if in_use else [])
+    stub_all(harness, quota=quota, running=running)
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "vCPU quota")
+    assert line.startswith(f"{verdict:<6}vCPU quota"), line
+    assert result.code == (1 if verdict == "FAIL" else 0)
+    harness.session.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(("version", "verdict"), [("6", "OK"), ("5", "FAIL")])
+def test_bootstrap_version_edge(harness: Harness, version: str, verdict: str) -> None:
+    stub_all(harness, bootstrap=version, running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "bootstrap")
+    assert line.startswith(f"{verdict:<6}bootstrap"), line
+    assert result.code == (1 if verdict == "FAIL" else 0)
+
+
+@pytest.mark.parametrize(("free", "verdict"), [(2, "OK"), (1, "FAIL")])
+def test_reservation_free_instances_edge(tmp_path: Path, free: int, verdict: str) -> None:
+    harness = reserved_harness(tmp_path)
+    stub_all(harness, reservation=reservation(AvailableInstanceCount=free), running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "capacity reservation")
+    assert line.startswith(f"{verdict:<6}capacity reservation"), line
+    if verdict == "FAIL":
+        assert f"has {free} of 4 instances free, but gpuNodeCount=2 nodes need 2" in line

@@ -1,0 +1,235 @@
+"""Every validated limit of the configuration, tested on both sides.
+
+One row per edge: the value AT the limit is accepted (and parsed to that value), the value one
+step PAST it is rejected with a line that names the context key and says what is allowed. A
+one-character change to a comparison (``<`` for ``<=``, 47 for 48) fails one of the pair.
+
+Adding a setting with a limit? Add a row to ``LIMITS``: ``Edge(key, at_limit, past_limit,
+"text of the rejection")``, with ``base`` for other settings the edge depends on and ``named``
+when the rejection names another key. Numbers are checked at the level of settings: an int or
+float setting without a row fails ``test_every_numeric_setting_has_its_edges`` until it has one
+(or is listed in ``UNBOUNDED`` with the reason).
+
+These call ``AppConfig.from_context`` directly: no synth, milliseconds per row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ray_pd_eks.config import AppConfig, ConfigError
+
+
+@dataclass(frozen=True)
+class Edge:
+    key: str  # the context key set to at_limit / past_limit
+    at_limit: Any  # accepted
+    past_limit: Any  # rejected
+    text: str  # must appear in the rejection line
+    base: Mapping[str, Any] = field(default_factory=dict)  # other keys the edge needs
+    named: str = ""  # the key the rejection names, when not ``key``
+    why: str = ""  # which edge this is, for the test id
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}-{self.why or self.at_limit}"
+
+
+NVME_OFF = {"gpuLocalStorage": "none"}
+GP3_ROOT = {"gpuLocalStorage": "none", "gpuRootVolumeThroughput": 750}  # 3000 IOPS allow 750
+
+LIMITS: list[Edge] = [
+    # -- the issue's examples ------------------------------------------------------------------
+    Edge("gpuMemoryUtilization", 1.0, 1.01, "(0, 1]", why="max"),
+    Edge("gpuMemoryUtilization", 0.01, 0, "(0, 1]", why="min-exclusive"),
+    Edge("gpuMemoryUtilization", "1.0", "1.0001", "(0, 1]", why="max-from-c"),
+    Edge("rayServiceName", "r" * 47, "r" * 48, "is 48 characters; the limit is 47"),
+    Edge("clusterName", "c" * 100, "c" * 101, "is 101 characters; the limit is 100"),
+    Edge("namespace", "n" * 63, "n" * 64, "is 64 characters; the limit is 63"),
+    Edge("gpuNodegroupName", "g" * 63, "g" * 64, "is 64 characters; the limit is 63"),
+    Edge("modelId", "m" * 128, "m" * 129, "is 129 characters; the limit is 128"),
+    # The oldest minor EKS still creates is 1.32, but this app ships kubectl layers for 1.35 and
+    # 1.36 only: the oldest accepted is 1.35, and 1.34 is refused for the missing layer.
+    Edge("kubernetesVersion", "1.35", "1.34", "this app has no kubectl layer for it", why="min"),
+    Edge("kubernetesVersion", "1.36", "1.37", "EKS does not offer it yet", why="max"),
+    # -- nodes ---------------------------------------------------------------------------------
+    Edge("gpuNodeCount", 2, 1, "at least 2", base={"prefillReplicas": 1}, why="min"),
+    Edge("gpuNodeCount", 64, 65, "at most 64 nodes in one group", why="max"),
+    Edge("prefillReplicas", 1, 0, "must be at least 1", why="min"),
+    Edge("decodeReplicas", 1, 0, "must be at least 1", why="min"),
+    Edge(
+        "prefillReplicas",
+        2,
+        3,
+        "prefillReplicas + decodeReplicas = 4 exceeds gpuNodeCount 3",
+        base={"gpuNodeCount": 3},
+        named="decodeReplicas",
+        why="sum-vs-nodes",
+    ),
+    Edge("systemNodeCount", 1, 0, "must be 1..20", why="min"),
+    Edge("systemNodeCount", 20, 21, "must be 1..20", why="max"),
+    Edge("systemNodeType", "m7i.xlarge", "m7i.large", "at least 4 vCPU and 16 GiB", why="4vcpu"),
+    Edge("systemRootVolumeGib", 80, 79, "must be 80..16384 GiB", why="min"),
+    Edge("systemRootVolumeGib", 16384, 16385, "must be 80..16384 GiB", why="max"),
+    # -- GPU storage ---------------------------------------------------------------------------
+    Edge("gpuRootVolumeGib", 30, 29, "0 (automatic) or 30..16384 GiB", why="min-nvme"),
+    Edge("gpuRootVolumeGib", 16384, 16385, "0 (automatic) or 30..16384", why="max-nvme"),
+    Edge("gpuRootVolumeGib", 100, 99, "or 100..16384 GiB", base=NVME_OFF, why="min-ebs"),
+    Edge("gpuRootVolumeIops", 3000, 2999, "gp3 allows 3000..80000 IOPS", base=GP3_ROOT, why="min"),
+    Edge(
+        "gpuRootVolumeIops", 80000, 80001, "gp3 allows 3000..80000 IOPS", base=NVME_OFF, why="max"
+    ),
+    Edge(
+        "gpuRootVolumeIops",
+        50000,
+        50001,
+        "at most 500 IOPS per GiB: raise gpuRootVolumeGib to 101",
+        base={**NVME_OFF, "gpuRootVolumeGib": 100},
+        why="per-gib",
+    ),
+    Edge(
+        "gpuRootVolumeThroughput",
+        125,
+        124,
+        "gp3 allows 125..2000 MiB/s",
+        base=NVME_OFF,
+        why="min",
+    ),
+    Edge(
+        "gpuRootVolumeThroughput",
+        2000,
+        2001,
+        "gp3 allows 125..2000 MiB/s",
+        base=NVME_OFF,
+        why="max",
+    ),
+    Edge(
+        "gpuRootVolumeThroughput",
+        1000,
+        1001,
+        "0.25 MiB/s per IOPS: raise gpuRootVolumeIops to 4004",
+        base={**NVME_OFF, "gpuRootVolumeIops": 4000},
+        why="per-iops",
+    ),
+    # -- capacity ------------------------------------------------------------------------------
+    Edge("gpuCapacityWaitMinutes", 1, 0, "must be 1..50", why="min"),
+    Edge("gpuCapacityWaitMinutes", 50, 51, "must be 1..50", why="max"),
+    Edge("gpuPlacementGroupName", "p" * 255, "p" * 256, "existing cluster placement group"),
+    Edge(
+        "gpuCapacityReservationId",
+        "cr-" + "0" * 17,
+        "cr-" + "0" * 18,
+        "On-Demand Capacity Reservation id",
+    ),
+    # -- serving -------------------------------------------------------------------------------
+    Edge("maxModelLen", 1, 0, "must be a positive token count", why="min"),
+    Edge("maxModelLen", 1_048_576, 1_048_577, "must be a positive token count", why="max"),
+    Edge("readinessTimeoutMinutes", 1, 0, "must be 1..60", why="min"),
+    Edge("readinessTimeoutMinutes", 60, 61, "at most one hour", why="max"),
+    Edge("kuberayVersion", "1.5.0", "1.4.99", "must be 1.5.0 or newer", why="min"),
+    # -- model access --------------------------------------------------------------------------
+    Edge("modelS3Uri", "s3://abc/m", "s3://ab/m", "s3://<bucket>/<prefix>", why="bucket-3"),
+    Edge(
+        "modelS3Uri", f"s3://{'b' * 63}/m", f"s3://{'b' * 64}/m", "s3://<bucket>", why="bucket-63"
+    ),
+    # -- network and access --------------------------------------------------------------------
+    Edge("vpcCidr", "10.0.0.0/16", "10.0.0.0/15", "from /16 to /18", why="widest"),
+    Edge("vpcCidr", "10.0.0.0/18", "10.0.0.0/19", "from /16 to /18", why="narrowest"),
+    Edge("endpointPublicCidrs", ["1.0.0.0/8"], ["0.0.0.0/7"], "to the internet", why="prefix-8"),
+    Edge("account", "1" * 12, "1" * 13, "12-digit AWS account id"),
+    # -- teardown ------------------------------------------------------------------------------
+    Edge("logRetentionDays", 1827, 1828, "CloudWatch Logs retention", why="max"),
+    Edge("logRetentionDays", 1, 2, "CloudWatch Logs retention", why="min"),
+]
+
+# Numeric settings whose every value is accepted by design (none today). Key -> why.
+UNBOUNDED: dict[str, str] = {}
+
+
+def _context(edge: Edge, value: Any) -> dict[str, Any]:
+    return {**edge.base, edge.key: value}
+
+
+def _parsed(edge: Edge, value: Any) -> Any:
+    """``value`` as the field holds it: -c strings parsed to the field's type; a list's entry."""
+    if isinstance(value, list):
+        return value[0]
+    ftype = str(AppConfig.__dataclass_fields__[AppConfig.context_keys()[edge.key]].type)
+    return {"int": int, "float": float}.get(ftype, lambda v: v)(value)
+
+
+@pytest.mark.parametrize("edge", LIMITS, ids=[e.id for e in LIMITS])
+def test_value_at_the_limit_is_accepted(edge: Edge) -> None:
+    config = AppConfig.from_context(_context(edge, edge.at_limit))
+    value = getattr(config, AppConfig.context_keys()[edge.key])
+    if isinstance(edge.at_limit, list):
+        assert value == tuple(edge.at_limit)
+    else:
+        assert value == _parsed(edge, edge.at_limit)
+
+
+@pytest.mark.parametrize("edge", LIMITS, ids=[e.id for e in LIMITS])
+def test_value_one_past_the_limit_is_rejected_naming_the_key(edge: Edge) -> None:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context(_context(edge, edge.past_limit))
+    named = edge.named or edge.key
+    lines = [
+        line for line in str(err.value).splitlines() if line.startswith(f"context key '{named}'")
+    ]
+    assert lines, f"no line names {named}: {err.value}"
+    assert any(edge.text in line for line in lines), lines
+    if not edge.named:  # the line shows the bad value as parsed (one entry of a list)
+        assert any(f"= {json.dumps(_parsed(edge, edge.past_limit))}:" in line for line in lines)
+    assert all(line.endswith("(set it with -c " + named + "=... or in cdk.json)") for line in lines)
+
+
+def test_every_numeric_setting_has_its_edges() -> None:
+    numeric = {
+        key
+        for key, name in AppConfig.context_keys().items()
+        if str(AppConfig.__dataclass_fields__[name].type) in ("int", "float")
+    }
+    covered = {edge.key for edge in LIMITS} | set(UNBOUNDED)
+    missing = sorted(numeric - covered)
+    assert not missing, (
+        f"numeric settings without an at-limit/past-limit pair: {missing}; add an Edge row to "
+        "LIMITS in tests/test_limits.py (or a reason to UNBOUNDED)"
+    )
+
+
+def test_kubernetes_version_messages_change_where_eks_stops_creating_clusters() -> None:
+    # 1.31 left extended support: EKS refuses it. 1.32 is the oldest EKS still creates.
+    def why(version: str) -> str:
+        with pytest.raises(ConfigError) as err:
+            AppConfig.from_context({"kubernetesVersion": version})
+        return str(err.value)
+
+    assert "EKS no longer supports it" in why("1.31")
+    assert "EKS no longer supports it" not in why("1.32")
+    assert "this app has no kubectl layer for it; use 1.35 or 1.36" in why("1.32")
+
+
+@pytest.mark.parametrize(
+    ("iops", "throughput", "problem_keys"),
+    [
+        (3000, 750, []),  # exactly 0.25 MiB/s per IOPS at the minimum IOPS
+        (3000, 751, ["gpuRootVolumeThroughput"]),
+        (2999, 750, ["gpuRootVolumeIops"]),  # IOPS out of range: no ratio judgement on top
+    ],
+)
+def test_gp3_ratio_is_judged_only_for_valid_iops(
+    iops: int, throughput: int, problem_keys: list[str]
+) -> None:
+    context = {**NVME_OFF, "gpuRootVolumeIops": iops, "gpuRootVolumeThroughput": throughput}
+    if not problem_keys:
+        AppConfig.from_context(context)
+        return
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context(context)
+    keys = [line.split("'")[1] for line in str(err.value).splitlines()]
+    assert keys == problem_keys
