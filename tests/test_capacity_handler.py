@@ -435,3 +435,137 @@ def test_timeout_without_failed_launches_says_so(at: Any) -> None:
         "the node group does not exist yet",
     ):
         _poll(_event(), eks, object())
+
+
+# --- edges: each decision at its limit and one step past it ---------------------------------
+
+PENDING = {"IsComplete": False}
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "first_failure", "raises"),
+    [
+        (700, 100, True),  # the first capacity failure is exactly CapacityWaitSeconds (600) old
+        (699, 100, False),  # one second younger
+    ],
+    ids=["wait-reached", "one-second-short"],
+)
+def test_capacity_wait_edge(at: Any, elapsed: float, first_failure: float, raises: bool) -> None:
+    at(elapsed)
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(first_failure, "Failed", CAPACITY_MESSAGE)])
+    if raises:
+        with pytest.raises(RuntimeError, match=r"No g6\.8xlarge capacity in us-west-2a for 10 min"):
+            _poll(_event(), eks, autoscaling)
+    else:
+        assert _poll(_event(), eks, autoscaling) == PENDING
+
+
+@pytest.mark.parametrize(
+    ("when", "counted"),
+    [(0, True), (-1, False)],
+    ids=["at-the-start", "one-second-before"],
+)
+def test_a_failure_at_the_watchs_start_is_ours(at: Any, when: float, counted: bool) -> None:
+    eks, _ = _eks()
+    autoscaling, _ = _autoscaling([_activity(when, "Failed", QUOTA_MESSAGE)])
+    if counted:
+        with pytest.raises(RuntimeError, match="failed on the vCPU quota"):
+            _poll(_event(), eks, autoscaling)
+    else:
+        assert _poll(_event(), eks, autoscaling) == PENDING
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "complete"),
+    [(90, True), (89, False)],
+    ids=["grace-over", "one-second-short"],
+)
+def test_update_grace_edge(at: Any, elapsed: float, complete: bool) -> None:
+    at(elapsed)
+    eks, _ = _eks("ACTIVE", modifiedAt=_when(-3600))
+    assert _poll(_event("Update"), eks, object())["IsComplete"] is complete
+
+
+def test_active_modified_exactly_at_the_start_is_the_update(at: Any) -> None:
+    at(30)
+    eks, _ = _eks("ACTIVE", modifiedAt=_when(0))
+    assert _poll(_event("Update"), eks, object())["IsComplete"] is True
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "raises"),
+    [(2610, True), (2609, False)],  # 2700 s timeout - (30 s interval + 60 s Lambda)
+    ids=["give-up-reached", "one-second-short"],
+)
+def test_give_up_edge(at: Any, elapsed: float, raises: bool) -> None:
+    at(elapsed)
+    eks, _ = _eks("CREATING", asg=False)
+    if raises:
+        with pytest.raises(RuntimeError, match="GPU capacity watch gave up"):
+            _poll(_event(), eks, object())
+    else:
+        assert _poll(_event(), eks, object()) == PENDING
+
+
+def test_short_timeouts_give_up_at_half_the_timeout(at: Any) -> None:
+    # 100 s - 90 s margin would leave 10 s: half the timeout (50 s) is the floor.
+    at(50)
+    eks, _ = _eks("CREATING", asg=False)
+    with pytest.raises(RuntimeError, match="gave up"):
+        _poll(_event(TimeoutSeconds="100"), eks, object())
+    at(49)
+    eks, _ = _eks("CREATING", asg=False)
+    assert _poll(_event(TimeoutSeconds="100"), eks, object()) == PENDING
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        ("Failed", CAPACITY_MESSAGE, "capacity"),
+        ("Failed", QUOTA_MESSAGE, "quota"),
+        ("Failed", OTHER_MESSAGE, "other"),
+        ("Failed", "", "other"),
+        ("Cancelled", CAPACITY_MESSAGE, "capacity"),
+        ("Cancelled", QUOTA_MESSAGE, "quota"),
+        ("Cancelled", OTHER_MESSAGE, None),  # the group changed its mind: not a failure
+        ("Successful", CAPACITY_MESSAGE, None),
+        ("InProgress", "", None),
+    ],
+)
+def test_classify(status: str, message: str, kind: str | None) -> None:
+    found = handler.classify(_activity(1, status, message), STARTED + 1.0)
+    assert (found.kind if found else None) == kind
+    if found:
+        assert found.started == STARTED + 1.0
+        assert found.message == (message or "Launching a new EC2 instance")  # the Description
+
+
+@pytest.mark.parametrize(
+    ("kinds", "verdict"),
+    [
+        (("capacity",), None),  # young capacity failures wait
+        (("capacity", "quota"), "vCPU quota"),  # quota wins over capacity
+        (("capacity", "other"), "us-west-2a failed: other: lt"),  # so does any other launch failure
+        (("quota", "other"), "vCPU quota"),
+        ((), None),
+    ],
+)
+def test_judge_order(kinds: tuple[str, ...], verdict: str | None) -> None:
+    props = handler.Props.from_properties(_props())
+    failures = [handler.Failure(kind, STARTED + 10.0, f"{kind}: lt") for kind in kinds]
+    if verdict is None:
+        handler.judge(props, failures, STARTED + 20.0)
+    else:
+        with pytest.raises(RuntimeError, match=verdict):
+            handler.judge(props, failures, STARTED + 20.0)
+
+
+@pytest.mark.parametrize(("value", "ok"), [("1", True), ("0", False), ("-5", False)])
+def test_positive_int_properties_edge(value: str, ok: bool) -> None:
+    event = {"RequestType": "Create", "ResourceProperties": _props(DesiredSize=value)}
+    if ok:
+        handler.on_event(event, None)
+    else:
+        with pytest.raises(RuntimeError, match="DesiredSize must be a positive whole number"):
+            handler.on_event(event, None)

@@ -15,6 +15,7 @@ from tests.cli_fixtures import (
     REGION,
     USER_ARN,
     Harness,
+    StubbedSession,
     cli_harness,
     stub_cluster,
     write_cdk_json,
@@ -23,8 +24,10 @@ from tests.fakes.kube_api import (
     GPU_NODE_A,
     GPU_NODE_B,
     RAY_CLUSTER,
+    RAY_NODE_A,
     SYSTEM_NODE,
     WARMUP_NAMESPACE,
+    WORKER_IP_A,
     WORKER_POD_A,
     WORKER_POD_B,
     FakeKubeApi,
@@ -32,6 +35,7 @@ from tests.fakes.kube_api import (
     make_daemonset,
     make_event,
     make_object_event,
+    make_pd_serve_applications,
     make_pod,
     make_rayservice,
     make_warmup_pod,
@@ -646,3 +650,24 @@ def test_watch_fails_fast_when_the_api_server_refuses_the_worker_pods(
     verdict = result.out.rstrip().splitlines()[-1]
     assert verdict.startswith("Verdict: FAILED after 0s: KubeRay could not create the Ray cluster")
     assert refused in verdict
+
+
+def test_prefill_and_decode_on_one_node_is_failed_and_exits_1(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    # Both engines report the node of worker A: Serve placed them together.
+    kube_api.serve_applications = make_pd_serve_applications(decode=(RAY_NODE_A, WORKER_IP_A))
+    result = cli.run("status")
+    assert result.code == 1
+    verdict = result.out.rstrip().splitlines()[-1]
+    assert verdict.startswith(
+        f"Verdict: FAILED: prefill and decode replicas share node(s) {GPU_NODE_A}"
+    )
+    # The same state with the engines apart is RUNNING, exit 0: the node is the difference.
+    kube_api.serve_applications = make_pd_serve_applications()
+    cli.session = StubbedSession()
+    stub_cluster(cli.session, kube_api.url, kube_api.ca_data)
+    again = cli.run("status")
+    assert again.code == 0, again.out
+    assert again.out.rstrip().splitlines()[-1].startswith("Verdict: RUNNING")

@@ -1,0 +1,512 @@
+"""Every terminal and pending branch of the readiness verdicts, each pinned on both sides.
+
+A deploy fails at once on a state that waiting cannot fix and waits on one that it can; flipping
+a branch either fails healthy deploys or lets broken ones burn the hour. Each row here is one
+branch: the state as the API reports it (real field names and timestamps) and the verdict,
+``PENDING`` or a fragment of the terminal message. Time edges are exact: timestamps are fixed
+relative to ``NOW`` rather than the wall clock, so "299 s" and "300 s" are never one second off.
+
+The readiness handler's loopback tests (``test_readiness_handler.py``) drive whole polls; these
+call ``terminal_failure``/``placement``/``_chat_completion`` directly, so each row is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from ray_pd_eks import lambda_code
+from tests.fakes.kube_api import (
+    GPU_NODE_A,
+    GPU_NODE_B,
+    HEAD_POD,
+    RAY_CLUSTER,
+    RAYSERVICE,
+    SYSTEM_NODE,
+    WORKER_IP_A,
+    WORKER_IP_B,
+    WORKER_POD_A,
+    WORKER_POD_B,
+    FakeKubeApi,
+    make_event,
+    make_node,
+    make_object_event,
+    make_pd_serve_applications,
+    make_pod,
+    make_rayservice,
+    ts,
+)
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+handler = lambda_code.handler()
+checks = lambda_code.checks()
+kube = lambda_code.kube()
+
+NOW_DT = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+NOW = NOW_DT.timestamp()
+PENDING = None
+NO_ROOM = "0/3 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def at(ago: float) -> str:
+    """A Kubernetes timestamp ``ago`` seconds before NOW."""
+    return ts(NOW_DT, ago=ago)
+
+
+def _retime(obj: Any, path: tuple[str, ...], ago: float) -> None:
+    for key in path[:-1]:
+        obj = obj[key] if not isinstance(obj, list) else obj[int(key)]
+    obj[path[-1]] = at(ago)
+
+
+# --- building the state the handler sees ---------------------------------------------------
+
+
+def nodes(*, usable: int = 2, ready_ago: float = 3600.0) -> dict[str, Any]:
+    """The GPU node list: ``usable`` of 2 nodes Ready with GPU and EFA since ``ready_ago``."""
+    items = []
+    for i, name in enumerate((GPU_NODE_A, GPU_NODE_B)):
+        node = make_node(name, ready=i < usable, efa=1 if i < usable else 0)
+        _retime(node, ("status", "conditions", "0", "lastTransitionTime"), ready_ago)
+        items.append(node)
+    return {"items": items}
+
+
+def rayservice(**kwargs: Any) -> dict[str, Any]:
+    """``make_rayservice`` with ``health_ago`` measured from NOW; ``generation`` 2 with
+    ``observed_generation`` 1 makes the status describe the previous spec."""
+    health_ago = kwargs.pop("health_ago", None)
+    rs = make_rayservice(**kwargs)
+    if health_ago is not None:
+        app = rs["status"]["activeServiceStatus"]["applicationStatuses"]["qwen"]
+        app["healthLastUpdateTime"] = at(health_ago)
+    return rs
+
+
+def condition(reason: str, *, observed_generation: int | None = None) -> dict[str, Any]:
+    cond: dict[str, Any] = {
+        "type": "RayServiceReady" if reason == "ValidationFailed" else "Ready",
+        "status": "False",
+        "reason": reason,
+        "message": "spec.rayClusterConfig.headGroupSpec is invalid",
+        "lastTransitionTime": at(60),
+    }
+    if observed_generation is not None:
+        cond["observedGeneration"] = observed_generation
+    return cond
+
+
+def unschedulable(name: str, *, head: bool = False, since_ago: float, seen_ago: float) -> list[Any]:
+    """A pending pod (PodScheduled=False since ``since_ago``) and its FailedScheduling event
+    last seen ``seen_ago`` seconds before NOW."""
+    pod = make_pod(name, node_type="head" if head else "worker", unschedulable_message=NO_ROOM)
+    _retime(pod, ("status", "conditions", "0", "lastTransitionTime"), since_ago)
+    event = make_event(name, "FailedScheduling", NO_ROOM)
+    event["lastTimestamp"] = event["firstTimestamp"] = at(seen_ago)
+    event["metadata"]["creationTimestamp"] = at(seen_ago)
+    return [pod, event]
+
+
+def pulling(reason: str, *, first_failure_ago: float | None) -> list[Any]:
+    """A worker waiting in ``reason`` whose first pull failure event is ``first_failure_ago``
+    seconds old (None: no pull event at all)."""
+    pod = make_pod(WORKER_POD_A, node=GPU_NODE_A, waiting_reason=reason, waiting_message="denied")
+    if first_failure_ago is None:
+        return [pod]
+    event = make_event(WORKER_POD_A, "Failed", "Failed to pull image: denied", count=5)
+    event["firstTimestamp"] = event["metadata"]["creationTimestamp"] = at(first_failure_ago)
+    event["lastTimestamp"] = at(5)
+    return [pod, event]
+
+
+def object_warning(reason: str, *, count: int, seen_ago: float) -> dict[str, Any]:
+    event = make_object_event("RayCluster", RAY_CLUSTER, reason, "pods is forbidden", count=count)
+    event["lastTimestamp"] = at(seen_ago)
+    event["firstTimestamp"] = event["metadata"]["creationTimestamp"] = at(seen_ago + 60)
+    return event
+
+
+@dataclass
+class Scenario:
+    rs: dict[str, Any] = field(default_factory=lambda: rayservice(ready=False, app_status=None))
+    nodes: dict[str, Any] = field(default_factory=nodes)
+    objects: list[Any] = field(default_factory=list)  # pods and events, mixed
+    started: float | None = NOW - 600  # when the wait started (on_event)
+
+    def verdict(self) -> str | None:
+        props = handler.Props(
+            cluster_name="ray-llm-multinode",
+            endpoint="https://127.0.0.1:1",
+            ca_data="",
+            namespace="inference",
+            rayservice=RAYSERVICE,
+            app_name="qwen",
+            model_id="qwen3.5-9b",
+            kv_backend="LIBFABRIC",
+            expected_gpu_nodes=2,
+        )
+        pods = {"items": [o for o in self.objects if o.get("kind") == "Pod"]}
+        events = {"items": [o for o in self.objects if o.get("kind") == "Event"]}
+        state = checks.rayservice_state(self.rs, "qwen")
+        result: str | None = handler.terminal_failure(
+            props,
+            checks.gpu_nodes(self.nodes, 2),
+            state,
+            checks.pod_problems(pods, events),
+            NOW,
+            warnings=checks.ray_object_warnings(events, RAYSERVICE, state.cluster_names),
+            started=self.started,
+        )
+        return result
+
+
+def _rows() -> Iterator[tuple[str, Callable[[], Scenario], str | None]]:
+    # KubeRay's own terminal conditions.
+    yield (
+        "validation-failed-fails-at-once",
+        lambda: Scenario(
+            rs=rayservice(ready=False, extra_conditions=[condition("ValidationFailed")])
+        ),
+        "KubeRay rejected the RayService spec (ValidationFailed)",
+    )
+    yield (
+        "initializing-timeout-fails-at-once",
+        lambda: Scenario(
+            rs=rayservice(ready=None, extra_conditions=[condition("InitializingTimeout")])
+        ),
+        "KubeRay gave up initialising the RayService (InitializingTimeout)",
+    )
+    yield (
+        "validation-failed-of-the-previous-spec-waits",
+        lambda: Scenario(
+            rs=rayservice(
+                ready=False,
+                generation=2,
+                observed_generation=2,
+                extra_conditions=[condition("ValidationFailed", observed_generation=1)],
+            )
+        ),
+        PENDING,
+    )
+    yield (
+        "validation-failed-while-the-status-is-stale-waits",
+        lambda: Scenario(
+            rs=rayservice(
+                ready=False,
+                generation=2,
+                observed_generation=1,
+                extra_conditions=[condition("ValidationFailed")],
+            )
+        ),
+        PENDING,
+    )
+    yield ("ready-false-initializing-waits", lambda: Scenario(), PENDING)
+    # The Serve app's own states.
+    yield (
+        "deploy-failed-fails-at-once",
+        lambda: Scenario(
+            rs=rayservice(ready=False, app_status="DEPLOY_FAILED", app_message="boom")
+        ),
+        "Serve app qwen is DEPLOY_FAILED: boom",
+    )
+    yield (
+        "deploy-failed-of-the-previous-spec-waits",
+        lambda: Scenario(
+            rs=rayservice(
+                ready=False, app_status="DEPLOY_FAILED", generation=2, observed_generation=1
+            )
+        ),
+        PENDING,
+    )
+    for app_status in ("DEPLOYING", "NOT_STARTED", "RUNNING", "DELETING"):
+        yield (
+            f"{app_status.lower()}-waits",
+            lambda s=app_status: Scenario(rs=rayservice(ready=False, app_status=s)),  # type: ignore[misc]
+            PENDING,
+        )
+    grace = handler.UNHEALTHY_GRACE_SECONDS
+    yield (
+        "unhealthy-for-the-whole-grace-fails",
+        lambda: Scenario(rs=rayservice(ready=True, app_status="UNHEALTHY", health_ago=grace)),
+        f"has been UNHEALTHY for {grace} s",
+    )
+    yield (
+        "unhealthy-one-second-short-of-the-grace-waits",
+        lambda: Scenario(rs=rayservice(ready=True, app_status="UNHEALTHY", health_ago=grace - 1)),
+        PENDING,
+    )
+    yield (
+        "unhealthy-without-a-health-timestamp-waits",
+        lambda: Scenario(rs=rayservice(ready=True, app_status="UNHEALTHY")),
+        PENDING,
+    )
+    # Scheduling: GPU pods wait while GPU nodes are still coming; CPU pods get a grace.
+    sched = handler.UNSCHEDULABLE_GRACE_SECONDS
+    yield (
+        "gpu-pod-unschedulable-while-only-some-gpu-nodes-are-usable-waits",
+        lambda: Scenario(
+            nodes=nodes(usable=1, ready_ago=3600),
+            objects=unschedulable(WORKER_POD_A, since_ago=3000, seen_ago=1),
+        ),
+        PENDING,
+    )
+    yield (
+        "gpu-pod-unschedulable-the-whole-grace-after-all-nodes-are-usable-fails",
+        lambda: Scenario(
+            nodes=nodes(ready_ago=sched + 10),
+            objects=unschedulable(WORKER_POD_A, since_ago=600, seen_ago=10),
+        ),
+        "Ray pod cannot be scheduled: pod " + WORKER_POD_A,
+    )
+    yield (
+        "gpu-pod-unschedulable-one-second-short-of-the-grace-waits",
+        lambda: Scenario(
+            nodes=nodes(ready_ago=sched + 10),
+            objects=unschedulable(WORKER_POD_A, since_ago=600, seen_ago=11),
+        ),
+        PENDING,
+    )
+    yield (
+        "cpu-pod-unschedulable-for-the-grace-fails",
+        lambda: Scenario(objects=unschedulable(HEAD_POD, head=True, since_ago=sched, seen_ago=1)),
+        "Ray pod cannot be scheduled: pod " + HEAD_POD,
+    )
+    yield (
+        "cpu-pod-unschedulable-one-second-short-of-the-grace-waits",
+        lambda: Scenario(
+            objects=unschedulable(HEAD_POD, head=True, since_ago=sched - 1, seen_ago=1)
+        ),
+        PENDING,
+    )
+    # Image pulls: retried by the kubelet; terminal only after the grace.
+    pull = handler.IMAGE_PULL_GRACE_SECONDS
+    yield (
+        "image-pull-backoff-for-the-grace-fails",
+        lambda: Scenario(objects=pulling("ImagePullBackOff", first_failure_ago=pull)),
+        f"Ray pod cannot pull its image for {pull} s",
+    )
+    yield (
+        "image-pull-backoff-one-second-short-of-the-grace-waits",
+        lambda: Scenario(objects=pulling("ImagePullBackOff", first_failure_ago=pull - 1)),
+        PENDING,
+    )
+    yield (
+        "image-pull-backoff-without-a-pull-event-waits",
+        lambda: Scenario(objects=pulling("ImagePullBackOff", first_failure_ago=None)),
+        PENDING,
+    )
+    yield (
+        "err-image-pull-is-one-attempt-and-waits",
+        lambda: Scenario(objects=pulling("ErrImagePull", first_failure_ago=10 * pull)),
+        PENDING,
+    )
+    # Containers that cannot start: terminal at once.
+    yield (
+        "crash-loop-backoff-fails-at-once",
+        lambda: Scenario(
+            objects=[
+                make_pod(
+                    WORKER_POD_A,
+                    node=GPU_NODE_A,
+                    waiting_reason="CrashLoopBackOff",
+                    restart_count=4,
+                    last_exit_code=137,
+                )
+            ]
+        ),
+        "last exit code 137",
+    )
+    yield (
+        "missing-secret-fails-at-once",
+        lambda: Scenario(
+            objects=[
+                make_pod(WORKER_POD_A, node=GPU_NODE_A, waiting_reason="CreateContainerConfigError")
+            ]
+        ),
+        "a referenced Secret, ConfigMap or key is missing",
+    )
+    # Objects KubeRay could not create (no pod exists to show it).
+    started_ago = 600
+    yield (
+        "refused-pod-seen-twice-during-the-wait-fails",
+        lambda: Scenario(objects=[object_warning("FailedToCreateWorkerPod", count=2, seen_ago=5)]),
+        "KubeRay could not create the Ray cluster: RayCluster " + RAY_CLUSTER,
+    )
+    yield (
+        "refused-pod-seen-once-waits",
+        lambda: Scenario(objects=[object_warning("FailedToCreateWorkerPod", count=1, seen_ago=5)]),
+        PENDING,
+    )
+    yield (
+        "invalid-spec-seen-once-fails",
+        lambda: Scenario(objects=[object_warning("InvalidRayClusterSpec", count=1, seen_ago=5)]),
+        "InvalidRayClusterSpec",
+    )
+    yield (
+        "refusal-last-seen-exactly-when-the-wait-started-fails",
+        lambda: Scenario(
+            objects=[object_warning("FailedToCreateWorkerPod", count=3, seen_ago=started_ago)]
+        ),
+        "FailedToCreateWorkerPod x3",
+    )
+    yield (
+        "refusal-last-seen-before-the-wait-started-waits",
+        lambda: Scenario(
+            objects=[object_warning("FailedToCreateWorkerPod", count=3, seen_ago=started_ago + 1)]
+        ),
+        PENDING,
+    )
+    yield (
+        "other-warnings-of-the-cluster-wait",
+        lambda: Scenario(objects=[object_warning("FailedScaleDown", count=9, seen_ago=5)]),
+        PENDING,
+    )
+    yield (
+        "refusal-while-the-app-runs-is-not-a-failure",
+        lambda: Scenario(
+            rs=rayservice(ready=True, app_status="RUNNING"),
+            objects=[object_warning("FailedToCreateWorkerPod", count=3, seen_ago=5)],
+        ),
+        PENDING,
+    )
+
+
+ROWS = list(_rows())
+
+
+@pytest.mark.parametrize(("scenario", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_terminal_or_pending(scenario: Callable[[], Scenario], expected: str | None) -> None:
+    verdict = scenario().verdict()
+    if expected is PENDING:
+        assert verdict is None, verdict
+    else:
+        assert verdict is not None and expected in verdict, verdict
+
+
+# --- placement: prefill and decode apart ---------------------------------------------------
+
+
+def worker(name: str, node: str, ip: str, *, gpus: int = 1, phase: str = "Running") -> Any:
+    return make_pod(name, node=node, ip=ip, gpus=gpus, phase=phase)
+
+
+HEAD = make_pod(HEAD_POD, node_type="head", node=SYSTEM_NODE, ip="10.0.0.30")
+APART = [
+    HEAD,
+    worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A),
+    worker(WORKER_POD_B, GPU_NODE_B, WORKER_IP_B),
+]
+
+
+@pytest.mark.parametrize(
+    ("pods", "ok", "why"),
+    [
+        (APART, True, "2 running worker pod(s) on 2 distinct node(s)"),
+        (
+            [
+                HEAD,
+                worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A),
+                worker(WORKER_POD_B, GPU_NODE_A, WORKER_IP_B),
+            ],
+            False,
+            "2 running worker pod(s) on 1 distinct node(s)",
+        ),
+        (
+            [
+                HEAD,
+                worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A, gpus=2),
+                worker(WORKER_POD_B, GPU_NODE_B, WORKER_IP_B),
+            ],
+            False,
+            "(not exactly one GPU each)",
+        ),
+        ([HEAD, worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A)], False, "1 running worker pod(s)"),
+        (
+            [
+                HEAD,
+                worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A),
+                worker(WORKER_POD_B, GPU_NODE_B, WORKER_IP_B, phase="Pending"),
+            ],
+            False,
+            "1 running worker pod(s)",
+        ),
+    ],
+    ids=["two-nodes", "two-workers-one-node", "two-gpus", "one-worker", "one-pending"],
+)
+def test_fallback_placement_needs_two_one_gpu_workers_on_two_nodes(
+    pods: list[Any], ok: bool, why: str
+) -> None:
+    place = checks.placement({"items": pods}, serve_error="dashboard unreachable")
+    assert (place.method, place.ok, place.conflict) == ("worker-pods", ok, False)
+    assert why in place.why and "dashboard unreachable" in place.why
+
+
+def test_replicas_on_one_node_are_a_conflict_and_apart_are_ok() -> None:
+    shared = make_pd_serve_applications(decode=("c" * 56, WORKER_IP_A))
+    place = checks.placement({"items": APART}, shared, "qwen")
+    assert (place.method, place.ok, place.conflict) == ("serve-replicas", False, True)
+    assert f"share node(s) {GPU_NODE_A}" in place.why
+    apart = checks.placement({"items": APART}, make_pd_serve_applications(), "qwen")
+    assert (apart.ok, apart.conflict) == (True, False)
+    assert (apart.prefill_nodes, apart.decode_nodes) == ((GPU_NODE_A,), (GPU_NODE_B,))
+
+
+def test_replica_on_an_unknown_ip_falls_back_to_the_pods() -> None:
+    stray = make_pd_serve_applications(decode=("c" * 56, "10.9.9.9"))
+    place = checks.placement({"items": APART}, stray, "qwen")
+    assert (place.method, place.ok) == ("worker-pods", True)
+    assert "replica node IPs not found among Ray pods" in place.why and "10.9.9.9" in place.why
+
+
+@pytest.mark.parametrize(("usable", "ok"), [(2, True), (1, False)])
+def test_gpu_nodes_are_ok_at_exactly_the_expected_count(usable: int, ok: bool) -> None:
+    found = checks.gpu_nodes(nodes(usable=usable), 2)
+    assert found.ok is ok
+    assert f"{usable}/2 GPU nodes Ready" in found.why
+
+
+# --- the chat completion: which answers are final ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "final"),
+    [
+        (400, True),
+        (422, True),
+        (499, True),
+        (404, False),  # the route is not there yet
+        (408, False),
+        (429, False),  # the engine is busy: retry on the next poll
+        (500, False),
+        (503, False),
+    ],
+)
+def test_chat_completion_error_is_final_only_for_a_client_error(
+    kube_api: FakeKubeApi, status: int, final: bool
+) -> None:
+    kube_api.set_stage("models")
+    kube_api.set_proxy(
+        kube_api.serve_service,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        status=status,
+        body={"object": "error", "message": f"status {status}"},
+    )
+    props = handler.Props.from_properties(kube_api.props())
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.test", sleep=lambda _: None
+    )
+    if final:
+        with pytest.raises(handler.ReadinessError, match=f"returned {status}"):
+            handler._chat_completion(client, props)
+    else:
+        text, why = handler._chat_completion(client, props)
+        assert text == "" and "POST /v1/chat/completions via ray-llm-serve-svc:8000" in why
+    # One attempt per poll: the next poll is the retry.
+    assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1
