@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from aws_cdk import (
     Fn,
     RemovalPolicy,
     Stack,
+    Token,
     lambda_layer_kubectl_v35,
     lambda_layer_kubectl_v36,
 )
@@ -35,10 +37,12 @@ from pd_constructs.nag import (
     function_versions_finding,
 )
 from pd_constructs.templates import load_yaml
+from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX
 
 GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
 SYSTEM_LABELS = {"role": "system"}
 GPU_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+GPU_AMI_TYPE = eks.NodegroupAmiType.AL2023_X86_64_NVIDIA
 _NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEKS_CNI_Policy",
@@ -415,7 +419,7 @@ class EfaGpuNodeGroup(Construct):
             "Resource",
             cluster=as_icluster(cluster),
             nodegroup_name=nodegroup_name,
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            ami_type=GPU_AMI_TYPE,
             instance_types=[ec2.InstanceType(instance_type)],
             min_size=node_count,
             desired_size=node_count,
@@ -454,3 +458,24 @@ class GpuDevicePlugins(Construct):
             overrides={"supportedInstanceLabels": {"values": [gpu_instance_type]}},
         )
         self.nvidia = HelmAddon(self, "Nvidia", cluster=cluster, release=NVIDIA_DEVICE_PLUGIN)
+
+
+def gpu_nodegroup_name(
+    prefix: str, availability_zone: str, *, instance_type: str, ami_type: eks.NodegroupAmiType
+) -> str:
+    """``<prefix>-<az>-<8 hex>``: the GPU node group's name, derived from everything whose
+    change makes CloudFormation replace the node group (the subnet, i.e. the AZ, the instance
+    type and the AMI type). CloudFormation cannot replace a resource with a fixed custom name,
+    so a new name per replacement is what lets a move to another AZ (or another GPU type)
+    succeed in one deploy: the new group is created, then the old one deleted. The name is
+    known before the group exists (``availability_zone`` may be a deploy-time token), so the
+    capacity watch can look the group up while CloudFormation creates it.
+    """
+    if not Token.is_unresolved(prefix) and len(prefix) > GPU_NODEGROUP_PREFIX_MAX:
+        raise ValueError(
+            f"gpu_nodegroup_name prefix {prefix!r}: at most {GPU_NODEGROUP_PREFIX_MAX} characters"
+        )
+    digest = hashlib.sha256(f"{instance_type}|{ami_type.value}".encode()).hexdigest()[:8]
+    if Token.is_unresolved(availability_zone):
+        return Fn.join("-", [prefix, availability_zone, digest])
+    return f"{prefix}-{availability_zone}-{digest}"

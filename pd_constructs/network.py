@@ -1,4 +1,5 @@
-"""The VPC: private subnets in two AZs for the cluster, and one GPU subnet in the GPU AZ."""
+"""The VPC (private subnets in two AZs for the cluster, NAT egress, S3 endpoint) and the GPU
+subnet in the GPU AZ with the construct that chooses that AZ."""
 
 from __future__ import annotations
 
@@ -165,12 +166,17 @@ def suppress_provider_framework(provider: cr.Provider, *handlers: lambda_.IFunct
 
 
 class PdNetwork(Construct):
-    """VPC with NAT egress, flow logs and a dedicated single-AZ subnet for the GPU nodes.
+    """VPC with NAT egress, flow logs, an S3 gateway endpoint, and the route table of the GPU
+    subnet (the subnet itself lives with the GPU node group: see :class:`GpuSubnet`).
 
     By default: the VPC CIDR's first half holds two /18 private subnets (for a /16) in the first
     two AZs of the region, public /24 subnets for the one NAT gateway follow, and the last
-    quarter is the GPU subnet, placed in ``gpu_az`` (any AZ of the region: it need not be one of
-    the two cluster AZs) and routed to the NAT gateway.
+    quarter is kept for the GPU subnet. Everything here is independent of the GPU AZ, so the
+    values other stacks import never change when the GPU subnet moves.
+
+    The S3 gateway endpoint (no charge) carries the nodes' S3 traffic (ECR serves image layers
+    from S3, and staged weights come from S3) instead of the NAT gateway, in every private
+    route table, the GPU one included.
     """
 
     def __init__(
@@ -179,8 +185,6 @@ class PdNetwork(Construct):
         construct_id: str,
         *,
         vpc_cidr: str,
-        gpu_az: str,
-        gpu_subnet_cidr: str,
         log_retention: logs.RetentionDays,
         log_removal_policy: RemovalPolicy,
     ) -> None:
@@ -218,12 +222,66 @@ class PdNetwork(Construct):
         )
         nat = self.vpc.public_subnets[0].node.find_child("NATGateway")
         assert isinstance(nat, ec2.CfnNatGateway)
-        self.gpu_subnet = ec2.PrivateSubnet(
+        # Not tied to an AZ: every GPU subnet, in whichever AZ, is associated with it.
+        self.gpu_route_table = ec2.CfnRouteTable(self, "GpuRouteTable", vpc_id=self.vpc.vpc_id)
+        ec2.CfnRoute(
             self,
-            "GpuSubnet",
+            "GpuDefaultRoute",
+            route_table_id=self.gpu_route_table.ref,
+            destination_cidr_block="0.0.0.0/0",
+            nat_gateway_id=nat.ref,
+        )
+        self.s3_endpoint = ec2.CfnVPCEndpoint(
+            self,
+            "S3Endpoint",
             vpc_id=self.vpc.vpc_id,
-            availability_zone=gpu_az,
-            cidr_block=gpu_subnet_cidr,
+            service_name=ec2.GatewayVpcEndpointAwsService.S3.name,
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[
+                *(s.route_table.route_table_id for s in self.vpc.private_subnets),
+                self.gpu_route_table.ref,
+            ],
+        )
+
+
+class GpuSubnet(Construct):
+    """The GPU node group's one subnet, in ``availability_zone`` with ``cidr_block`` (both
+    usually chosen at deploy time by :class:`GpuAvailabilityZone`), associated with the
+    network's GPU route table (NAT egress and the S3 endpoint).
+
+    It belongs in the stack of the GPU node group: when the AZ changes, CloudFormation replaces
+    the subnet and the node group in one stack update, and no other stack imports either.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        availability_zone: str,
+        cidr_block: str,
+        route_table_id: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.resource = ec2.CfnSubnet(
+            self,
+            "Resource",
+            vpc_id=vpc.vpc_id,
+            availability_zone=availability_zone,
+            cidr_block=cidr_block,
             map_public_ip_on_launch=False,
         )
-        self.gpu_subnet.add_default_nat_route(nat.ref)
+        ec2.CfnSubnetRouteTableAssociation(
+            self,
+            "RouteTableAssociation",
+            subnet_id=self.resource.ref,
+            route_table_id=route_table_id,
+        )
+        self.subnet = ec2.Subnet.from_subnet_attributes(
+            self,
+            "Imported",
+            subnet_id=self.resource.ref,
+            availability_zone=availability_zone,
+            route_table_id=route_table_id,
+        )

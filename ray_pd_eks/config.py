@@ -36,6 +36,11 @@ KV_BACKENDS = ("LIBFABRIC", "UCX")
 SERVING_MODES = ("pd", "aggregated")
 MAX_READINESS_MINUTES = 60  # CloudFormation custom resources wait at most one hour.
 RAYSERVICE_NAME_MAX = 47  # KubeRay derives longer object names from it.
+# The GPU node group is named <gpuNodegroupName>-<AZ>-<8 hex> (so it can be replaced when it
+# moves AZ); EKS allows 63 characters, and AZ names stay within 20.
+EKS_NODEGROUP_NAME_MAX = 63
+AZ_NAME_MAX = 20
+GPU_NODEGROUP_PREFIX_MAX = EKS_NODEGROUP_NAME_MAX - AZ_NAME_MAX - len("--") - 8
 CLUSTER_NAME_MAX = 100
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
 DLC_ACCOUNT = "763104351884"
@@ -419,7 +424,13 @@ def _names(c: AppConfig) -> list[str]:
         *_name("clusterName", c.cluster_name, _EKS_NAME, CLUSTER_NAME_MAX, eks),
         *_name("namespace", c.namespace, _DNS_LABEL, 63, label),
         *_name("rayServiceName", c.ray_service_name, _DNS_LABEL, RAYSERVICE_NAME_MAX, label),
-        *_name("gpuNodegroupName", c.gpu_nodegroup_name, _EKS_NAME, 63, eks),
+        *_name(
+            "gpuNodegroupName",
+            c.gpu_nodegroup_name,
+            _EKS_NAME,
+            GPU_NODEGROUP_PREFIX_MAX,
+            eks + ", to which the AZ and a hash are appended",
+        ),
         *_name("modelId", c.model_id, _MODEL_ID, 128, "model id (letters, digits, '.', '_', '-')"),
     ]
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Environment, Stage
+from aws_cdk import Environment, Stack, Stage
 from constructs import Construct
 
 from ray_pd_eks.config import AppConfig
 from stacks.cluster_stack import ClusterStack
+from stacks.gpu_stack import GpuNodesStack
 from stacks.network_stack import NetworkStack
+from stacks.readiness_stack import ReadinessStack
 from stacks.workload_stack import WorkloadStack
 
 
@@ -22,30 +24,64 @@ def environment(config: AppConfig) -> Environment | None:
 
 
 class RayPdEksStage(Stage):
-    """Network -> Cluster -> Workload. Dependencies follow the references between them, so
-    ``cdk destroy`` removes them in reverse: workload first, network last."""
+    r"""Five stacks; dependencies follow what each needs, so independent ones deploy side by
+    side (``cdk deploy --concurrency``, and CDK Pipelines by itself)::
+
+        Network -> Cluster -> GpuNodes --+--> Readiness
+                          \-> Workload --+
+
+    ``cdk destroy`` removes them in reverse: readiness first, network last. See
+    docs/architecture.md ("Stacks") for why the GPU nodes and the workload do not wait for
+    each other.
+    """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any):
         kwargs.setdefault("env", environment(config))
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
         self.network = NetworkStack(
-            self, "Network", config=config, description="ray-pd-eks: VPC and GPU subnet"
+            self,
+            "Network",
+            config=config,
+            description="ray-pd-eks: VPC, NAT gateway, S3 endpoint",
         )
         self.cluster = ClusterStack(
             self,
             "Cluster",
             config=config,
             vpc=self.network.vpc,
-            gpu_subnet=self.network.gpu_subnet,
-            description="ray-pd-eks: EKS cluster, system and EFA GPU node groups",
+            description="ray-pd-eks: EKS control plane and node warm-up",
+        )
+        self.gpu_nodes = GpuNodesStack(
+            self,
+            "GpuNodes",
+            config=config,
+            vpc=self.network.vpc,
+            gpu_route_table_id=self.network.gpu_route_table_id,
+            cluster=self.cluster.cluster,
+            description="ray-pd-eks: GPU AZ and subnet, EFA GPU node group, device plugins",
         )
         self.workload = WorkloadStack(
             self,
             "Workload",
             config=config,
             cluster=self.cluster.cluster,
-            description="ray-pd-eks: KubeRay and the prefill/decode RayService",
+            description="ray-pd-eks: system nodes, KubeRay and the prefill/decode RayService",
+        )
+        self.readiness = ReadinessStack(
+            self,
+            "Readiness",
+            config=config,
+            cluster=self.cluster.cluster,
+            description="ray-pd-eks: readiness check of the endpoint",
         )
         self.cluster.add_stack_dependency(self.network)
+        self.gpu_nodes.add_stack_dependency(self.cluster)
         self.workload.add_stack_dependency(self.cluster)
+        self.readiness.add_stack_dependency(self.workload)
+        self.readiness.add_stack_dependency(self.gpu_nodes)
+
+    @property
+    def stacks(self) -> tuple[Stack, ...]:
+        """Every stack, in deploy order."""
+        return (self.network, self.cluster, self.gpu_nodes, self.workload, self.readiness)

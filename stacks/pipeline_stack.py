@@ -45,7 +45,7 @@ _ARTIFACT_ACTIONS = (
     "kms:ReEncrypt*",
 )
 # Stacks whose outputs the post-deploy step prints, in this order.
-_OUTPUT_STACKS = ("network", "cluster", "workload")
+_OUTPUT_STACKS = ("network", "cluster", "gpu_nodes", "workload", "readiness")
 
 
 def stage_id(env: DeploymentEnvironment) -> str:

@@ -52,7 +52,7 @@ def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Sy
     stage = RayPdEksStage(app, "RayPdEks", config=config)
     assembly = app.synth()
     templates = {}
-    for stack in (stage.network, stage.cluster, stage.workload):
+    for stack in stage.stacks:
         artifact = assembly.get_stack_artifact(stack.artifact_id)
         templates[stack.node.id] = json.loads(Path(artifact.template_full_path).read_text())
     return Synthesized(config, stage, templates, outdir)

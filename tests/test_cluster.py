@@ -7,17 +7,21 @@ from typing import Any
 
 from tests.synth import Synthesized
 
+NODE_STACKS = {"system": "Workload", "gpu": "GpuNodes"}
 
-def _nodegroup(app: Synthesized, name: str) -> dict[str, Any]:
-    for ng in app.resources("Cluster", "AWS::EKS::Nodegroup").values():
-        if ng["Properties"]["NodegroupName"] == name:
-            return dict(ng["Properties"])
-    raise AssertionError(f"no node group {name}")
+
+def _nodegroup(app: Synthesized, role: str) -> dict[str, Any]:
+    """The properties of the system or the GPU node group (found by its stack and label)."""
+    for ng in app.resources(NODE_STACKS[role], "AWS::EKS::Nodegroup").values():
+        if ng["Properties"]["Labels"]["role"] in (role, f"{role}-worker"):
+            return dict(ng["Properties"], Stack=NODE_STACKS[role])
+    raise AssertionError(f"no {role} node group")
 
 
 def _launch_template(app: Synthesized, nodegroup: dict[str, Any]) -> dict[str, Any]:
     ref = nodegroup["LaunchTemplate"]["Id"]["Ref"]
-    return dict(app.templates["Cluster"]["Resources"][ref]["Properties"]["LaunchTemplateData"])
+    resources = app.templates[nodegroup["Stack"]]["Resources"]
+    return dict(resources[ref]["Properties"]["LaunchTemplateData"])
 
 
 def _helm(app: Synthesized, chart: str) -> dict[str, Any]:
@@ -99,6 +103,7 @@ def test_kubectl_layer_matches_the_kubernetes_version(
 
 def test_system_node_group(default_app: Synthesized) -> None:
     ng = _nodegroup(default_app, "system")
+    assert ng["NodegroupName"] == "system"
     assert ng["AmiType"] == "AL2023_x86_64_STANDARD"
     assert ng["InstanceTypes"] == ["m7i.xlarge"]
     assert ng["ScalingConfig"] == {"DesiredSize": 1, "MaxSize": 1, "MinSize": 1}
@@ -115,8 +120,9 @@ def test_system_node_group(default_app: Synthesized) -> None:
 
 
 def test_gpu_node_group_is_fixed_size_nvidia_labelled_and_tainted(default_app: Synthesized) -> None:
-    ng = _nodegroup(default_app, "gpu-workers")
+    ng = _nodegroup(default_app, "gpu")
     assert ng["AmiType"] == "AL2023_x86_64_NVIDIA"
+    assert "OutputRefCluster9EE0221C" in ng["ClusterName"]["Fn::ImportValue"]
     assert ng["InstanceTypes"] == ["g6.8xlarge"]
     assert ng["ScalingConfig"] == {"DesiredSize": 2, "MaxSize": 2, "MinSize": 2}
     assert ng["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
@@ -124,21 +130,23 @@ def test_gpu_node_group_is_fixed_size_nvidia_labelled_and_tainted(default_app: S
 
 
 def test_gpu_node_group_uses_exactly_the_gpu_subnet(default_app: Synthesized) -> None:
-    ng = _nodegroup(default_app, "gpu-workers")
-    assert len(ng["Subnets"]) == 1
-    assert "GpuSubnet" in ng["Subnets"][0]["Fn::ImportValue"]
+    ng = _nodegroup(default_app, "gpu")
+    # The subnet lives in the node group's own stack: a reference, not an import.
+    (subnet,) = ng["Subnets"]
+    resources = default_app.templates["GpuNodes"]["Resources"]
+    assert resources[subnet["Ref"]]["Type"] == "AWS::EC2::Subnet"
 
 
 def test_gpu_launch_template_efa_interface_placement_imds_and_volume(
     default_app: Synthesized,
 ) -> None:
-    resources = default_app.templates["Cluster"]["Resources"]
-    lt = _launch_template(default_app, _nodegroup(default_app, "gpu-workers"))
+    resources = default_app.templates["GpuNodes"]["Resources"]
+    lt = _launch_template(default_app, _nodegroup(default_app, "gpu"))
     (nic,) = lt["NetworkInterfaces"]
     assert nic["InterfaceType"] == "efa" and nic["DeviceIndex"] == 0
-    groups = [g["Fn::GetAtt"] for g in nic["Groups"]]
-    assert ["Cluster9EE0221C", "ClusterSecurityGroupId"] in groups
-    efa_sg_id = next(g[0] for g in groups if g[1] == "GroupId")
+    cluster_sg, efa_sg = nic["Groups"]
+    assert "ClusterSecurityGroupId" in cluster_sg["Fn::ImportValue"]
+    efa_sg_id = efa_sg["Fn::GetAtt"][0]
     assert resources[efa_sg_id]["Type"] == "AWS::EC2::SecurityGroup"
     placement_id = lt["Placement"]["GroupName"]["Fn::GetAtt"][0]
     assert resources[placement_id]["Properties"] == {"Strategy": "cluster"}
@@ -157,13 +165,13 @@ def test_gpu_launch_template_efa_interface_placement_imds_and_volume(
 def test_efa_security_group_allows_all_traffic_only_within_itself(
     default_app: Synthesized,
 ) -> None:
-    ingress = default_app.only("Cluster", "AWS::EC2::SecurityGroupIngress")["Properties"]
-    egress = default_app.only("Cluster", "AWS::EC2::SecurityGroupEgress")["Properties"]
+    ingress = default_app.only("GpuNodes", "AWS::EC2::SecurityGroupIngress")["Properties"]
+    egress = default_app.only("GpuNodes", "AWS::EC2::SecurityGroupEgress")["Properties"]
     for rule, peer in ((ingress, "SourceSecurityGroupId"), (egress, "DestinationSecurityGroupId")):
         assert rule["IpProtocol"] == "-1"
         assert rule[peer] == {"Fn::GetAtt": [rule["GroupId"]["Fn::GetAtt"][0], "GroupId"]}
     sg_id = ingress["GroupId"]["Fn::GetAtt"][0]
-    sg = default_app.templates["Cluster"]["Resources"][sg_id]["Properties"]
+    sg = default_app.templates["GpuNodes"]["Resources"][sg_id]["Properties"]
     assert sg.get("SecurityGroupEgress", []) in (
         [],
         [
@@ -179,13 +187,13 @@ def test_efa_security_group_allows_all_traffic_only_within_itself(
 
 
 def test_variant_sizes_flow_into_the_node_groups(variant_app: Synthesized) -> None:
-    assert _nodegroup(variant_app, "gpu-workers")["ScalingConfig"]["DesiredSize"] == 3
+    assert _nodegroup(variant_app, "gpu")["ScalingConfig"]["DesiredSize"] == 3
 
 
 def test_device_plugins_are_pinned_and_confined_to_gpu_nodes(default_app: Synthesized) -> None:
     efa = _helm(default_app, "aws-efa-k8s-device-plugin")
     nvidia = _helm(default_app, "nvidia-device-plugin")
-    assert efa["Stack"] == nvidia["Stack"] == "Cluster"
+    assert efa["Stack"] == nvidia["Stack"] == "GpuNodes"
     assert efa["Properties"]["Repository"] == "https://aws.github.io/eks-charts"
     assert efa["Properties"]["Version"] == "v0.5.30"
     assert nvidia["Properties"]["Repository"] == "https://nvidia.github.io/k8s-device-plugin"
@@ -202,12 +210,8 @@ def test_device_plugins_are_pinned_and_confined_to_gpu_nodes(default_app: Synthe
 
 
 def test_device_plugins_install_after_the_gpu_nodes(default_app: Synthesized) -> None:
-    resources = default_app.templates["Cluster"]["Resources"]
-    gpu_ng = next(
-        k
-        for k, v in resources.items()
-        if v["Type"] == "AWS::EKS::Nodegroup" and v["Properties"]["NodegroupName"] == "gpu-workers"
-    )
+    resources = default_app.templates["GpuNodes"]["Resources"]
+    (gpu_ng,) = default_app.resources("GpuNodes", "AWS::EKS::Nodegroup")
     for chart in ("aws-efa-k8s-device-plugin", "nvidia-device-plugin"):
         chart_id = next(
             k

@@ -21,7 +21,7 @@ CFN_LINT_IGNORED = {
 }
 
 
-@pytest.mark.parametrize("stack", ["Network", "Cluster", "Workload"])
+@pytest.mark.parametrize("stack", ["Network", "Cluster", "GpuNodes", "Workload", "Readiness"])
 @pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
 def test_cfn_lint_is_clean(stack: str, app_name: str, request: pytest.FixtureRequest) -> None:
     app: Synthesized = request.getfixturevalue(app_name)
@@ -85,21 +85,19 @@ def test_public_endpoint_acknowledgment_only_when_asked_for(
 
 # Replacing any of these loses data or the running endpoint; a refactor must not rename them.
 PINNED_LOGICAL_IDS = {
-    "Network": {
-        "NetworkVpc7FB7348F": "AWS::EC2::VPC",
-        "NetworkGpuSubnet98B9B6C2": "AWS::EC2::Subnet",
-        "GpuAzE036B77A": "Custom::GpuAvailabilityZone",
-    },
+    "Network": {"NetworkVpc7FB7348F": "AWS::EC2::VPC"},
     "Cluster": {
         "Cluster9EE0221C": "AWS::EKS::Cluster",
         "ClusterSecretsKey462B29B5": "AWS::KMS::Key",
-        "SystemNodesE123D1FA": "AWS::EKS::Nodegroup",
-        "GpuNodes20C68506": "AWS::EKS::Nodegroup",
     },
+    # The sticky AZ choice keeps its id, so an update never re-chooses by accident; the GPU
+    # subnet and node group are replaceable by design (their names follow the AZ).
+    "GpuNodes": {"GpuAzE036B77A": "Custom::GpuAvailabilityZone"},
+    "Workload": {"SystemNodesE123D1FA": "AWS::EKS::Nodegroup"},
 }
 
 
 def test_stateful_logical_ids_are_stable(default_app: Synthesized) -> None:
     for stack, ids in PINNED_LOGICAL_IDS.items():
         resources = default_app.templates[stack]["Resources"]
-        assert {k: resources[k]["Type"] for k in ids if k in resources} == ids
+        assert {k: resources[k]["Type"] for k in ids if k in resources} == ids, stack

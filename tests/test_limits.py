@@ -51,7 +51,7 @@ LIMITS: list[Edge] = [
     Edge("rayServiceName", "r" * 47, "r" * 48, "is 48 characters; the limit is 47"),
     Edge("clusterName", "c" * 100, "c" * 101, "is 101 characters; the limit is 100"),
     Edge("namespace", "n" * 63, "n" * 64, "is 64 characters; the limit is 63"),
-    Edge("gpuNodegroupName", "g" * 63, "g" * 64, "is 64 characters; the limit is 63"),
+    Edge("gpuNodegroupName", "g" * 33, "g" * 34, "is 34 characters; the limit is 33"),
     Edge("modelId", "m" * 128, "m" * 129, "is 129 characters; the limit is 128"),
     # The oldest minor EKS still creates is 1.32, but this app ships kubectl layers for 1.35 and
     # 1.36 only: the oldest accepted is 1.35, and 1.34 is refused for the missing layer.

@@ -35,7 +35,7 @@ def test_private_subnets_span_two_azs_and_egress_through_one_nat(default_app: Sy
         for r in default_app.resources("Network", "AWS::EC2::Route").values()
         if "NatGatewayId" in r["Properties"]
     ]
-    # Two cluster private subnets plus the GPU subnet route 0.0.0.0/0 to the NAT gateway.
+    # The two cluster private route tables and the GPU one route 0.0.0.0/0 to the NAT gateway.
     assert len(nat_routes) == 3
     assert {r["DestinationCidrBlock"] for r in nat_routes} == {"0.0.0.0/0"}
 
@@ -52,8 +52,8 @@ def test_flow_logs_capture_all_traffic_into_a_log_group_with_retention(
 
 
 def test_gpu_subnet_sits_in_the_az_chosen_at_deploy_time(default_app: Synthesized) -> None:
-    resources = default_app.templates["Network"]["Resources"]
-    gpu = resources["NetworkGpuSubnet98B9B6C2"]["Properties"]
+    resources = default_app.templates["GpuNodes"]["Resources"]
+    gpu = default_app.only("GpuNodes", "AWS::EC2::Subnet")["Properties"]
     chooser_id, attribute = gpu["AvailabilityZone"]["Fn::GetAtt"]
     assert attribute == "AvailabilityZone"
     chooser = resources[chooser_id]
@@ -67,14 +67,14 @@ def test_gpu_subnet_sits_in_the_az_chosen_at_deploy_time(default_app: Synthesize
 
 
 def test_requested_gpu_az_is_passed_to_the_chooser(variant_app: Synthesized) -> None:
-    chooser = variant_app.only("Network", "Custom::GpuAvailabilityZone")["Properties"]
+    chooser = variant_app.only("GpuNodes", "Custom::GpuAvailabilityZone")["Properties"]
     assert chooser["RequestedAz"] == "us-west-2b"
 
 
 def test_az_chooser_may_only_describe_offerings(default_app: Synthesized) -> None:
     statements = [
         st
-        for p in default_app.resources("Network", "AWS::IAM::Policy").values()
+        for p in default_app.resources("GpuNodes", "AWS::IAM::Policy").values()
         for st in p["Properties"]["PolicyDocument"]["Statement"]
         if "ec2:DescribeInstanceTypeOfferings" in str(st["Action"])
     ]
@@ -103,14 +103,42 @@ def test_subnet_plan_never_overlaps(cidr: str) -> None:
 
 
 def test_subnet_cidrs_in_template_match_the_plan(default_app: Synthesized) -> None:
-    cidrs = sorted(
-        s["Properties"]["CidrBlock"]
-        for s in _subnets(default_app).values()
-        if isinstance(s["Properties"]["CidrBlock"], str)  # the GPU subnet's comes at deploy
-    )
+    cidrs = sorted(s["Properties"]["CidrBlock"] for s in _subnets(default_app).values())
     assert cidrs == [
         "10.0.0.0/18",
         "10.0.128.0/24",
         "10.0.129.0/24",
         "10.0.64.0/18",
     ]
+
+
+def test_gpu_route_table_routes_to_the_nat_and_the_gpu_subnet_uses_it(
+    default_app: Synthesized,
+) -> None:
+    network = default_app.templates["Network"]["Resources"]
+    (table_id,) = [k for k in network if k.startswith("NetworkGpuRouteTable")]
+    (route,) = [
+        r["Properties"]
+        for r in default_app.resources("Network", "AWS::EC2::Route").values()
+        if r["Properties"]["RouteTableId"] == {"Ref": table_id}
+    ]
+    assert route["DestinationCidrBlock"] == "0.0.0.0/0" and "NatGatewayId" in route
+    (association,) = default_app.resources(
+        "GpuNodes", "AWS::EC2::SubnetRouteTableAssociation"
+    ).values()
+    assert table_id in association["Properties"]["RouteTableId"]["Fn::ImportValue"]
+
+
+def test_s3_gateway_endpoint_serves_every_private_route_table(default_app: Synthesized) -> None:
+    endpoint = default_app.only("Network", "AWS::EC2::VPCEndpoint")["Properties"]
+    assert endpoint["VpcEndpointType"] == "Gateway"
+    assert endpoint["ServiceName"] == {
+        "Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".s3"]]
+    }
+    tables = {r["Ref"] for r in endpoint["RouteTableIds"]}
+    private = {
+        k
+        for k, v in default_app.resources("Network", "AWS::EC2::RouteTable").items()
+        if "Public" not in k
+    }
+    assert tables == private and len(private) == 3  # two cluster subnets and the GPU subnet

@@ -16,15 +16,8 @@ from tests.synth import Synthesized
 
 
 def _gpu_launch_template(app: Synthesized) -> dict[str, Any]:
-    resources = app.templates["Cluster"]["Resources"]
-    (ng,) = [
-        v
-        for v in resources.values()
-        if v["Type"] == "AWS::EKS::Nodegroup"
-        and v["Properties"]["NodegroupName"] == app.config.gpu_nodegroup_name
-    ]
-    ref = ng["Properties"]["LaunchTemplate"]["Id"]["Ref"]
-    return dict(resources[ref]["Properties"]["LaunchTemplateData"])
+    resources = app.templates["GpuNodes"]["Resources"]
+    return dict(resources[_gpu_launch_template_id(app)]["Properties"]["LaunchTemplateData"])
 
 
 def _mime(user_data: dict[str, Any]) -> Message:
@@ -75,12 +68,8 @@ def test_without_nvme_no_node_config_and_a_faster_root_volume(variant_app: Synth
 
 
 def test_system_nodes_have_room_for_the_head_image(default_app: Synthesized) -> None:
-    resources = default_app.templates["Cluster"]["Resources"]
-    (system,) = [
-        v
-        for v in resources.values()
-        if v["Type"] == "AWS::EKS::Nodegroup" and v["Properties"]["NodegroupName"] == "system"
-    ]
+    resources = default_app.templates["Workload"]["Resources"]
+    (system,) = default_app.resources("Workload", "AWS::EKS::Nodegroup").values()
     lt = resources[system["Properties"]["LaunchTemplate"]["Id"]["Ref"]]["Properties"]
     (disk,) = lt["LaunchTemplateData"]["BlockDeviceMappings"]
     assert disk["Ebs"]["VolumeSize"] == 100
@@ -98,7 +87,7 @@ def test_default_has_its_own_cluster_placement_group_and_no_reservation(
 ) -> None:
     lt = _gpu_launch_template(default_app)
     assert "CapacityReservationSpecification" not in lt
-    (pg,) = default_app.resources("Cluster", "AWS::EC2::PlacementGroup").values()
+    (pg,) = default_app.resources("GpuNodes", "AWS::EC2::PlacementGroup").values()
     assert pg["Properties"] == {"Strategy": "cluster"}
 
 
@@ -108,8 +97,8 @@ def test_reservation_in_an_existing_placement_group(variant_app: Synthesized) ->
         "CapacityReservationTarget": {"CapacityReservationId": RESERVATION}
     }
     assert lt["Placement"] == {"GroupName": "pd-cluster-pg"}
-    assert variant_app.resources("Cluster", "AWS::EC2::PlacementGroup") == {}
-    chooser = variant_app.only("Network", "Custom::GpuAvailabilityZone")["Properties"]
+    assert variant_app.resources("GpuNodes", "AWS::EC2::PlacementGroup") == {}
+    chooser = variant_app.only("GpuNodes", "Custom::GpuAvailabilityZone")["Properties"]
     assert chooser["CapacityReservationId"] == RESERVATION
     assert chooser["PlacementGroupName"] == "pd-cluster-pg"
     assert chooser["InstanceCount"] == "3"
@@ -123,10 +112,10 @@ def test_reservation_without_placement_group_drops_the_group_and_warns(
         "CapacityReservationId": RESERVATION
     }
     assert "Placement" not in lt
-    assert token_app.resources("Cluster", "AWS::EC2::PlacementGroup") == {}
+    assert token_app.resources("GpuNodes", "AWS::EC2::PlacementGroup") == {}
     warnings = [
         entry.data
-        for node in token_app.stage.cluster.node.find_all()
+        for node in token_app.stage.gpu_nodes.node.find_all()
         for entry in node.node.metadata
         if entry.type == "aws:cdk:warning"
     ]
@@ -136,34 +125,28 @@ def test_reservation_without_placement_group_drops_the_group_and_warns(
 def test_capacity_watch_runs_beside_the_gpu_node_group(
     default_app: Synthesized, variant_app: Synthesized
 ) -> None:
-    resources = default_app.templates["Cluster"]["Resources"]
-    ((watch_id, watch),) = default_app.resources("Cluster", "Custom::GpuCapacityWatch").items()
-    (ng_id,) = [
-        k
-        for k, v in default_app.resources("Cluster", "AWS::EKS::Nodegroup").items()
-        if v["Properties"]["NodegroupName"] == "gpu-workers"
-    ]
+    resources = default_app.templates["GpuNodes"]["Resources"]
+    ((watch_id, watch),) = default_app.resources("GpuNodes", "Custom::GpuCapacityWatch").items()
+    ((ng_id, ng),) = default_app.resources("GpuNodes", "AWS::EKS::Nodegroup").items()
     # Neither waits for the other: they start together, and a failing watch rolls back both.
     assert ng_id not in watch.get("DependsOn", [])
     assert watch_id not in resources[ng_id].get("DependsOn", [])
     assert ng_id not in json.dumps(watch["Properties"])
     props = watch["Properties"]
-    assert props["NodegroupName"] == "gpu-workers"
+    # The watch knows the group's name before the group exists: both derive it from the AZ.
+    assert props["NodegroupName"] == ng["Properties"]["NodegroupName"]
+    assert props["ClusterName"] == "ray-llm-multinode"
     assert props["InstanceType"] == "g6.8xlarge"
     assert (props["DesiredSize"], props["CapacityWaitSeconds"]) == ("2", "600")
     assert props["TimeoutSeconds"] == str(30 * 60)
     assert props["CapacityReservationId"] == ""
     lt_id = _gpu_launch_template_id(default_app)
     assert props["Fingerprint"] == {"Fn::GetAtt": [lt_id, "LatestVersionNumber"]}
-    variant = variant_app.only("Cluster", "Custom::GpuCapacityWatch")["Properties"]
+    variant = variant_app.only("GpuNodes", "Custom::GpuCapacityWatch")["Properties"]
     assert (variant["CapacityWaitSeconds"], variant["TimeoutSeconds"]) == ("300", "1500")
     assert variant["CapacityReservationId"] == RESERVATION
 
 
 def _gpu_launch_template_id(app: Synthesized) -> str:
-    (ng,) = [
-        v
-        for v in app.resources("Cluster", "AWS::EKS::Nodegroup").values()
-        if v["Properties"]["NodegroupName"] == "gpu-workers"
-    ]
+    (ng,) = app.resources("GpuNodes", "AWS::EKS::Nodegroup").values()
     return str(ng["Properties"]["LaunchTemplate"]["Id"]["Ref"])

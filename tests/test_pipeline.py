@@ -108,7 +108,7 @@ def synth_pipeline() -> SynthesizedPipeline:
         nested = assembly.get_nested_assembly(stage.artifact_id)
         stage_templates[name] = {}
         stage_envs[name] = {}
-        for sub in (stage.network, stage.cluster, stage.workload):
+        for sub in stage.stacks:
             artifact = nested.get_stack_artifact(sub.artifact_id)
             stage_templates[name][sub.node.id] = artifact.template
             env = artifact.environment
@@ -354,25 +354,33 @@ def test_stages_deploy_the_environments_in_order(pipeline: SynthesizedPipeline) 
         ("prod", PROD_ACCOUNT, "us-east-1"),
     ],
 )
-def test_each_stage_deploys_network_then_cluster_then_workload(
+def test_each_stage_deploys_in_dependency_order_with_nodes_side_by_side(
     pipeline: SynthesizedPipeline, name: str, account: str, region: str
 ) -> None:
     actions = [a for a in pipeline.actions(f"RayPdEks-{name}") if a["Name"] != "Approve"]
-    assert [a["Name"] for a in actions] == [
-        "Network.Prepare",
-        "Network.Deploy",
-        "Cluster.Prepare",
-        "Cluster.Deploy",
-        "Workload.Prepare",
-        "Workload.Deploy",
-        "Endpoint",
+    first = min(a["RunOrder"] for a in actions)
+    # The GPU nodes and the workload deploy side by side (same run order), as with
+    # `cdk deploy --concurrency`; the readiness check after both, the report last.
+    assert sorted((a["RunOrder"] - first, a["Name"]) for a in actions) == [
+        (0, "Network.Prepare"),
+        (1, "Network.Deploy"),
+        (2, "Cluster.Prepare"),
+        (3, "Cluster.Deploy"),
+        (4, "GpuNodes.Prepare"),
+        (4, "Workload.Prepare"),
+        (5, "GpuNodes.Deploy"),
+        (5, "Workload.Deploy"),
+        (6, "Readiness.Prepare"),
+        (7, "Readiness.Deploy"),
+        (8, "Endpoint"),
     ]
-    prepares = [a for a in actions if a["Name"].endswith(".Prepare")]
-    assert [a["Configuration"]["StackName"] for a in prepares] == [
-        f"RayPdEks-{name}-Network",
-        f"RayPdEks-{name}-Cluster",
-        f"RayPdEks-{name}-Workload",
-    ]
+    prepares = sorted(
+        (a for a in actions if a["Name"].endswith(".Prepare")), key=lambda a: a["RunOrder"]
+    )
+    assert {a["Configuration"]["StackName"] for a in prepares} == {
+        f"RayPdEks-{name}-{stack}"
+        for stack in ("Network", "Cluster", "GpuNodes", "Workload", "Readiness")
+    }
     role = json.dumps(prepares[0]["Configuration"]["RoleArn"])
     assert f"cfn-exec-role-{account}-{region}" in role
 
@@ -430,9 +438,8 @@ def test_each_stage_gets_its_environment_and_overrides(pipeline: SynthesizedPipe
     def gpu_desired(name: str) -> int:
         groups = [
             r["Properties"]
-            for r in pipeline.stage_templates[name]["Cluster"]["Resources"].values()
+            for r in pipeline.stage_templates[name]["GpuNodes"]["Resources"].values()
             if r["Type"] == "AWS::EKS::Nodegroup"
-            and r["Properties"]["NodegroupName"] == "gpu-workers"
         ]
         assert len(groups) == 1
         return int(groups[0]["ScalingConfig"]["DesiredSize"])
@@ -453,11 +460,13 @@ def test_post_deploy_step_prints_the_stage_outputs(pipeline: SynthesizedPipeline
     assert env_vars["PORT_FORWARD_COMMAND"] == f"#{{{workload}.PortForwardCommand}}"
     assert env_vars["SERVE_SERVICE"] == f"#{{{workload}.ServeService}}"
     assert env_vars["UPDATE_KUBECONFIG_COMMAND"] == f"#{{{cluster}.UpdateKubeconfigCommand}}"
-    network = pipeline.stack.stages["prod"].network.artifact_id
-    assert env_vars["GPU_AVAILABILITY_ZONE"] == f"#{{{network}.GpuAvailabilityZone}}"
+    gpu_nodes = pipeline.stack.stages["prod"].gpu_nodes.artifact_id
+    assert env_vars["GPU_AVAILABILITY_ZONE"] == f"#{{{gpu_nodes}.GpuAvailabilityZone}}"
+    assert env_vars["GPU_NODEGROUP_NAME"] == f"#{{{gpu_nodes}.GpuNodegroupName}}"
     # The readiness facts the deploy proved are printed too.
+    readiness = pipeline.stack.stages["prod"].readiness.artifact_id
     for fact in ("APP_STATUS", "PREFILL_NODE", "DECODE_NODE", "KV_BACKEND", "MODELS"):
-        assert env_vars[f"READINESS_{fact}"].startswith(f"#{{{workload}.Readiness")
+        assert env_vars[f"READINESS_{fact}"].startswith(f"#{{{readiness}.Readiness")
     commands = pipeline.project_buildspec(endpoint["Configuration"]["ProjectName"])["phases"][
         "build"
     ]["commands"]

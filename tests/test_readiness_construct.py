@@ -1,4 +1,4 @@
-"""The readiness custom resource in the workload stack: Provider, Lambdas, access, RBAC."""
+"""The readiness custom resource in the readiness stack: Provider, Lambdas, access, RBAC."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 from pd_constructs.readiness import READINESS_GROUP, config_hash, readiness_rbac
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
-from tests.synth import Synthesized
+from tests.synth import Synthesized, resolve
 
 
 def _res(app: Synthesized) -> dict[str, Any]:
-    return dict(app.templates["Workload"]["Resources"])
+    return dict(app.templates["Readiness"]["Resources"])
 
 
 def _readiness(app: Synthesized) -> tuple[str, dict[str, Any]]:
@@ -23,7 +23,7 @@ def _readiness(app: Synthesized) -> tuple[str, dict[str, Any]]:
 def _functions(app: Synthesized) -> dict[str, dict[str, Any]]:
     return {
         v["Properties"]["Handler"]: v["Properties"]
-        for v in app.resources("Workload", "AWS::Lambda::Function").values()
+        for v in app.resources("Readiness", "AWS::Lambda::Function").values()
         if v["Properties"]["Handler"].startswith("handler.")
     }
 
@@ -67,20 +67,23 @@ def test_check_runs_after_the_rayservice_with_its_access_in_place(default_app: S
     resources = _res(default_app)
     _, cr = _readiness(default_app)
     depends = set(cr["DependsOn"])
-    rayservice = next(
-        k
-        for k, v in resources.items()
-        if v["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "RayService" in k
-    )
     access_entry = next(k for k, v in resources.items() if v["Type"] == "AWS::EKS::AccessEntry")
     rbac = next(k for k in resources if k.startswith("ReadinessRbac"))
-    assert {rayservice, access_entry, rbac} <= depends
+    assert {access_entry, rbac} <= depends
+    # The RayService (and its namespace) and the GPU nodes are in stacks deployed before.
+    stage = default_app.stage
+    assert {stage.workload, stage.gpu_nodes} <= set(stage.readiness.dependencies)
+    assert ("RayService", "ray-llm") in {
+        (o["kind"], o["metadata"]["name"])
+        for r in default_app.resources("Workload", "Custom::AWSCDK-EKS-KubernetesResource").values()
+        for o in json.loads(resolve(r["Properties"]["Manifest"]))
+    }
 
 
 def test_provider_polls_every_30s_up_to_the_configured_timeout(
     default_app: Synthesized,
 ) -> None:
-    machine = default_app.only("Workload", "AWS::StepFunctions::StateMachine")["Properties"]
+    machine = default_app.only("Readiness", "AWS::StepFunctions::StateMachine")["Properties"]
     definition = "".join(
         p for p in machine["DefinitionString"]["Fn::Join"][1] if isinstance(p, str)
     )
@@ -105,7 +108,7 @@ def test_lambdas_current_runtime_timeouts_and_vpc(default_app: Synthesized) -> N
 def test_security_group_reaches_only_the_api_server_and_sts(default_app: Synthesized) -> None:
     (sg,) = [
         v["Properties"]
-        for k, v in default_app.resources("Workload", "AWS::EC2::SecurityGroup").items()
+        for k, v in default_app.resources("Readiness", "AWS::EC2::SecurityGroup").items()
         if k.startswith("ReadinessSecurityGroup")
     ]
     egress = sg["SecurityGroupEgress"]
@@ -114,7 +117,7 @@ def test_security_group_reaches_only_the_api_server_and_sts(default_app: Synthes
         (443, 443, "tcp"),
     ]
     assert "ClusterSecurityGroupId" in egress[0]["DestinationSecurityGroupId"]["Fn::ImportValue"]
-    ingress = default_app.only("Workload", "AWS::EC2::SecurityGroupIngress")["Properties"]
+    ingress = default_app.only("Readiness", "AWS::EC2::SecurityGroupIngress")["Properties"]
     assert (ingress["FromPort"], ingress["ToPort"]) == (443, 443)
     assert "ClusterSecurityGroupId" in ingress["GroupId"]["Fn::ImportValue"]
 
@@ -122,7 +125,7 @@ def test_security_group_reaches_only_the_api_server_and_sts(default_app: Synthes
 def test_access_entry_maps_the_poller_role_to_one_group_without_policies(
     default_app: Synthesized,
 ) -> None:
-    entry = default_app.only("Workload", "AWS::EKS::AccessEntry")["Properties"]
+    entry = default_app.only("Readiness", "AWS::EKS::AccessEntry")["Properties"]
     assert entry["KubernetesGroups"] == [READINESS_GROUP]
     assert entry["Type"] == "STANDARD"
     assert "AccessPolicies" not in entry  # not cluster admin, not AmazonEKSViewPolicy
@@ -155,18 +158,18 @@ def test_rbac_is_read_only_except_posting_to_the_serve_service() -> None:
         ]
 
 
-def test_rbac_manifest_is_deployed_in_the_workload_stack(default_app: Synthesized) -> None:
+def test_rbac_manifest_is_deployed_in_the_readiness_stack(default_app: Synthesized) -> None:
     (rbac,) = [v for k, v in _res(default_app).items() if k.startswith("ReadinessRbac")]
     kinds = [o["kind"] for o in json.loads(rbac["Properties"]["Manifest"])]
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
 
 
 def test_readiness_facts_are_stack_outputs(default_app: Synthesized) -> None:
-    outputs = default_app.templates["Workload"]["Outputs"]
+    outputs = default_app.templates["Readiness"]["Outputs"]
     cr_id, _ = _readiness(default_app)
     for fact in ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models"):
         assert outputs[f"Readiness{fact}"]["Value"] == {"Fn::GetAtt": [cr_id, fact]}
-    assert outputs["PortForwardCommand"]["Value"] == (
+    assert default_app.templates["Workload"]["Outputs"]["PortForwardCommand"]["Value"] == (
         "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000"
     )
 
@@ -180,3 +183,16 @@ def test_variant_settings_reach_the_check(variant_app: Synthesized) -> None:
 def test_aggregated_mode_reaches_the_check(token_app: Synthesized) -> None:
     _, cr = _readiness(token_app)
     assert cr["Properties"]["ServingMode"] == "aggregated"
+
+
+def test_check_runs_again_when_the_gpu_nodes_move(default_app: Synthesized) -> None:
+    """A new gpuAz or reservation replaces the GPU nodes: the check must prove the endpoint
+    again, without importing the AZ from the GPU stack (that export could never change)."""
+    from stacks.readiness_stack import gpu_placement
+
+    moved = default_app.config.with_overrides({"gpuAz": "us-west-2c"})
+    assert gpu_placement(moved) != gpu_placement(default_app.config)
+    assert gpu_placement(
+        default_app.config.with_overrides({"readinessTimeoutMinutes": 30})
+    ) == gpu_placement(default_app.config)
+    assert "RayPdEks-GpuNodes:" not in json.dumps(default_app.templates["Readiness"])

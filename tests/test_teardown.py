@@ -179,17 +179,22 @@ def _logical_id(construct: IConstruct) -> str:
     return Stack.of(child).get_logical_id(child)
 
 
-def test_stacks_go_workload_then_cluster_then_network(default_app: Synthesized) -> None:
-    """Stack dependencies make `cdk destroy --all` delete the workload first, network last."""
+def test_stacks_go_readiness_then_nodes_then_cluster_then_network(
+    default_app: Synthesized,
+) -> None:
+    """Stack dependencies make `cdk destroy` delete the readiness check first, then the
+    workload and the GPU nodes, then the cluster, network last."""
     stage = default_app.stage
     assert stage.network.dependencies == []
     assert stage.cluster.dependencies == [stage.network]
-    assert stage.cluster in stage.workload.dependencies
+    for nodes in (stage.workload, stage.gpu_nodes):
+        assert stage.cluster in nodes.dependencies
+        assert nodes in stage.readiness.dependencies
 
 
 def test_device_plugins_go_before_the_gpu_nodes(default_app: Synthesized) -> None:
-    stack = default_app.stage.cluster
-    template = default_app.templates["Cluster"]
+    stack = default_app.stage.gpu_nodes
+    template = default_app.templates["GpuNodes"]
     gpu_nodes = _logical_id(stack.gpu_nodes.nodegroup)
     for plugin in (stack.device_plugins.efa.chart, stack.device_plugins.nvidia.chart):
         assert gpu_nodes in _depends_on(template, _logical_id(plugin)), plugin.node.path

@@ -1,0 +1,120 @@
+"""GPU layer: the GPU AZ, the GPU subnet, the EFA GPU node group, its capacity watch and the
+GPU device plugins, all in one stack.
+
+Everything that changes when the GPU AZ moves is here and nothing here is imported by another
+stack, so a new ``gpuAz`` (or a reservation in another AZ) replaces subnet and node group in
+one stack update. The stack needs the network and the cluster only; it deploys beside the
+workload stack, not before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from pd_constructs.capacity import GpuCapacityWatch
+from pd_constructs.cluster import (
+    GPU_AMI_TYPE,
+    EfaGpuNodeGroup,
+    GpuDevicePlugins,
+    gpu_node_config,
+    gpu_nodegroup_name,
+)
+from pd_constructs.network import GpuAvailabilityZone, GpuSubnet, gpu_subnet_blocks
+from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_removal_policy, log_retention
+
+
+class GpuNodesStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: AppConfig,
+        vpc: ec2.IVpc,
+        gpu_route_table_id: str,
+        cluster: eks.Cluster,
+        **kwargs: Any,
+    ):
+        super().__init__(scope, construct_id, **kwargs)
+        self.gpu_az = GpuAvailabilityZone(
+            self,
+            "GpuAz",
+            instance_type=config.gpu_node_type,
+            requested_az=config.gpu_az,
+            capacity_reservation_id=config.gpu_capacity_reservation_id,
+            placement_group_name=config.gpu_placement_group_name,
+            instance_count=config.gpu_node_count,
+            subnet_cidrs=gpu_subnet_blocks(config.vpc_cidr),
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
+        self.gpu_subnet = GpuSubnet(
+            self,
+            "GpuSubnet",
+            vpc=vpc,
+            availability_zone=self.gpu_az.az_name,
+            cidr_block=self.gpu_az.subnet_cidr,
+            route_table_id=gpu_route_table_id,
+        )
+        self.nodegroup_name = gpu_nodegroup_name(
+            config.gpu_nodegroup_name,
+            self.gpu_az.az_name,
+            instance_type=config.gpu_node_type,
+            ami_type=GPU_AMI_TYPE,
+        )
+        self.gpu_nodes = EfaGpuNodeGroup(
+            self,
+            "GpuNodes",
+            cluster=cluster,
+            subnet=self.gpu_subnet.subnet,
+            nodegroup_name=self.nodegroup_name,
+            instance_type=config.gpu_node_type,
+            node_count=config.gpu_node_count,
+            root_volume_gib=config.gpu_root_gib,
+            node_config=gpu_node_config(config.uses_local_nvme),
+            root_volume_iops=config.gpu_root_volume_iops,
+            root_volume_throughput=config.gpu_root_volume_throughput,
+            capacity_reservation_id=config.gpu_capacity_reservation_id,
+            placement_group_name=config.gpu_placement_group_name,
+        )
+        # Beside the GPU node group, not after it: fails the deploy with EC2's reason when the
+        # launches keep failing, instead of CloudFormation waiting out the node group. It knows
+        # the group's name before the group exists (the name derives from the AZ).
+        self.capacity_watch = GpuCapacityWatch(
+            self,
+            "GpuCapacityWatch",
+            # The configured name, a literal: its IAM policy names the one node group.
+            cluster_name=config.cluster_name,
+            nodegroup_name=self.nodegroup_name,
+            instance_type=config.gpu_node_type,
+            desired_size=config.gpu_node_count,
+            availability_zone=self.gpu_az.az_name,
+            capacity_reservation_id=config.gpu_capacity_reservation_id,
+            capacity_wait=Duration.minutes(config.gpu_capacity_wait_minutes),
+            timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
+            fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
+            log_retention=log_retention(config),
+        )
+        self.device_plugins = GpuDevicePlugins(
+            self, "DevicePlugins", cluster=cluster, gpu_instance_type=config.gpu_node_type
+        )
+        self.device_plugins.node.add_dependency(self.gpu_nodes)
+
+        CfnOutput(
+            self,
+            "GpuAvailabilityZone",
+            value=self.gpu_az.az_name,
+            description="The one AZ of the EFA GPU node group",
+        )
+        CfnOutput(
+            self,
+            "GpuNodegroupName",
+            value=self.nodegroup_name,
+            description="The GPU node group (gpuNodegroupName-<AZ>-<type hash>)",
+        )

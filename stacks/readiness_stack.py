@@ -1,0 +1,77 @@
+"""Readiness layer: the readiness check that proves the endpoint, and its facts as outputs.
+
+It deploys last, after both the workload stack (the RayService exists) and the GPU node stack
+(GPU nodes joined, GPU and EFA device plugins running), so it waits only for what happens
+inside the cluster: the Serve app reaching RUNNING on EFA and a real chat completion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from pd_constructs.readiness import ReadinessCheck, config_hash
+from pd_constructs.workload import render_rayservice
+from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_retention
+
+# Readiness facts surfaced as stack outputs (and to the pipeline's post-deploy step).
+READINESS_OUTPUTS = ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models")
+
+
+def gpu_placement(config: AppConfig) -> str:
+    """What the user configured about where the GPU nodes run. The readiness check runs again
+    when it changes (a move replaces the GPU nodes), without importing anything from the GPU
+    stack: an import of the AZ would pin it (CloudFormation never changes an export in use)."""
+    return "|".join(
+        (
+            config.gpu_node_type,
+            config.gpu_az,
+            config.gpu_capacity_reservation_id,
+            config.gpu_placement_group_name,
+        )
+    )
+
+
+class ReadinessStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: AppConfig,
+        cluster: eks.Cluster,
+        **kwargs: Any,
+    ):
+        super().__init__(scope, construct_id, **kwargs)
+        self.readiness = ReadinessCheck(
+            self,
+            "Readiness",
+            cluster=cluster,
+            namespace=config.namespace,
+            ray_service_name=config.ray_service_name,
+            application_name=config.application_name,
+            model_id=config.model_id,
+            kv_backend=config.kv_backend,
+            serving_mode=config.serving_mode,
+            expected_gpu_nodes=config.gpu_node_count,
+            timeout=Duration.minutes(config.readiness_timeout_minutes),
+            # Hash of the manifest as rendered for review (region left symbolic) and of the
+            # configured GPU placement: stable, and it changes exactly when the RayService or
+            # the GPU nodes do.
+            manifest_fingerprint=config_hash(
+                {
+                    "rayservice": render_rayservice(config, image=config.image_uri("-")),
+                    "gpuPlacement": gpu_placement(config),
+                }
+            ),
+            log_retention=log_retention(config),
+        )
+        self.outputs: dict[str, CfnOutput] = {}
+        for name in READINESS_OUTPUTS:
+            self.outputs[f"Readiness{name}"] = CfnOutput(
+                self, f"Readiness{name}", value=self.readiness.attribute(name)
+            )

@@ -1,0 +1,169 @@
+"""Stack topology: what waits for what, and why moving the GPU AZ works in one deploy.
+
+CloudFormation refuses to change an export another stack imports, and cannot replace a
+resource with a fixed custom name. So everything that changes when the GPU AZ moves (the
+chooser's result, the GPU subnet, the node group and its name) lives in the GPU node stack,
+nothing there is exported, and the node group's name follows the AZ.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import aws_eks_v2 as eks
+
+from pd_constructs.cluster import GPU_AMI_TYPE, gpu_nodegroup_name
+from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX, AppConfig, ConfigError
+from tests.synth import Synthesized
+
+
+def _refs(value: Any) -> set[str]:
+    """Logical ids a template value refers to (Ref, Fn::GetAtt, DependsOn excluded)."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, arg in value.items():
+            if key == "Ref" and isinstance(arg, str) and not arg.startswith("AWS::"):
+                found.add(arg)
+            elif key == "Fn::GetAtt":
+                found.add(arg[0] if isinstance(arg, list) else str(arg).split(".")[0])
+            else:
+                found |= _refs(arg)
+    elif isinstance(value, list):
+        for item in value:
+            found |= _refs(item)
+    return found
+
+
+def _changes_with(template: dict[str, Any], root: str) -> set[str]:
+    """Every resource whose properties change, transitively, when ``root``'s attributes do."""
+    resources = template["Resources"]
+    changed = {root}
+    grew = True
+    while grew:
+        grew = False
+        for logical_id, resource in resources.items():
+            if logical_id not in changed and _refs(resource.get("Properties", {})) & changed:
+                changed.add(logical_id)
+                grew = True
+    return changed
+
+
+def _exports(app: Synthesized) -> dict[str, Any]:
+    return {
+        output["Export"]["Name"]: output["Value"]
+        for template in app.templates.values()
+        for output in template.get("Outputs", {}).values()
+        if "Export" in output
+    }
+
+
+def test_stacks_wait_only_for_what_they_need(default_app: Synthesized) -> None:
+    stage = default_app.stage
+    assert stage.network.dependencies == []
+    assert stage.cluster.dependencies == [stage.network]
+    assert set(stage.gpu_nodes.dependencies) == {stage.network, stage.cluster}
+    # The KubeRay operator and the RayService need the cluster and the system node only.
+    assert set(stage.workload.dependencies) == {stage.network, stage.cluster}
+    assert stage.gpu_nodes in stage.readiness.dependencies
+    assert stage.workload in stage.readiness.dependencies
+
+
+def test_a_moving_gpu_az_changes_nothing_another_stack_imports(default_app: Synthesized) -> None:
+    template = default_app.templates["GpuNodes"]
+    (chooser,) = default_app.resources("GpuNodes", "Custom::GpuAvailabilityZone")
+    moving = _changes_with(template, chooser)
+    types = {template["Resources"][k]["Type"] for k in moving}
+    assert {"AWS::EC2::Subnet", "AWS::EKS::Nodegroup", "Custom::GpuCapacityWatch"} <= types
+    # Nothing of the GPU stack is exported, and no export anywhere refers to the AZ choice.
+    assert not any("Export" in o for o in template.get("Outputs", {}).values())
+    for name, value in _exports(default_app).items():
+        assert "GpuAz" not in json.dumps(value) and "GpuSubnet" not in json.dumps(value), name
+
+
+def test_a_reservation_in_another_az_exports_the_same_values(
+    default_app: Synthesized, token_app: Synthesized
+) -> None:
+    """token_app targets a capacity reservation (its AZ becomes the GPU AZ); every value the
+    default app exports is exported unchanged."""
+    before, after = _exports(default_app), _exports(token_app)
+    assert before and {k: after.get(k) for k in before} == before
+
+
+def test_the_gpu_node_group_is_replaceable_when_the_az_moves(default_app: Synthesized) -> None:
+    ((_, nodegroup),) = default_app.resources("GpuNodes", "AWS::EKS::Nodegroup").items()
+    (chooser,) = default_app.resources("GpuNodes", "Custom::GpuAvailabilityZone")
+    name = nodegroup["Properties"]["NodegroupName"]
+    # <gpuNodegroupName>-<the chosen AZ>-<hash>: a new AZ is a new name, so CloudFormation
+    # creates the new group before it deletes the old one.
+    sep, (prefix, az, digest) = name["Fn::Join"]
+    assert (sep, prefix) == ("-", "gpu-workers")
+    assert az == {"Fn::GetAtt": [chooser, "AvailabilityZone"]}
+    assert len(digest) == 8 and int(digest, 16) >= 0
+    subnet = default_app.only("GpuNodes", "AWS::EC2::Subnet")["Properties"]
+    assert subnet["AvailabilityZone"] == {"Fn::GetAtt": [chooser, "AvailabilityZone"]}
+    outputs = default_app.templates["GpuNodes"]["Outputs"]
+    assert outputs["GpuNodegroupName"]["Value"] == name
+
+
+def test_the_node_group_name_follows_everything_that_replaces_the_group() -> None:
+    def name(az: str, instance_type: str, ami: eks.NodegroupAmiType = GPU_AMI_TYPE) -> str:
+        return gpu_nodegroup_name("gpu-workers", az, instance_type=instance_type, ami_type=ami)
+
+    base = name("us-west-2a", "g6.8xlarge")
+    assert base.startswith("gpu-workers-us-west-2a-") and len(base) == len("gpu-workers-") + 19
+    assert name("us-west-2a", "g6.8xlarge") == base  # stable across synths
+    assert name("us-west-2b", "g6.8xlarge") != base
+    assert name("us-west-2a", "g6.12xlarge") != base
+    assert name("us-west-2a", "g6.8xlarge", eks.NodegroupAmiType.AL2_X86_64_GPU) != base
+
+
+@pytest.mark.parametrize(
+    ("length", "accepted"),
+    [(GPU_NODEGROUP_PREFIX_MAX, True), (GPU_NODEGROUP_PREFIX_MAX + 1, False)],
+)
+def test_node_group_prefix_leaves_room_for_az_and_hash(length: int, accepted: bool) -> None:
+    prefix = "g" * length
+    if accepted:
+        assert AppConfig.from_context({"gpuNodegroupName": prefix}).gpu_nodegroup_name == prefix
+        # The longest AZ allowed for still fits EKS's 63 characters.
+        az = "x" * 20
+        assert (
+            len(gpu_nodegroup_name(prefix, az, instance_type="g6.8xlarge", ami_type=GPU_AMI_TYPE))
+            == 63
+        )
+    else:
+        with pytest.raises(
+            ConfigError, match=rf"gpuNodegroupName.*the limit is {GPU_NODEGROUP_PREFIX_MAX}"
+        ):
+            AppConfig.from_context({"gpuNodegroupName": prefix})
+
+
+def test_operator_waits_for_the_system_nodes_not_the_gpu_nodes(default_app: Synthesized) -> None:
+    template = default_app.templates["Workload"]
+    (system_nodes,) = default_app.resources("Workload", "AWS::EKS::Nodegroup")
+    (operator,) = [
+        k
+        for k, v in default_app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").items()
+        if v["Properties"]["Chart"] == "kuberay-operator"
+    ]
+    assert system_nodes in template["Resources"][operator]["DependsOn"]
+    assert "GpuNodes" not in json.dumps(template)
+
+
+# Add-ons whose pods are DaemonSets only: they can be created before any node exists.
+NODELESS_ADDONS = {"vpc-cni", "eks-pod-identity-agent", "kube-proxy"}
+
+
+def test_the_cluster_stack_waits_for_no_node(
+    default_app: Synthesized, variant_app: Synthesized, token_app: Synthesized
+) -> None:
+    """No node exists before the Workload and GpuNodes stacks: an add-on with a Deployment in
+    the Cluster stack would wait for one forever. It belongs after the system node group."""
+    for app in (default_app, variant_app, token_app):
+        assert app.resources("Cluster", "AWS::EKS::Nodegroup") == {}
+        for addon in app.resources("Cluster", "AWS::EKS::Addon").values():
+            assert addon["Properties"]["AddonName"] in NODELESS_ADDONS, addon["Properties"]
+        charts = app.resources("Cluster", "Custom::AWSCDK-EKS-HelmChart")
+        assert charts == {}, "a Helm release waits for its pods: put it after a node group"
