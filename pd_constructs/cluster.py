@@ -43,10 +43,12 @@ GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEf
 SYSTEM_LABELS = {"role": "system"}
 GPU_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
 GPU_AMI_TYPE = eks.NodegroupAmiType.AL2023_X86_64_NVIDIA
+# The VPC CNI's permissions (AmazonEKS_CNI_Policy) belong to aws-node's own identity
+# (pd_constructs/vpc_cni.py), not to every process on the node; image pulls need only
+# ECR's pull actions (PullOnly, not ReadOnly's listing and describing).
 _NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
-    "AmazonEKS_CNI_Policy",
-    "AmazonEC2ContainerRegistryReadOnly",
+    "AmazonEC2ContainerRegistryPullOnly",
 )
 
 
@@ -210,8 +212,8 @@ def _node_role(scope: Construct) -> iam.Role:
     acknowledge(
         role,
         "AwsSolutions-IAM4",
-        "The three AWS managed policies EKS requires for worker nodes (node registration, "
-        "VPC CNI, image pulls from ECR).",
+        "The AWS managed policies EKS requires for worker nodes: node registration and "
+        "image pulls from ECR (pull actions only); the CNI's policy is on aws-node's own role.",
         findings=[MANAGED_POLICY + name for name in _NODE_POLICIES],
     )
     return role
@@ -249,14 +251,16 @@ def _launch_template_data(
     user_data: str | None = None,
     capacity_reservation_id: str = "",
 ) -> ec2.CfnLaunchTemplate.LaunchTemplateDataProperty:
-    """IMDSv2 only (hop limit 2 so pods behind the node can still reach it through the CNI),
-    an encrypted gp3 root volume (with raised IOPS/throughput when it holds images and caches),
-    optional nodeadm user data and an optional targeted capacity reservation."""
+    """IMDSv2 only, with hop limit 1: the node and its host-network pods (aws-node, kube-proxy,
+    the EKS Pod Identity agent) reach IMDS, pods on the pod network do not, so no pod can take
+    the node role's credentials (docs/security.md); an encrypted gp3 root volume (with raised
+    IOPS/throughput when it holds images and caches), optional nodeadm user data and an
+    optional targeted capacity reservation."""
     return ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
         metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
             http_endpoint="enabled",
             http_tokens="required",
-            http_put_response_hop_limit=2,
+            http_put_response_hop_limit=1,
         ),
         block_device_mappings=[
             ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(

@@ -12,6 +12,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
+from pd_constructs.namespaces import OPERATOR_NAMESPACE
 from pd_constructs.templates import deep_merge, load_yaml
 
 HELM_TIMEOUT = Duration.minutes(10)
@@ -59,7 +60,7 @@ def kuberay_operator(version: str) -> HelmRelease:
         chart="kuberay-operator",
         version=version,
         release="kuberay-operator",
-        namespace="kuberay-system",
+        namespace=OPERATOR_NAMESPACE,
         values_file="kuberay-operator.yaml",
     )
 

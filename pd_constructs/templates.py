@@ -76,3 +76,16 @@ def render(relative: str, values: Mapping[str, Any]) -> Any:
             f"values without a placeholder: {unused or 'none'}"
         )
     return _fill(template, values)
+
+
+def render_from(relative: str, available: Mapping[str, Any]) -> Any:
+    """Fill a template that belongs to a family of files sharing one closed set of names
+    (``available``): each file uses the names it needs; a name outside the set fails."""
+    template = load_yaml(relative)
+    unknown = sorted(placeholders(template) - set(available))
+    if unknown:
+        raise TemplateError(
+            f"template assets/{relative}: placeholders outside the set its code fills: "
+            f"{unknown}; known: {sorted(available)}"
+        )
+    return _fill(template, available)

@@ -22,10 +22,10 @@ from pd_constructs.model_access import (
     service_account_name,
     token_volume,
 )
+from pd_constructs.namespaces import WARMUP_NAMESPACE
+from pd_constructs.network_policy import render_warmup_network_policies
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
-
-WARMUP_NAMESPACE = "ray-pd-eks-warmup"
 
 
 def render_warmup_namespace() -> dict[str, Any]:
@@ -68,9 +68,9 @@ def render_model_prefetch(config: AppConfig, *, image: str, region: str) -> dict
 
 
 class NodeWarmup(Construct):
-    """The warm-up namespace, the pre-pull and prefetch DaemonSets and, when the prefetch
-    needs AWS access, its Pod Identity service account. ``image`` and ``region`` may hold the
-    deploy region as a CloudFormation token."""
+    """The warm-up namespace, its default-deny NetworkPolicy, the pre-pull and prefetch
+    DaemonSets and, when the prefetch needs AWS access, its Pod Identity service account.
+    ``image`` and ``region`` may hold the deploy region as a CloudFormation token."""
 
     def __init__(
         self,
@@ -94,6 +94,13 @@ class NodeWarmup(Construct):
             self, "DaemonSets", cluster=as_icluster(cluster), manifest=self.manifests
         )
         self.daemon_sets.node.add_dependency(self.namespace)
+        self.network_policies = eks.KubernetesManifest(
+            self,
+            "NetworkPolicies",
+            cluster=as_icluster(cluster),
+            manifest=render_warmup_network_policies(config),
+        )
+        self.network_policies.node.add_dependency(self.namespace)
         self.service_account: ModelFetchServiceAccount | None = None
         if config.needs_model_access:
             self.service_account = ModelFetchServiceAccount(

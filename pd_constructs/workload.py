@@ -28,6 +28,7 @@ from pd_constructs.model_access import (
     token_mount,
     token_volume,
 )
+from pd_constructs.network_policy import RAY_PORTS, render_ray_network_policies
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 
@@ -90,14 +91,19 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
         # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
         # on the node cache too, so a restarted worker skips the recompilation.
         {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
+        # A fixed NIXL handshake port (Ray Serve LLM would pick a random one), so the
+        # NetworkPolicy between the workers can name it.
+        {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(RAY_PORTS.nixl_side_channel)},
     ]
     if not config.is_pd:
         return env
     if config.uses_efa_transport:
         env.append({"name": "FI_PROVIDER", "value": "efa"})
     else:
-        # The walkthrough's fallback for nodes without EFA: NIXL over UCX on TCP sockets.
+        # The walkthrough's fallback for nodes without EFA: NIXL over UCX on TCP sockets, on
+        # ports the NetworkPolicy allows between the workers.
         env.append({"name": "UCX_TLS", "value": "tcp,cuda_copy"})
+        env.append({"name": "UCX_TCP_PORT_RANGE", "value": RAY_PORTS.ucx_tcp_port_range})
     return env
 
 
@@ -160,6 +166,13 @@ def render_rayservice(config: AppConfig, *, image: str, region: str = "-") -> di
                 "NAMESPACE": config.namespace,
                 "SERVE_CONFIG": serve_config,
                 "RAY_VERSION": config.ray_version,
+                "HEAD_START_PARAMS": {
+                    "num-gpus": "0",
+                    "dashboard-host": "0.0.0.0",
+                    **RAY_PORTS.head_start_params(),
+                    **RAY_PORTS.node_start_params(),
+                },
+                "WORKER_START_PARAMS": RAY_PORTS.node_start_params(),
                 "IMAGE": image,
                 "SERVICE_ACCOUNT": service_account_name(config),
                 "HEAD_INIT_CONTAINERS": fetch_init_containers(
@@ -187,8 +200,9 @@ def kuberay_values(config: AppConfig) -> dict[str, Any]:
 
 
 class PdWorkload(Construct):
-    """Namespace, then the KubeRay operator (CRDs included), then the RayService, in that order
-    (and torn down in the reverse order). Objects are created in this construct's stack.
+    """Namespace, then the KubeRay operator (CRDs included) and the namespace's
+    NetworkPolicies, then the RayService, in that order (and torn down in the reverse order).
+    Objects are created in this construct's stack.
 
     ``image`` is the worker/head image URI, possibly holding the deploy region as a token.
     """
@@ -214,6 +228,13 @@ class PdWorkload(Construct):
             release=kuberay_operator(config.kuberay_version),
         )
         self.operator.node.add_dependency(self.namespace)
+        self.network_policies = eks.KubernetesManifest(
+            self,
+            "NetworkPolicies",
+            cluster=as_icluster(cluster),
+            manifest=render_ray_network_policies(config),
+        )
+        self.network_policies.node.add_dependency(self.namespace)
         self.service_account: ModelFetchServiceAccount | None = None
         if config.needs_model_access:
             self.service_account = ModelFetchServiceAccount(
@@ -230,7 +251,7 @@ class PdWorkload(Construct):
             # validation would run before it exists.
             skip_validation=True,
         )
-        self.rayservice.node.add_dependency(self.operator)
+        self.rayservice.node.add_dependency(self.operator, self.network_policies)
         if self.service_account:
             # Pod Identity injects credentials when a pod is created: association first.
             self.rayservice.node.add_dependency(self.service_account)

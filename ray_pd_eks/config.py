@@ -56,6 +56,8 @@ MAX_CAPACITY_WAIT_MINUTES = 50
 # and kubelet's state under it), and the app's cache directory on the node in either case.
 NVME_MOUNT = "/mnt/k8s-disks/0"
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.37.1"
+# vpc-cni v1.23.0 (amazon-vpc-cni-k8s tag, August 2026) as an EKS add-on build.
+VPC_CNI_ADDON_VERSION = "v1.23.0-eksbuild.1"
 
 # Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
@@ -63,6 +65,7 @@ OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d)[a-z]$")
 _ACCOUNT = re.compile(r"^\d{12}$")
@@ -198,6 +201,8 @@ class AppConfig:
     aws_cli_image: str = AWS_CLI_IMAGE  # fetches staged weights and the token (when configured)
     kuberay_version: str = "1.7.0"
     ray_version: str = "2.58.0"
+    # The managed vpc-cni add-on (network-policy enforcement); `aws eks describe-addon-versions`.
+    vpc_cni_addon_version: str = VPC_CNI_ADDON_VERSION
     # Serving.
     ray_service_name: str = "ray-llm"
     model_id: str = "qwen3.5-9b"
@@ -634,6 +639,15 @@ def _software(c: AppConfig) -> list[str]:
         out.append(_problem("kuberayVersion", c.kuberay_version, why))
     if not _SEMVER.match(c.ray_version):
         out.append(_problem("rayVersion", c.ray_version, "must be a version like 2.58.0"))
+    if not _ADDON_VERSION.match(c.vpc_cni_addon_version):
+        why = (
+            "must be an EKS add-on version like v1.23.0-eksbuild.1 (list them with `aws eks "
+            "describe-addon-versions --addon-name vpc-cni --kubernetes-version <version>`)"
+        )
+        out.append(_problem("vpcCniAddonVersion", c.vpc_cni_addon_version, why))
+    elif tuple(int(p) for p in c.vpc_cni_addon_version[1:].split("-")[0].split(".")) < (1, 14, 0):
+        why = "must be v1.14.0 or newer (the first with network-policy enforcement)"
+        out.append(_problem("vpcCniAddonVersion", c.vpc_cni_addon_version, why))
     return out
 
 

@@ -14,6 +14,10 @@ import yaml
 
 from pd_constructs.cluster import gpu_node_config
 from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from pd_constructs.network_policy import (
+    render_ray_network_policies,
+    render_warmup_network_policies,
+)
 from pd_constructs.warmup import (
     render_image_prepull,
     render_model_prefetch,
@@ -77,6 +81,7 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
             "need the model-fetch service account and its Pod Identity association)\n",
             [
                 render_warmup_namespace(),
+                *render_warmup_network_policies(config),
                 render_image_prepull(image=image),
                 render_model_prefetch(config, image=image, region=region),
             ],
@@ -88,6 +93,12 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
             f"https://ray-project.github.io/kuberay-helm/ --version {config.kuberay_version} "
             "--namespace kuberay-system --create-namespace -f 21-kuberay-operator-values.yaml\n",
             kuberay_values(config),
+        ),
+        (
+            "22-network-policies.yaml",
+            "# kubectl apply -f 22-network-policies.yaml (enforced only with the VPC CNI's "
+            "network policies on: the vpc-cni add-on's enableNetworkPolicy)\n",
+            render_ray_network_policies(config),
         ),
         (
             "30-rayservice.yaml",

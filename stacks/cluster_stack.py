@@ -14,6 +14,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from pd_constructs.cluster import PdCluster
+from pd_constructs.vpc_cni import VpcCniAddon
 from pd_constructs.warmup import NodeWarmup
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.logs import log_removal_policy
@@ -42,6 +43,12 @@ class ClusterStack(Stack):
             log_removal_policy=log_removal_policy(config),
         )
         self.cluster = self.eks.cluster
+        # Before any node joins (the node groups' stacks deploy after this one): nodes come up
+        # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
+        # they go before it.
+        self.vpc_cni = VpcCniAddon(
+            self, "VpcCni", cluster=self.cluster, addon_version=config.vpc_cni_addon_version
+        )
         # Needs only the cluster: each node starts pulling the image and the weights as it
         # joins, while the node groups, the device plugins and the workload deploy.
         self.warmup = NodeWarmup(

@@ -112,7 +112,7 @@ def test_system_node_group(default_app: Synthesized) -> None:
     lt = _launch_template(default_app, ng)
     assert lt["MetadataOptions"] == {
         "HttpEndpoint": "enabled",
-        "HttpPutResponseHopLimit": 2,
+        "HttpPutResponseHopLimit": 1,
         "HttpTokens": "required",
     }
     assert lt["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
@@ -151,7 +151,7 @@ def test_gpu_launch_template_efa_interface_placement_imds_and_volume(
     placement_id = lt["Placement"]["GroupName"]["Fn::GetAtt"][0]
     assert resources[placement_id]["Properties"] == {"Strategy": "cluster"}
     assert lt["MetadataOptions"]["HttpTokens"] == "required"
-    assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     (disk,) = lt["BlockDeviceMappings"]
     # NVMe holds images and caches, so the root volume keeps only the OS at gp3's baseline.
     assert disk["Ebs"] == {

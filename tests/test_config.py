@@ -125,6 +125,8 @@ BAD = [
     ({"dlcImage": "ray:latest"}, "dlcImage", "full image reference"),
     ({"kuberayVersion": "1.1.0"}, "kuberayVersion", "1.5.0 or newer"),
     ({"rayVersion": "2.58"}, "rayVersion", "version like 2.58.0"),
+    ({"vpcCniAddonVersion": "1.23.0"}, "vpcCniAddonVersion", "describe-addon-versions"),
+    ({"vpcCniAddonVersion": "v1.13.9-eksbuild.9"}, "vpcCniAddonVersion", "v1.14.0 or newer"),
     ({"modelSource": "not a repo"}, "modelSource", "Hugging Face repo"),
     ({"modelId": "bad id"}, "modelId", "not a valid model id"),
     ({"adminPrincipalArns": ["admin"]}, "adminPrincipalArns", "IAM role or user ARN"),
@@ -277,3 +279,8 @@ def test_serving_mode_accepts_both_modes_and_only_pd_uses_the_efa_transport() ->
     assert DEFAULTS.with_overrides(at_limit).worker_replicas == 3
     with pytest.raises(ConfigError, match="exceeds gpuNodeCount 3"):
         DEFAULTS.with_overrides({**at_limit, "prefillReplicas": 2})
+
+
+def test_vpc_cni_addon_version_accepts_the_first_version_with_network_policies() -> None:
+    oldest = DEFAULTS.with_overrides({"vpcCniAddonVersion": "v1.14.0-eksbuild.1"})
+    assert oldest.vpc_cni_addon_version == "v1.14.0-eksbuild.1"

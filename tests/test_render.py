@@ -20,13 +20,17 @@ def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
         "12-node-warmup.yaml",
         "20-namespace.yaml",
         "21-kuberay-operator-values.yaml",
+        "22-network-policies.yaml",
         "30-rayservice.yaml",
     ]
     assert "--version v0.5.30" in files["10-aws-efa-k8s-device-plugin-values.yaml"]
     assert "--version 1.7.0" in files["21-kuberay-operator-values.yaml"]
     assert "kubectl apply -f 30-rayservice.yaml" in files["30-rayservice.yaml"]
     warmup = list(yaml.safe_load_all(files["12-node-warmup.yaml"]))
-    assert [d["kind"] for d in warmup] == ["Namespace", "DaemonSet", "DaemonSet"]
+    assert [d["kind"] for d in warmup] == ["Namespace", "NetworkPolicy", "DaemonSet", "DaemonSet"]
+    policies = list(yaml.safe_load_all(files["22-network-policies.yaml"]))
+    assert {d["kind"] for d in policies} == {"NetworkPolicy"}
+    assert policies[0]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     node_config = yaml.safe_load(files["05-gpu-node-config.yaml"])
     assert node_config["spec"]["instance"]["localStorage"] == {"strategy": "RAID0"}
     ebs = rendered_files(DEFAULTS.with_overrides({"gpuLocalStorage": "none"}))

@@ -230,13 +230,19 @@ def test_staging_access_is_read_only_on_exactly_the_prefix(variant_app: Synthesi
             "StringLike": {"s3:prefix": ["qwen/Qwen3.5-9B/*", "qwen/Qwen3.5-9B"]}
         }
     addons = variant_app.resources("Cluster", "AWS::EKS::Addon").values()
-    assert [a["Properties"]["AddonName"] for a in addons] == ["eks-pod-identity-agent"]
+    assert sorted(a["Properties"]["AddonName"] for a in addons) == [
+        "eks-pod-identity-agent",
+        "vpc-cni",
+    ]
 
 
-def test_defaults_create_no_aws_identity_for_pods(default_app: Synthesized) -> None:
+def test_defaults_create_no_aws_identity_for_workload_pods(default_app: Synthesized) -> None:
+    """Only aws-node (the VPC CNI add-on's own association, tests/test_vpc_cni.py) has one."""
     for stack in ("Cluster", "Workload"):
         assert default_app.resources(stack, "AWS::EKS::PodIdentityAssociation") == {}
-    assert default_app.resources("Cluster", "AWS::EKS::Addon") == {}
+    addons = default_app.resources("Cluster", "AWS::EKS::Addon").values()
+    associations = [a["Properties"].get("PodIdentityAssociations", []) for a in addons]
+    assert [[x["ServiceAccount"] for x in a] for a in associations if a] == [["aws-node"]]
 
 
 # -- gated models --------------------------------------------------------------------------

@@ -249,7 +249,8 @@ def test_cluster_config_head_is_cpu_only_on_system_nodes(rs: dict[str, Any]) -> 
     cluster = rs["spec"]["rayClusterConfig"]
     assert cluster["rayVersion"] == "2.58.0"
     head = cluster["headGroupSpec"]
-    assert head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0"
     assert head["template"]["spec"]["nodeSelector"] == {"role": "system"}
     (c,) = head["template"]["spec"]["containers"]
     assert c["image"] == "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
@@ -288,6 +289,7 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "VLLM_SSM_CONV_STATE_LAYOUT": "DS",
         "HF_HOME": "/data/model-cache/hf",
         "VLLM_CACHE_ROOT": "/data/model-cache/vllm",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
         "FI_PROVIDER": "efa",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -333,6 +335,7 @@ def test_ucx_variant_renders_the_tcp_fallback(variant_app: Synthesized) -> None:
     c = _worker_container(rs)
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert "FI_PROVIDER" not in env and env["UCX_TLS"] == "tcp,cuda_copy"
+    assert env["UCX_TCP_PORT_RANGE"] == "5700-5799"
     assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"]
     assert c["securityContext"] == {"privileged": False}
     assert _workers(rs)["replicas"] == 3  # 1 prefill + 2 decode

@@ -1,0 +1,173 @@
+"""Who may open a connection to the Ray pods and the warm-up pods: Kubernetes NetworkPolicies,
+enforced by the VPC CNI's network-policy agent (:class:`pd_constructs.vpc_cni.VpcCniAddon`).
+
+The Ray ports are pinned here, once: the RayService's ``rayStartParams`` and the worker
+environment are rendered from :data:`RAY_PORTS`, and so are the policies, so a port cannot be
+opened in one place and forgotten in the other. Ray picks most of its ports at random unless
+told otherwise (``ray start --node-manager-port``, ``--object-manager-port``,
+``--runtime-env-agent-port``, ``--dashboard-agent-grpc-port``; Ray 2.58's
+``RayParams.update_pre_selected_port`` lists every listener), which no policy could allow
+exactly; vLLM's NIXL side channel likewise (Ray Serve LLM's ``NixlConnectorBackend`` picks an
+open port unless ``VLLM_NIXL_SIDE_CHANNEL_PORT`` is set).
+
+The policies are YAML files under ``assets/manifests/network-policies/``, one per purpose;
+``ray-default-deny.yaml``'s header says how to add one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
+from pd_constructs.templates import ASSETS, render_from
+from ray_pd_eks.config import AppConfig
+
+POLICY_DIR = "manifests/network-policies"
+# The label the KubeRay operator chart puts on the operator pod (kuberay-operator chart 1.7.0,
+# templates/deployment.yaml: app.kubernetes.io/name, the chart's name).
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
+# Labels the RayService template puts on its pods (assets/manifests/rayservice.yaml).
+RAY_SERVICE_LABEL = "ray-pd-eks/ray-service"
+ROLE_LABEL = "ray-pd-eks/role"
+HEAD_ROLE = "head"
+WORKER_ROLE = "gpu-worker"
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    """Every port a Ray pod listens on for other pods, pinned (defaults as Ray/KubeRay's own
+    where they have one)."""
+
+    gcs: int = 6379  # head only: `ray start --port` (KubeRay's default)
+    dashboard: int = 8265  # head only: Ray's default; Jobs API, state API, Serve REST API
+    serve: int = 8000  # Serve HTTP proxy on every node (KubeRay's serve-svc targets it)
+    node_manager: int = 6380  # raylet
+    object_manager: int = 6381  # raylet's object transfers between nodes
+    runtime_env_agent: int = 6382
+    dashboard_agent_grpc: int = 6383  # also the metrics agent
+    dashboard_agent_http: int = 52365  # Ray's default; KubeRay's readiness probe calls it
+    metrics_export: int = 8080  # Prometheus endpoint (KubeRay's default); no allow by default
+    min_worker: int = 10002  # core worker gRPC servers: Ray's `ray start` default range
+    max_worker: int = 19999
+    # vLLM's NIXL handshake listener: base + data-parallel index (vLLM NixlConnector), so a
+    # block of eight covers every engine one 8-GPU node can hold.
+    nixl_side_channel: int = 5600
+    nixl_side_channel_count: int = 8
+    # UCX's TCP transport (kvBackend=UCX only): listens on a port from UCX_TCP_PORT_RANGE.
+    ucx_tcp_first: int = 5700
+    ucx_tcp_last: int = 5799
+
+    def node_start_params(self) -> dict[str, str]:
+        """``rayStartParams`` every Ray node gets (values are strings, as KubeRay requires)."""
+        return {
+            "node-manager-port": str(self.node_manager),
+            "object-manager-port": str(self.object_manager),
+            "runtime-env-agent-port": str(self.runtime_env_agent),
+            "dashboard-agent-grpc-port": str(self.dashboard_agent_grpc),
+            "dashboard-agent-listen-port": str(self.dashboard_agent_http),
+            "metrics-export-port": str(self.metrics_export),
+            "min-worker-port": str(self.min_worker),
+            "max-worker-port": str(self.max_worker),
+        }
+
+    def head_start_params(self) -> dict[str, str]:
+        return {"port": str(self.gcs), "dashboard-port": str(self.dashboard)}
+
+    @property
+    def ucx_tcp_port_range(self) -> str:
+        return f"{self.ucx_tcp_first}-{self.ucx_tcp_last}"
+
+
+RAY_PORTS = RayPorts()
+
+# The policies of each namespace, in the order they are applied. A file under POLICY_DIR that
+# is in neither tuple fails the tests (tests/test_network_policies.py).
+RAY_POLICIES = (
+    "ray-default-deny.yaml",
+    "ray-cluster-internal.yaml",
+    "ray-gcs-from-cluster.yaml",
+    "ray-kv-transfer.yaml",
+    "ray-from-kuberay-operator.yaml",
+    "ray-serve-from-api-server.yaml",
+    "ray-dashboard-from-api-server.yaml",
+)
+WARMUP_POLICIES = ("warmup-default-deny.yaml",)
+
+
+def _port(number: int, end: int | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"protocol": "TCP", "port": number}
+    if end is not None and end != number:
+        entry["endPort"] = end
+    return entry
+
+
+def kv_transfer_ports(kv_backend: str, ports: RayPorts = RAY_PORTS) -> list[dict[str, Any]]:
+    """Ports the GPU workers open to each other for the KV cache: the NIXL side channel, and
+    UCX's TCP transport when the KV cache itself moves over TCP. (With LIBFABRIC the cache
+    moves over EFA's SRD, which bypasses the pod network and is not subject to policies.)"""
+    found = [
+        _port(ports.nixl_side_channel, ports.nixl_side_channel + ports.nixl_side_channel_count - 1)
+    ]
+    if kv_backend == "UCX":
+        found.append(_port(ports.ucx_tcp_first, ports.ucx_tcp_last))
+    return found
+
+
+def control_plane_cidrs(vpc_cidr: str) -> list[str]:
+    """Where the API server's service proxy connects from: EKS places the control plane's
+    network interfaces in the cluster's subnets, which are the VPC CIDR's first two quarters
+    (:func:`pd_constructs.network.subnet_plan`). Nodes (and so pods) of the system node group
+    share those subnets; docs/security.md says what that leaves open."""
+    quarters = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))
+    return [str(quarters[0]), str(quarters[1])]
+
+
+def policy_values(config: AppConfig, ports: RayPorts = RAY_PORTS) -> dict[str, Any]:
+    """The closed set of placeholders a policy file may use (see ray-default-deny.yaml)."""
+    return {
+        "NAMESPACE": config.namespace,
+        "WARMUP_NAMESPACE": WARMUP_NAMESPACE,
+        "RAY_SERVICE": config.ray_service_name,
+        "OPERATOR_NAMESPACE": OPERATOR_NAMESPACE,
+        "OPERATOR_POD_LABELS": dict(OPERATOR_POD_LABELS),
+        "CONTROL_PLANE_PEERS": [
+            {"ipBlock": {"cidr": cidr}} for cidr in control_plane_cidrs(config.vpc_cidr)
+        ],
+        "GCS_PORT": ports.gcs,
+        "DASHBOARD_PORT": ports.dashboard,
+        "SERVE_PORT": ports.serve,
+        "NODE_MANAGER_PORT": ports.node_manager,
+        "OBJECT_MANAGER_PORT": ports.object_manager,
+        "RUNTIME_ENV_AGENT_PORT": ports.runtime_env_agent,
+        "DASHBOARD_AGENT_GRPC_PORT": ports.dashboard_agent_grpc,
+        "DASHBOARD_AGENT_HTTP_PORT": ports.dashboard_agent_http,
+        "METRICS_EXPORT_PORT": ports.metrics_export,
+        "MIN_WORKER_PORT": ports.min_worker,
+        "MAX_WORKER_PORT": ports.max_worker,
+        "KV_TRANSFER_PORTS": kv_transfer_ports(config.kv_backend, ports),
+    }
+
+
+def render_policy(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """One policy file, filled from ``values``; an unknown placeholder fails synthesis."""
+    return dict(render_from(f"{POLICY_DIR}/{name}", values))
+
+
+def render_ray_network_policies(config: AppConfig) -> list[dict[str, Any]]:
+    """The Ray namespace's policies: default-deny ingress, then one allow per purpose."""
+    values = policy_values(config)
+    return [render_policy(name, values) for name in RAY_POLICIES]
+
+
+def render_warmup_network_policies(config: AppConfig) -> list[dict[str, Any]]:
+    """The warm-up namespace's policies: its pods accept no connections at all."""
+    values = policy_values(config)
+    return [render_policy(name, values) for name in WARMUP_POLICIES]
+
+
+def policy_files() -> list[str]:
+    """Every policy file on disk (for the test that each one is applied)."""
+    return sorted(p.name for p in (ASSETS / POLICY_DIR).glob("*.yaml"))

@@ -1,0 +1,74 @@
+"""The managed vpc-cni add-on (NetworkPolicy enforcement, its own identity) and node roles."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.synth import Synthesized
+
+CNI_POLICY = "AmazonEKS_CNI_Policy"
+
+
+def _addon(app: Synthesized, name: str) -> tuple[str, dict[str, Any]]:
+    (found,) = [
+        (lid, r)
+        for lid, r in app.resources("Cluster", "AWS::EKS::Addon").items()
+        if r["Properties"]["AddonName"] == name
+    ]
+    return found
+
+
+def _managed_policy_names(role: dict[str, Any]) -> list[str]:
+    names = []
+    for arn in role["Properties"].get("ManagedPolicyArns", []):
+        names.append(json.dumps(arn).rsplit("/", 1)[-1].rstrip('"]}'))
+    return names
+
+
+def test_vpc_cni_addon_enforces_network_policies_pinned_and_removed_on_destroy(
+    default_app: Synthesized,
+) -> None:
+    _, addon = _addon(default_app, "vpc-cni")
+    props = addon["Properties"]
+    assert props["AddonVersion"] == default_app.config.vpc_cni_addon_version == "v1.23.0-eksbuild.1"
+    assert props["PreserveOnDelete"] is False
+    assert props["ResolveConflicts"] == "OVERWRITE"
+    assert json.loads(props["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert addon.get("DeletionPolicy", "Delete") == "Delete"
+
+
+def test_vpc_cni_gets_the_cni_policy_through_pod_identity_of_this_cluster_only(
+    default_app: Synthesized,
+) -> None:
+    resources = default_app.templates["Cluster"]["Resources"]
+    agent_id, _ = _addon(default_app, "eks-pod-identity-agent")
+    _, addon = _addon(default_app, "vpc-cni")
+    assert agent_id in addon["DependsOn"]
+    (association,) = addon["Properties"]["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == "aws-node"
+    role = resources[association["RoleArn"]["Fn::GetAtt"][0]]
+    assert _managed_policy_names(role) == [CNI_POLICY]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    cluster_id = next(iter(default_app.resources("Cluster", "AWS::EKS::Cluster")))
+    assert statement["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+        "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [cluster_id, "Arn"]}},
+    }
+
+
+def test_node_roles_pull_only_and_carry_no_cni_policy(default_app: Synthesized) -> None:
+    resources = default_app.templates["Cluster"]["Resources"]
+    addon_id, _ = _addon(default_app, "vpc-cni")
+    nodegroups = default_app.resources("Cluster", "AWS::EKS::Nodegroup")
+    assert len(nodegroups) == 2
+    for ng in nodegroups.values():
+        role = resources[ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]
+        assert _managed_policy_names(role) == [
+            "AmazonEKSWorkerNodePolicy",
+            "AmazonEC2ContainerRegistryPullOnly",
+        ]
+        # Nodes join after the managed CNI exists (and are deleted before it).
+        assert addon_id in ng["DependsOn"]
