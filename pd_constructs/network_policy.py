@@ -85,11 +85,12 @@ RAY_PORTS = RayPorts()
 
 # The policies of each namespace, in the order they are applied. A file under POLICY_DIR that
 # is in neither tuple fails the tests (tests/test_network_policies.py).
+KV_TRANSFER_POLICY = "ray-kv-transfer.yaml"
 RAY_POLICIES = (
     "ray-default-deny.yaml",
     "ray-cluster-internal.yaml",
     "ray-gcs-from-cluster.yaml",
-    "ray-kv-transfer.yaml",
+    KV_TRANSFER_POLICY,
     "ray-from-kuberay-operator.yaml",
     "ray-serve-from-api-server.yaml",
     "ray-dashboard-from-api-server.yaml",
@@ -104,14 +105,16 @@ def _port(number: int, end: int | None = None) -> dict[str, Any]:
     return entry
 
 
-def kv_transfer_ports(kv_backend: str, ports: RayPorts = RAY_PORTS) -> list[dict[str, Any]]:
-    """Ports the GPU workers open to each other for the KV cache: the NIXL side channel, and
-    UCX's TCP transport when the KV cache itself moves over TCP. (With LIBFABRIC the cache
-    moves over EFA's SRD, which bypasses the pod network and is not subject to policies.)"""
+def kv_transfer_ports(config: AppConfig, ports: RayPorts = RAY_PORTS) -> list[dict[str, Any]]:
+    """Ports the GPU workers open to each other for the KV cache (none when aggregated): the
+    NIXL side channel, and UCX's TCP transport when the KV cache itself moves over TCP. (With
+    LIBFABRIC the cache moves over EFA's SRD, which bypasses the pod network.)"""
+    if not config.is_pd:
+        return []
     found = [
         _port(ports.nixl_side_channel, ports.nixl_side_channel + ports.nixl_side_channel_count - 1)
     ]
-    if kv_backend == "UCX":
+    if not config.uses_efa_transport:
         found.append(_port(ports.ucx_tcp_first, ports.ucx_tcp_last))
     return found
 
@@ -147,7 +150,7 @@ def policy_values(config: AppConfig, ports: RayPorts = RAY_PORTS) -> dict[str, A
         "METRICS_EXPORT_PORT": ports.metrics_export,
         "MIN_WORKER_PORT": ports.min_worker,
         "MAX_WORKER_PORT": ports.max_worker,
-        "KV_TRANSFER_PORTS": kv_transfer_ports(config.kv_backend, ports),
+        "KV_TRANSFER_PORTS": kv_transfer_ports(config, ports),
     }
 
 
@@ -157,9 +160,12 @@ def render_policy(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render_ray_network_policies(config: AppConfig) -> list[dict[str, Any]]:
-    """The Ray namespace's policies: default-deny ingress, then one allow per purpose."""
+    """The Ray namespace's policies: default-deny ingress, then one allow per purpose. An
+    aggregated app moves no KV cache, so it has no KV-transfer policy (an empty port list would
+    mean every port)."""
     values = policy_values(config)
-    return [render_policy(name, values) for name in RAY_POLICIES]
+    names = [n for n in RAY_POLICIES if config.is_pd or n != KV_TRANSFER_POLICY]
+    return [render_policy(name, values) for name in names]
 
 
 def render_warmup_network_policies(config: AppConfig) -> list[dict[str, Any]]:

@@ -91,12 +91,12 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
         # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
         # on the node cache too, so a restarted worker skips the recompilation.
         {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
-        # A fixed NIXL handshake port (Ray Serve LLM would pick a random one), so the
-        # NetworkPolicy between the workers can name it.
-        {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(RAY_PORTS.nixl_side_channel)},
     ]
     if not config.is_pd:
         return env
+    # A fixed NIXL handshake port (Ray Serve LLM would pick a random one), so the
+    # NetworkPolicy between the workers can name it.
+    env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(RAY_PORTS.nixl_side_channel)})
     if config.uses_efa_transport:
         env.append({"name": "FI_PROVIDER", "value": "efa"})
     else:

@@ -317,3 +317,17 @@ def test_warmup_pods_accept_no_connection(world: World) -> None:
         for source in (world.head, world.workers[0], world.stranger, API_SERVER):
             for port in (22, 80, 443, 8000, 8080):
                 assert not world.allowed(source, pod, port), (source, pod.name, port)
+
+
+def test_aggregated_app_opens_no_kv_transfer_port(token_app: Synthesized) -> None:
+    """No KV cache moves between the workers, so no policy (an empty port list would be every
+    port) and no side-channel setting."""
+    aggregated = World(token_app)
+    assert token_app.config.serving_mode == "aggregated"
+    names = {p["metadata"]["name"] for p in aggregated.cluster.policies}
+    assert "ray-kv-transfer" not in names and "ray-cluster-internal" in names
+    (container,) = aggregated.worker_spec["template"]["spec"]["containers"]
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in _env(container)
+    a, b = aggregated.workers
+    assert not aggregated.allowed(a, b, RAY_PORTS.nixl_side_channel)
+    assert aggregated.allowed(a, b, RAY_PORTS.object_manager)
