@@ -60,15 +60,22 @@ def test_vpc_cni_gets_the_cni_policy_through_pod_identity_of_this_cluster_only(
 
 
 def test_node_roles_pull_only_and_carry_no_cni_policy(default_app: Synthesized) -> None:
-    resources = default_app.templates["Cluster"]["Resources"]
-    addon_id, _ = _addon(default_app, "vpc-cni")
-    nodegroups = default_app.resources("Cluster", "AWS::EKS::Nodegroup")
-    assert len(nodegroups) == 2
-    for ng in nodegroups.values():
-        role = resources[ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]
-        assert _managed_policy_names(role) == [
-            "AmazonEKSWorkerNodePolicy",
-            "AmazonEC2ContainerRegistryPullOnly",
-        ]
-        # Nodes join after the managed CNI exists (and are deleted before it).
-        assert addon_id in ng["DependsOn"]
+    found = 0
+    for stack, template in default_app.templates.items():
+        for ng in default_app.resources(stack, "AWS::EKS::Nodegroup").values():
+            role = template["Resources"][ng["Properties"]["NodeRole"]["Fn::GetAtt"][0]]
+            assert _managed_policy_names(role) == [
+                "AmazonEKSWorkerNodePolicy",
+                "AmazonEC2ContainerRegistryPullOnly",
+            ]
+            # Nodes join after the managed CNI exists (and are deleted before it): their
+            # stacks deploy after the cluster stack, which holds the add-on.
+            assert stack != "Cluster"
+            assert "Cluster" in _stack_dependencies(default_app, stack)
+            found += 1
+    assert found == 2
+
+
+def _stack_dependencies(app: Synthesized, stack: str) -> set[str]:
+    (match,) = [s for s in app.stage.stacks if s.node.id == stack]
+    return {d.node.id for d in match.dependencies}
