@@ -19,6 +19,7 @@ from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.nag import LAMBDA_BASIC, acknowledge
+from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
@@ -103,6 +104,8 @@ class GpuCapacityWatch(Construct):
             description="GPU capacity watch: starts the watch",
             **common,
         )
+        # Tells CloudFormation's rollback Update (answered at once) from a deploy.
+        grant_describe_own_stack(on_event)
         is_complete = lambda_.Function(
             self,
             "IsComplete",

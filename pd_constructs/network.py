@@ -16,6 +16,7 @@ from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_finding
+from pd_constructs.rollback import grant_describe_own_stack
 
 
 def subnet_plan(vpc_cidr: str) -> dict[str, str]:
@@ -98,6 +99,8 @@ class GpuAvailabilityZone(Construct):
                 resources=["*"],
             )
         )
+        # Tells CloudFormation's rollback Update (answered at once, no EC2 call) from a deploy.
+        grant_describe_own_stack(fn)
         provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
         self.resource = CustomResource(
             self,

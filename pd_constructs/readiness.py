@@ -23,6 +23,7 @@ from constructs import Construct
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
+from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
 READINESS_GROUP = "ray-pd-eks:readiness"
@@ -171,26 +172,30 @@ class ReadinessCheck(Construct):
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
             "code": lambda_code("readiness"),
-            "vpc": cluster.vpc,
-            "vpc_subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            "security_groups": [self.security_group],
             "log_group": log_group,
             "environment": {"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
         }
+        # Outside the VPC: it makes no Kubernetes call, only CloudFormation's DescribeStacks on
+        # an Update, to tell a rollback (answered at once) from a deploy. So the VPC function's
+        # security group stays limited to the API server and STS (docs/lifecycle.md).
         on_event = lambda_.Function(
             self,
             "OnEvent",
             handler="handler.on_event",
             timeout=Duration.seconds(30),
-            description="Readiness check: starts the wait",
+            description="Readiness check: starts the wait, or answers a rollback at once",
             **common,
         )
+        grant_describe_own_stack(on_event)
         is_complete = lambda_.Function(
             self,
             "IsComplete",
             handler="handler.is_complete",
             timeout=HANDLER_TIMEOUT,
             description="Readiness check: one poll of nodes, RayService, endpoint and EFA",
+            vpc=cluster.vpc,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            security_groups=[self.security_group],
             **common,
         )
         role = is_complete.role
@@ -242,14 +247,19 @@ class ReadinessCheck(Construct):
         )
         self.resource.node.add_dependency(self.access_entry, self.rbac)
 
-        for fn in (on_event, is_complete):
-            acknowledge(
-                fn,
-                "AwsSolutions-IAM4",
-                "AWSLambdaBasicExecutionRole and AWSLambdaVPCAccessExecutionRole only let the "
-                "function write its own logs and attach to the VPC.",
-                findings=[LAMBDA_BASIC, LAMBDA_VPC],
-            )
+        acknowledge(
+            on_event,
+            "AwsSolutions-IAM4",
+            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+            findings=[LAMBDA_BASIC],
+        )
+        acknowledge(
+            is_complete,
+            "AwsSolutions-IAM4",
+            "AWSLambdaBasicExecutionRole and AWSLambdaVPCAccessExecutionRole only let the "
+            "function write its own logs and attach to the VPC.",
+            findings=[LAMBDA_BASIC, LAMBDA_VPC],
+        )
 
     def attribute(self, name: str) -> str:
         return self.resource.get_att_string(name)

@@ -569,3 +569,68 @@ def test_positive_int_properties_edge(value: str, ok: bool) -> None:
     else:
         with pytest.raises(RuntimeError, match="DesiredSize must be a positive whole number"):
             handler.on_event(event, None)
+
+
+# --- rollbacks -------------------------------------------------------------------------------
+
+STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Cluster/5b7d1a10"
+
+
+def _cloudformation(status: str) -> tuple[Any, Stubber]:
+    client, stub = _client("cloudformation")
+    stack = {
+        "StackId": STACK_ID,
+        "StackName": "RayPdEks-Cluster",
+        "CreationTime": _when(-86400),
+        "StackStatus": status,
+    }
+    stub.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": STACK_ID})
+    return client, stub
+
+
+def _update(old_size: str, new_size: str) -> dict[str, Any]:
+    """A rollback-shaped Update: ResourceProperties hold the properties being restored."""
+    return {
+        "RequestType": "Update",
+        "StackId": STACK_ID,
+        "PhysicalResourceId": "pd-cluster/gpu-workers",
+        "ResourceProperties": _props(DesiredSize=old_size),
+        "OldResourceProperties": _props(DesiredSize=new_size, Fingerprint="lt-2"),
+    }
+
+
+def test_rollback_update_completes_at_once_with_all_data_and_no_eks_call(at: Any) -> None:
+    cfn, cfn_stub = _cloudformation("UPDATE_ROLLBACK_IN_PROGRESS")
+    started = handler.on_event(_update("2", "3"), None, cloudformation=cfn)
+    assert started["PhysicalResourceId"] == "pd-cluster/gpu-workers"
+    assert started["Data"] == {"Nodes": "2"}
+    assert set(started["Data"]) == set(handler.DATA_KEYS)
+    cfn_stub.assert_no_pending_responses()
+    # The node group is DEGRADED (why the stack rolls back): neither client may be called.
+    eks, eks_stub = _client("eks")
+    autoscaling, asg_stub = _client("autoscaling")
+    event = {**_update("2", "3"), **started}
+    out = handler.is_complete(event, None, eks=eks, autoscaling=autoscaling)
+    assert out == {"IsComplete": True, "Data": {"Nodes": "2"}}
+    eks_stub.assert_no_pending_responses()
+    asg_stub.assert_no_pending_responses()
+
+
+def test_a_normal_update_still_watches_the_node_group(at: Any) -> None:
+    cfn, _ = _cloudformation("UPDATE_IN_PROGRESS")
+    started = handler.on_event(_update("3", "2"), None, cloudformation=cfn)
+    assert handler.ROLLBACK_KEY not in started and "Data" not in started
+    eks, _ = _eks("DEGRADED", health={"issues": [{"code": "AsgInstanceLaunchFailures"}]})
+    autoscaling, _ = _client("autoscaling")
+    with pytest.raises(handler.CapacityError, match="status DEGRADED"):
+        handler.is_complete(
+            {**_update("3", "2"), **started}, None, eks=eks, autoscaling=autoscaling
+        )
+
+
+def test_describe_stacks_denied_treats_the_update_as_a_deploy(at: Any) -> None:
+    cfn, stub = _client("cloudformation")
+    stub.add_client_error("describe_stacks", service_error_code="AccessDenied")
+    started = handler.on_event(_update("3", "2"), None, cloudformation=cfn)
+    assert handler.ROLLBACK_KEY not in started
+    assert handler.STARTED_AT_KEY in started

@@ -375,3 +375,74 @@ def test_every_reservation_problem_is_reported_at_once() -> None:
     assert len(handler.reservation_problems(bad, creating=False, **kwargs)) == 2
     with pytest.raises(RuntimeError, match=r"state 'expired'.*; .*reserves g6\.12xlarge"):
         handler.check_reservation(bad, creating=True, **kwargs)
+
+
+# --- rollbacks -------------------------------------------------------------------------------
+
+STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Network/0a1b2c3d"
+
+
+def _cloudformation(status: str) -> tuple[Any, Stubber]:
+    client = boto3.client(
+        "cloudformation", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    stub = Stubber(client)
+    stack = {
+        "StackId": STACK_ID,
+        "StackName": "RayPdEks-Network",
+        "CreationTime": "2026-11-30T10:00:00Z",
+        "StackStatus": status,
+    }
+    stub.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": STACK_ID})
+    stub.activate()
+    return client, stub
+
+
+def _rollback_event(physical: str) -> dict[str, Any]:
+    """CloudFormation rolling back an update that moved to a reservation which then expired:
+    ResourceProperties are the ones being restored, OldResourceProperties the failed ones."""
+    event = _event("Update", physical=physical)
+    event["StackId"] = STACK_ID
+    event["ResourceProperties"]["SubnetCidrs"] = "10.0.192.0/19,10.0.224.0/19"
+    event["OldResourceProperties"] = {
+        **event["ResourceProperties"],
+        "CapacityReservationId": "cr-0123456789abcdef0",
+    }
+    return event
+
+
+def test_rollback_update_answers_at_once_with_the_physical_ids_az_and_block() -> None:
+    cfn, cfn_stub = _cloudformation("UPDATE_ROLLBACK_IN_PROGRESS")
+    ec2 = boto3.client(
+        "ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    ec2_stub = Stubber(ec2)
+    ec2_stub.activate()  # no response queued: any EC2 call would raise
+    out = handler.on_event(
+        _rollback_event("us-west-2c/10.0.224.0/19"), None, ec2=ec2, cloudformation=cfn
+    )
+    assert out == {
+        "PhysicalResourceId": "us-west-2c/10.0.224.0/19",
+        "Data": {"AvailabilityZone": "us-west-2c", "SubnetCidr": "10.0.224.0/19"},
+    }
+    assert set(out["Data"]) == set(handler.ROLLBACK_DATA_KEYS)
+    cfn_stub.assert_no_pending_responses()
+    ec2_stub.assert_no_pending_responses()
+
+
+def test_rollback_of_an_id_without_a_block_answers_the_az_only() -> None:
+    cfn, _ = _cloudformation("UPDATE_ROLLBACK_IN_PROGRESS")
+    out = handler.on_event(_rollback_event("us-west-2a"), None, cloudformation=cfn)
+    assert out == {"PhysicalResourceId": "us-west-2a", "Data": {"AvailabilityZone": "us-west-2a"}}
+
+
+def test_a_normal_update_still_asks_ec2() -> None:
+    cfn, cfn_stub = _cloudformation("UPDATE_IN_PROGRESS")
+    ec2, ec2_stub = _ec2(["us-west-2a", "us-west-2c"])
+    out = handler.on_event(
+        _rollback_event("us-west-2c/10.0.224.0/19"), None, ec2=ec2, cloudformation=cfn
+    )
+    assert out["Data"]["OfferedAzs"] == "us-west-2a,us-west-2c"
+    assert out["PhysicalResourceId"] == "us-west-2c/10.0.224.0/19"
+    ec2_stub.assert_no_pending_responses()
+    cfn_stub.assert_no_pending_responses()

@@ -97,8 +97,11 @@ def test_lambdas_current_runtime_timeouts_and_vpc(default_app: Synthesized) -> N
     assert set(fns) == {"handler.on_event", "handler.is_complete"}
     for fn in fns.values():
         assert fn["Runtime"] == "python3.14"
-        assert len(fn["VpcConfig"]["SubnetIds"]) == 2
-        assert all("PrivateSubnet" in s["Fn::ImportValue"] for s in fn["VpcConfig"]["SubnetIds"])
+    # Only the poll talks to the API server; on_event (rollback detection) stays outside.
+    subnets = fns["handler.is_complete"]["VpcConfig"]["SubnetIds"]
+    assert len(subnets) == 2
+    assert all("PrivateSubnet" in s["Fn::ImportValue"] for s in subnets)
+    assert "VpcConfig" not in fns["handler.on_event"]
     # One poll must end well under Lambda's 15 minutes.
     assert fns["handler.is_complete"]["Timeout"] == 300
     assert fns["handler.on_event"]["Timeout"] == 30

@@ -200,6 +200,8 @@ def test_happy_path_waits_through_each_stage_then_returns_data(
     kube_api.set_stage("serving")
     result = poll(event)
 
+    physical_id = result.pop("PhysicalResourceId")
+    assert physical_id.startswith(f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}?")
     assert result == {
         "IsComplete": True,
         "Data": {
@@ -1049,3 +1051,143 @@ def test_nixl_line_in_an_engine_worker_stdout_is_found_behind_many_idle_workers(
     assert reads[0] == f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.out"
     assert reads[1] == f"worker-{fake.PREFILL_WORKER_ID[::-1]}-01000000-5151.out"
     assert not any(name.endswith(".err") for name in reads)
+
+
+# --- rollbacks -----------------------------------------------------------------------------
+
+
+class FakeCloudFormation:
+    """``describe_stacks`` as boto3 returns it, for one stack in one status (or an error)."""
+
+    def __init__(self, status: str = "UPDATE_IN_PROGRESS", error: Exception | None = None):
+        self.status = status
+        self.error = error
+        self.calls: list[dict[str, Any]] = []
+
+    def describe_stacks(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        if self.error is not None:
+            raise self.error
+        return {
+            "Stacks": [
+                {
+                    "StackId": kwargs["StackName"],
+                    "StackName": "RayPdEks-Workload",
+                    "StackStatus": self.status,
+                    "CreationTime": "2026-11-30T10:00:00Z",
+                }
+            ]
+        }
+
+
+@pytest.fixture
+def cfn(monkeypatch: pytest.MonkeyPatch) -> FakeCloudFormation:
+    stub = FakeCloudFormation()
+    monkeypatch.setattr(handler, "cloudformation_client", lambda: stub)
+    return stub
+
+
+def _served_once(server: FakeKubeApi) -> dict[str, Any]:
+    """A completed Create: its response as the Provider hands it to CloudFormation."""
+    server.set_stage("serving")
+    return poll(started(cfn_event(server)))
+
+
+def test_success_carries_its_data_in_the_physical_id(
+    kube_api: FakeKubeApi, sleeps: list[float], cfn: FakeCloudFormation
+) -> None:
+    done = _served_once(kube_api)
+    physical_id = done["PhysicalResourceId"]
+    assert physical_id.startswith(f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}?")
+    carried = handler.data_from_physical_id(physical_id)
+    assert carried == {k: v for k, v in done["Data"].items() if k != "ServeService"}
+    assert cfn.calls == []  # Create never asks CloudFormation
+
+
+def test_rollback_update_answers_at_once_with_the_previous_data_and_no_kubernetes_call(
+    kube_api: FakeKubeApi, sleeps: list[float], cfn: FakeCloudFormation
+) -> None:
+    previous = _served_once(kube_api)
+    # The failed deploy left the cluster broken; the rollback must not look at it.
+    kube_api.rayservice = make_rayservice(ready=False, app_status="DEPLOY_FAILED")
+    kube_api.requests.clear()
+    cfn.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+    rollback = cfn_event(kube_api, "Update", ConfigHash="old-hash")
+    rollback["OldResourceProperties"] = kube_api.props(ConfigHash="failed-hash")
+    rollback["PhysicalResourceId"] = previous["PhysicalResourceId"]
+    answer = handler.on_event(rollback, None)
+    assert answer["PhysicalResourceId"] == previous["PhysicalResourceId"]
+    assert answer["Data"] == previous["Data"]
+    merged = {**rollback, **answer}
+    assert poll(merged) == {"IsComplete": True, "Data": previous["Data"]}
+    assert kube_api.requests == []
+    assert cfn.calls == [{"StackName": rollback["StackId"]}]
+
+
+def test_rollback_of_an_id_without_data_says_not_rechecked(
+    kube_api: FakeKubeApi, cfn: FakeCloudFormation
+) -> None:
+    cfn.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+    answer = handler.on_event(cfn_event(kube_api, "Update"), None)
+    data = answer["Data"]
+    assert set(data) == set(handler.DATA_KEYS)
+    assert data["AppStatus"] == handler.NOT_RECHECKED
+    assert data["ServeService"] == f"{fake.RAYSERVICE}-serve-svc.{fake.NAMESPACE}:8000"
+    assert kube_api.requests == []
+
+
+@pytest.mark.parametrize("status", ["UPDATE_IN_PROGRESS", "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS"])
+def test_a_normal_update_still_checks(
+    kube_api: FakeKubeApi, sleeps: list[float], cfn: FakeCloudFormation, status: str
+) -> None:
+    cfn.status = status
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = make_rayservice(
+        ready=False, app_status="DEPLOY_FAILED", generation=2, observed_generation=2
+    )
+    event = started(cfn_event(kube_api, "Update"))
+    assert handler.ROLLBACK_KEY not in event
+    assert "DEPLOY_FAILED" in fail_message(event)
+    assert len(cfn.calls) == 1
+
+
+def test_describe_stacks_failing_treats_the_update_as_a_deploy(
+    kube_api: FakeKubeApi, sleeps: list[float], cfn: FakeCloudFormation
+) -> None:
+    cfn.error = RuntimeError("Rate exceeded")
+    kube_api.set_stage("serving")
+    event = started(cfn_event(kube_api, "Update"))
+    assert handler.ROLLBACK_KEY not in event
+    assert poll(event)["IsComplete"] is True
+
+
+def test_update_keeps_the_current_id_until_the_check_passes(
+    kube_api: FakeKubeApi, cfn: FakeCloudFormation
+) -> None:
+    update = cfn_event(kube_api, "Update")
+    update["PhysicalResourceId"] += "?AppStatus=RUNNING"
+    assert handler.on_event(update, None)["PhysicalResourceId"] == update["PhysicalResourceId"]
+    renamed = cfn_event(kube_api, "Update", RayServiceName="other")
+    renamed["PhysicalResourceId"] = update["PhysicalResourceId"]
+    assert handler.on_event(renamed, None)["PhysicalResourceId"] == (
+        f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/other"
+    )
+
+
+def test_the_physical_id_stays_within_cloudformations_limit() -> None:
+    base = f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}"
+    data = {key: "x" * 300 for key in handler.DATA_KEYS}
+    data["GpuNodes"] = ",".join(
+        f"ip-10-0-1-{i}.us-west-2.compute.internal:us-west-2a" for i in range(6)
+    )
+    physical_id = handler.physical_id_with_data(base, data)
+    assert len(physical_id) <= handler.MAX_PHYSICAL_ID_CHARS
+    carried = handler.data_from_physical_id(physical_id)
+    assert set(carried) == set(handler.ID_DATA_KEYS)
+    for key, value in carried.items():
+        original = data[key]
+        assert value == original or (original.startswith(value[:-3]) and value.endswith("..."))
+    assert any(value.endswith("...") for value in carried.values())
+    small = {"AppStatus": "RUNNING", "KvBackend": "LIBFABRIC,LIBFABRIC"}
+    exact = handler.data_from_physical_id(handler.physical_id_with_data(base, small))
+    assert exact["AppStatus"] == "RUNNING" and exact["KvBackend"] == "LIBFABRIC,LIBFABRIC"

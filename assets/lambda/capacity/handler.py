@@ -39,6 +39,10 @@ LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
 
 STARTED_AT_KEY = "CapacityWatchStartedAt"  # top-level, so it never leaks into the resource's Data
+ROLLBACK_KEY = "CapacityWatchRollback"  # top-level too: marks a rollback Update for is_complete
+ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
+# Data keys a rollback answer reproduces (from the previous properties): all of them.
+DATA_KEYS = ("Nodes",)
 # Must match the construct's query interval and Lambda timeout: a poll starts at most one
 # interval after the previous one and may run one Lambda timeout.
 QUERY_INTERVAL_SECONDS = 30
@@ -142,12 +146,28 @@ def _client(name: str) -> Any:
 # --- the Provider contract -----------------------------------------------------------------
 
 
-def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-    """Start (Create/Update) or end (Delete) the watch; no AWS call happens here."""
+def on_event(event: Mapping[str, Any], context: Any, cloudformation: Any = None) -> dict[str, Any]:
+    """Start (Create/Update) or end (Delete) the watch.
+
+    The only AWS call is, on an Update, ``DescribeStacks`` on the event's stack: while it is
+    ``UPDATE_ROLLBACK_IN_PROGRESS`` the Update is CloudFormation rolling back, and the watch
+    answers at once with the current physical id and the previous ``Data`` (``Nodes``, the
+    previous properties' ``DesiredSize``), without looking at EKS or Auto Scaling: a
+    ``DEGRADED`` node group or failing launches are usually why the stack rolls back.
+    """
     if event.get("RequestType") == "Delete":
         # Never block a rollback or `cdk destroy`; never change the id on Delete.
         LOG.info("Delete %s: nothing to watch", event.get("PhysicalResourceId"))
         return {"PhysicalResourceId": event.get("PhysicalResourceId", "")}
+    if event.get("RequestType") == "Update" and stack_rolling_back(event, cloudformation):
+        properties = event.get("ResourceProperties") or {}
+        data = {"Nodes": str(properties.get("DesiredSize", ""))}
+        LOG.info("Update during %s: answering at once with %s", ROLLBACK_STATUS, data)
+        return {
+            "PhysicalResourceId": event.get("PhysicalResourceId", ""),
+            "Data": data,
+            ROLLBACK_KEY: "true",
+        }
     props = Props.from_properties(event.get("ResourceProperties") or {})
     LOG.info("%s %s: capacity watch starts", event.get("RequestType"), props.physical_id)
     return {"PhysicalResourceId": props.physical_id, STARTED_AT_KEY: str(int(clock()))}
@@ -156,9 +176,12 @@ def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 def is_complete(
     event: Mapping[str, Any], context: Any, eks: Any = None, autoscaling: Any = None
 ) -> dict[str, Any]:
-    """One poll: ``IsComplete`` False while pending, ``Data`` when ACTIVE; raises on failure."""
+    """One poll: ``IsComplete`` False while pending, ``Data`` when ACTIVE; raises on failure.
+    A rollback Update (marked by ``on_event``) completes at once with ``on_event``'s Data."""
     if event.get("RequestType") == "Delete":
         return {"IsComplete": True}
+    if event.get(ROLLBACK_KEY) == "true":
+        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = _started_at(event, now)
@@ -192,6 +215,24 @@ def is_complete(
         LOG.error("poll: FAILED: %s", message)
         raise CapacityError(message)
     return {"IsComplete": False}
+
+
+def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS``: one ``DescribeStacks`` on
+    the event's ``StackId`` (the only stack the role may describe). On an API error the Update
+    is treated as a deploy (logged), so a CloudFormation blip never fails a deploy."""
+    stack_id = str(event.get("StackId") or "")
+    if not stack_id:
+        return False
+    try:
+        cfn = cloudformation or _client("cloudformation")
+        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
+    except (ClientError, BotoCoreError) as exc:
+        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
+        return False
+    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
+    LOG.info("stack %s is %s", stack_id, status or "not found")
+    return status == ROLLBACK_STATUS
 
 
 def _started_at(event: Mapping[str, Any], now: float) -> float:

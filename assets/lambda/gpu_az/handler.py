@@ -16,6 +16,10 @@ gets the block the current subnet does not use, because CloudFormation creates t
 subnet before it deletes the old one, and two subnets of a VPC cannot share a CIDR. The
 physical id ``<az>/<cidr>`` remembers both across updates.
 
+On an Update sent while the stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (one ``DescribeStacks`` on
+the event's stack tells), it answers at once with the current physical id and the AZ and block
+it encodes, without calling EC2.
+
 CloudFormation custom resource handler (CDK Provider ``on_event``); standard library + boto3.
 Resource properties (all strings): ``InstanceType``, ``RequestedAz`` ("" = choose),
 ``CapacityReservationId`` ("" = none), ``PlacementGroupName`` ("" = the stack creates its own
@@ -29,7 +33,7 @@ import logging
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -198,10 +202,53 @@ def check_reservation(
     return str(reservation.get("AvailabilityZone", ""))
 
 
-def on_event(event: dict[str, Any], context: Any, ec2: Any = None) -> dict[str, Any]:
+ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
+# Data keys a rollback answer reproduces, from the physical id ``<az>/<cidr>`` alone. The
+# network resources read AvailabilityZone and SubnetCidr; OfferedAzs (informational, read by
+# nothing) cannot be reproduced without EC2 and is left out of a rollback answer.
+ROLLBACK_DATA_KEYS = ("AvailabilityZone", "SubnetCidr")
+
+
+def stack_rolling_back(event: dict[str, Any], cloudformation: Any = None) -> bool:
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS``: one ``DescribeStacks`` on
+    the event's ``StackId`` (the only stack the role may describe). On an API error the Update
+    is treated as a deploy (logged), so a CloudFormation blip never fails a deploy."""
+    stack_id = str(event.get("StackId") or "")
+    if not stack_id:
+        return False
+    try:
+        cfn = cloudformation or boto3.client("cloudformation")
+        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
+    except (ClientError, BotoCoreError) as exc:
+        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
+        return False
+    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
+    LOG.info("stack %s is %s", stack_id, status or "not found")
+    return status == ROLLBACK_STATUS
+
+
+def rollback_response(event: dict[str, Any]) -> dict[str, Any]:
+    """The current physical id and the Data it encodes: the AZ and GPU subnet block that the
+    stack is rolling back to keep. No EC2 call: an expired reservation or an EC2 error is
+    often why the stack rolls back."""
+    current = str(event.get("PhysicalResourceId") or "")
+    az, _, cidr = current.partition("/")
+    data = {"AvailabilityZone": az}
+    if cidr:
+        data["SubnetCidr"] = cidr
+    return {"PhysicalResourceId": current, "Data": data}
+
+
+def on_event(
+    event: dict[str, Any], context: Any, ec2: Any = None, cloudformation: Any = None
+) -> dict[str, Any]:
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
+    if event["RequestType"] == "Update" and stack_rolling_back(event, cloudformation):
+        response = rollback_response(event)
+        LOG.info("Update during %s: answering at once with %s", ROLLBACK_STATUS, response)
+        return response
     instance_type = props["InstanceType"]
     requested = props.get("RequestedAz", "")
     reservation_id = props.get("CapacityReservationId", "")

@@ -21,10 +21,12 @@ event it passes to ``is_complete``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,21 +220,45 @@ clock: Callable[[], float] = time.time
 
 
 def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-    """Start (Create/Update) or end (Delete) the wait; no Kubernetes call happens here."""
+    """Start (Create/Update) or end (Delete) the wait; no Kubernetes call happens here.
+
+    On an Update that CloudFormation sends while rolling the stack back, answer at once with
+    the current physical id and the previous Data (see :func:`rollback_response`): the
+    rollback must not wait on, or be failed by, the very state that made the update fail.
+    This function runs outside the VPC, so it reaches CloudFormation directly.
+    """
     request_type = event.get("RequestType")
     if request_type == "Delete":
         # Never block `cdk destroy`, and never change the id on Delete (the Provider rejects it).
         LOG.info("Delete %s: nothing to wait for", event.get("PhysicalResourceId"))
         return {"PhysicalResourceId": event.get("PhysicalResourceId", "")}
+    if request_type == "Update" and stack_rolling_back(event):
+        response = rollback_response(event)
+        LOG.info(
+            "Update during UPDATE_ROLLBACK_IN_PROGRESS: answering at once with %s",
+            json.dumps(response["Data"], sort_keys=True),
+        )
+        return response
     props = Props.from_properties(event.get("ResourceProperties") or {})
     LOG.info("%s %s: readiness wait starts", request_type, props.physical_id)
-    return {"PhysicalResourceId": props.physical_id, STARTED_AT_KEY: str(int(clock()))}
+    current = str(event.get("PhysicalResourceId") or "")
+    # Keep the current id (it carries the last Data) while it names the same RayService.
+    physical_id = current if _base_id(current) == props.physical_id else props.physical_id
+    return {"PhysicalResourceId": physical_id, STARTED_AT_KEY: str(int(clock()))}
 
 
 def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-    """One poll: ``IsComplete`` False while pending, Data when done; raises on failure."""
+    """One poll: ``IsComplete`` False while pending, Data when done; raises on failure.
+
+    When done, the physical id becomes ``<cluster>/<namespace>/<rayservice>?<Data>`` (see
+    :func:`physical_id_with_data`): a changed id makes CloudFormation treat the update as a
+    replacement, so a later rollback keeps the previous resource with its previous Data, and a
+    rollback Update can still read the previous Data back from the id it is sent.
+    """
     if event.get("RequestType") == "Delete":
         return {"IsComplete": True}
+    if event.get(ROLLBACK_KEY) == "true":
+        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
     settings = read_settings()
     LOG.setLevel(settings.log_level)
     props = Props.from_properties(event.get("ResourceProperties") or {})
@@ -261,7 +287,11 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
     if outcome.complete:
         LOG.info("poll: COMPLETE: %s", json.dumps(outcome.data, sort_keys=True))
-        return {"IsComplete": True, "Data": outcome.data}
+        return {
+            "IsComplete": True,
+            "Data": outcome.data,
+            "PhysicalResourceId": physical_id_with_data(props.physical_id, outcome.data),
+        }
 
     elapsed = now - started
     give_up_after = _give_up_after(props, settings)
@@ -303,6 +333,100 @@ def _give_up_after(props: Props, settings: Settings) -> float:
 def _one_line(text: str) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= MAX_REASON_CHARS else flat[: MAX_REASON_CHARS - 3] + "..."
+
+
+# --- rollbacks ---------------------------------------------------------------------------
+
+ROLLBACK_KEY = "ReadinessRollback"  # top-level, so it never leaks into the resource's Data
+ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
+# Data keys a rollback answer reproduces: every key a successful check returns. ServeService
+# derives from the properties; the others travel in the physical id.
+DATA_KEYS = (
+    "GpuNodes",
+    "AppStatus",
+    "PrefillNode",
+    "DecodeNode",
+    "PlacementMethod",
+    "Models",
+    "CompletionSample",
+    "KvBackend",
+    "ServeService",
+)
+ID_DATA_KEYS = tuple(k for k in DATA_KEYS if k != "ServeService")
+# CloudFormation caps a physical id at 1 KiB.
+MAX_PHYSICAL_ID_CHARS = 1024
+NOT_RECHECKED = "unknown: not re-checked while the stack rolled back"
+
+
+def cloudformation_client() -> Any:
+    """boto3's CloudFormation client (imported here: the project CLI imports this module)."""
+    boto3 = importlib.import_module("boto3")
+    config = importlib.import_module("botocore.config").Config(
+        connect_timeout=5, read_timeout=10, retries={"max_attempts": 3, "mode": "standard"}
+    )
+    return boto3.client("cloudformation", config=config)
+
+
+def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (one DescribeStacks on the
+    event's own StackId, the only stack the role may describe).
+
+    CloudFormation's rollback Update looks like any other Update (old and new properties
+    swapped), so the stack's status is the only way to tell. If the call fails, the Update is
+    treated as a normal one and the error logged: a rollback then behaves as before this check,
+    and a deploy is never failed by a CloudFormation API blip.
+    """
+    stack_id = str(event.get("StackId") or "")
+    if not stack_id:
+        return False
+    try:
+        cfn = cloudformation or cloudformation_client()
+        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
+    except Exception as exc:  # botocore's ClientError/BotoCoreError, without importing them
+        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
+        return False
+    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
+    LOG.info("stack %s is %s", stack_id, status or "not found")
+    return status == ROLLBACK_STATUS
+
+
+def rollback_response(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer to a rollback Update: the current physical id and the Data of the last
+    successful check, decoded from that id, with no Kubernetes call. Keys the id does not
+    carry (an id written before it carried Data) say they were not re-checked."""
+    current = str(event.get("PhysicalResourceId") or "")
+    carried = data_from_physical_id(current)
+    properties = event.get("ResourceProperties") or {}
+    data = {key: carried.get(key, NOT_RECHECKED) for key in ID_DATA_KEYS}
+    data["ServeService"] = (
+        f"{properties.get('RayServiceName', '')}-serve-svc.{properties.get('Namespace', '')}"
+        f":{SERVE_PORT}"
+    )
+    return {"PhysicalResourceId": current, "Data": data, ROLLBACK_KEY: "true"}
+
+
+def _base_id(physical_id: str) -> str:
+    return physical_id.partition("?")[0]
+
+
+def physical_id_with_data(base: str, data: Mapping[str, str]) -> str:
+    """``<base>?<url-encoded Data>``, at most 1 KiB: the longest value is shortened (ending in
+    "...") until it fits, so the id stays valid whatever the node names or reasons."""
+    values = {key: str(data.get(key, "")) for key in ID_DATA_KEYS}
+    while True:
+        physical_id = f"{base}?{urllib.parse.urlencode(values)}"
+        if len(physical_id) <= MAX_PHYSICAL_ID_CHARS:
+            return physical_id
+        longest = max(values, key=lambda key: len(values[key]))
+        if len(values[longest]) <= 3:
+            return base
+        keep = max(0, len(values[longest]) - max(16, len(physical_id) - MAX_PHYSICAL_ID_CHARS))
+        values[longest] = values[longest][: max(0, keep - 3)] + "..."
+
+
+def data_from_physical_id(physical_id: str) -> dict[str, str]:
+    _, _, query = physical_id.partition("?")
+    return {k: v for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)}
 
 
 # --- the checks ----------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""Rollback safety at the template level: every attribute anything reads from a custom
+resource is one its handler can answer during a rollback without calling EKS or EC2, and the
+functions that tell a rollback from a deploy may describe their own stack and nothing else."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.synth import Synthesized
+
+LAMBDA = Path(__file__).resolve().parent.parent / "assets" / "lambda"
+
+
+def _load(folder: str) -> ModuleType:
+    if folder == "readiness" and str(LAMBDA / folder) not in sys.path:
+        sys.path.insert(0, str(LAMBDA / folder))  # its handler imports kube and checks
+    name = f"rollback_{folder}_handler"
+    spec = importlib.util.spec_from_file_location(name, LAMBDA / folder / "handler.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# Custom resource type -> the keys its handler's rollback answer carries.
+ROLLBACK_KEYS = {
+    "Custom::RayServiceReadiness": set(_load("readiness").DATA_KEYS),
+    "Custom::GpuCapacityWatch": set(_load("capacity").DATA_KEYS),
+    "Custom::GpuAvailabilityZone": set(_load("gpu_az").ROLLBACK_DATA_KEYS),
+}
+
+
+def _get_atts(node: Any) -> Iterator[tuple[str, str]]:
+    if isinstance(node, dict):
+        if set(node) == {"Fn::GetAtt"}:
+            logical_id, attribute = node["Fn::GetAtt"]
+            yield logical_id, attribute
+        for value in node.values():
+            yield from _get_atts(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _get_atts(value)
+
+
+def _reads(app: Synthesized) -> dict[str, set[str]]:
+    """Custom resource type -> every attribute a template reads from a resource of it."""
+    found: dict[str, set[str]] = {}
+    for template in app.templates.values():
+        resources = template["Resources"]
+        for logical_id, attribute in _get_atts(template):
+            rtype = resources.get(logical_id, {}).get("Type", "")
+            if rtype.startswith("Custom::"):
+                found.setdefault(rtype, set()).add(attribute)
+    return found
+
+
+@pytest.mark.parametrize("which", ["default", "variant"])
+def test_every_attribute_read_is_answered_during_a_rollback(
+    which: str, default_app: Synthesized, variant_app: Synthesized
+) -> None:
+    reads = _reads(default_app if which == "default" else variant_app)
+    assert reads["Custom::RayServiceReadiness"] >= {"AppStatus", "KvBackend", "GpuNodes"}
+    assert reads["Custom::GpuAvailabilityZone"] == {"AvailabilityZone", "SubnetCidr"}
+    for rtype, attributes in reads.items():
+        if rtype in ROLLBACK_KEYS:
+            assert attributes <= ROLLBACK_KEYS[rtype], rtype
+
+
+def _policies_allowing(template: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        and any(
+            action in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+            for s in r["Properties"]["PolicyDocument"]["Statement"]
+        )
+    ]
+
+
+def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesized) -> None:
+    per_stack = {"Network": 1, "Cluster": 1, "Workload": 1}
+    for stack, expected in per_stack.items():
+        policies = _policies_allowing(default_app.templates[stack], "cloudformation:DescribeStacks")
+        assert len(policies) == expected, stack
+        for policy in policies:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if statement["Action"] == "cloudformation:DescribeStacks":
+                    assert statement["Resource"] == {"Ref": "AWS::StackId"}
+                    assert statement["Effect"] == "Allow"
+
+
+def test_the_readiness_rollback_check_runs_outside_the_vpc(default_app: Synthesized) -> None:
+    """DescribeStacks needs a route to CloudFormation; the VPC function's security group only
+    reaches the API server and STS. on_event makes no Kubernetes call, so it leaves the VPC."""
+    functions = default_app.resources("Workload", "AWS::Lambda::Function")
+    by_handler = {
+        f["Properties"]["Handler"]: f
+        for f in functions.values()
+        if f["Properties"].get("Description", "").startswith("Readiness check")
+    }
+    assert "VpcConfig" not in by_handler["handler.on_event"]["Properties"]
+    assert "VpcConfig" in by_handler["handler.is_complete"]["Properties"]
+    policies = _policies_allowing(
+        default_app.templates["Workload"], "cloudformation:DescribeStacks"
+    )
+    on_event_role = by_handler["handler.on_event"]["Properties"]["Role"]["Fn::GetAtt"][0]
+    assert [p["Properties"]["Roles"] for p in policies] == [[{"Ref": on_event_role}]]
