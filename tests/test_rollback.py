@@ -87,7 +87,8 @@ def _policies_allowing(template: dict[str, Any], action: str) -> list[dict[str, 
 
 
 def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesized) -> None:
-    per_stack = {"Network": 1, "Cluster": 1, "Workload": 1}
+    # The GPU AZ chooser and the capacity watch (GpuNodes), the readiness check (Readiness).
+    per_stack = {"Network": 0, "Cluster": 0, "GpuNodes": 2, "Workload": 0, "Readiness": 1}
     for stack, expected in per_stack.items():
         policies = _policies_allowing(default_app.templates[stack], "cloudformation:DescribeStacks")
         assert len(policies) == expected, stack
@@ -101,7 +102,7 @@ def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesiz
 def test_the_readiness_rollback_check_runs_outside_the_vpc(default_app: Synthesized) -> None:
     """DescribeStacks needs a route to CloudFormation; the VPC function's security group only
     reaches the API server and STS. on_event makes no Kubernetes call, so it leaves the VPC."""
-    functions = default_app.resources("Workload", "AWS::Lambda::Function")
+    functions = default_app.resources("Readiness", "AWS::Lambda::Function")
     by_handler = {
         f["Properties"]["Handler"]: f
         for f in functions.values()
@@ -110,7 +111,7 @@ def test_the_readiness_rollback_check_runs_outside_the_vpc(default_app: Synthesi
     assert "VpcConfig" not in by_handler["handler.on_event"]["Properties"]
     assert "VpcConfig" in by_handler["handler.is_complete"]["Properties"]
     policies = _policies_allowing(
-        default_app.templates["Workload"], "cloudformation:DescribeStacks"
+        default_app.templates["Readiness"], "cloudformation:DescribeStacks"
     )
     on_event_role = by_handler["handler.on_event"]["Properties"]["Role"]["Fn::GetAtt"][0]
     assert [p["Properties"]["Roles"] for p in policies] == [[{"Ref": on_event_role}]]
