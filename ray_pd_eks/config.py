@@ -58,6 +58,18 @@ NVME_MOUNT = "/mnt/k8s-disks/0"
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.37.1"
 # vpc-cni v1.23.0 (amazon-vpc-cni-k8s tag, August 2026) as an EKS add-on build.
 VPC_CNI_ADDON_VERSION = "v1.23.0-eksbuild.1"
+# The application endpoint (an ALB owned by the stack).
+ENDPOINT_EXPOSURES = ("none", "internal", "internet-facing")
+ENDPOINT_AUTHS = ("jwt", "none")
+# Streaming completions hold one HTTP connection open for the whole answer; an idle timeout
+# below five minutes cuts long prompts whose first token is slow. ALB allows 1..4000 s.
+MIN_IDLE_TIMEOUT_SECONDS = 300
+MAX_IDLE_TIMEOUT_SECONDS = 4000
+# Inbound rules per security group (the VPC quota's default); one rule per allowed CIDR.
+MAX_ENDPOINT_CIDRS = 60
+# A prefix shorter than /8 is "the internet" for practical purposes, as for endpointPublicCidrs.
+OPEN_PREFIX_BELOW = 8
+JWT_CLAIM_MAX = 256  # ALB: each additional-claim value is at most 256 characters
 
 # Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
@@ -80,6 +92,12 @@ _SECRET_ARN = re.compile(
     r"secret:(?P<name>[A-Za-z0-9/_+=.@-]{1,512})$"
 )
 _SECRET_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+_CERTIFICATE_ARN = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):acm:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"certificate/[0-9a-f-]{36}$"
+)
+_DOMAIN = re.compile(r"^(?=.{4,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+_HTTPS_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?(/[^\s?#]*)?$")
 _CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _PLACEMENT_GROUP = re.compile(r"^[A-Za-z0-9][\w.+=@-]{0,254}$")
 _IMAGE = re.compile(
@@ -177,7 +195,7 @@ class AppConfig:
     kubernetes_version: str = "1.36"
     namespace: str = "inference"
     admin_principal_arns: tuple[str, ...] = ()
-    endpoint_public_cidrs: tuple[str, ...] = ()  # empty = private API endpoint only
+    endpoint_public_cidrs: tuple[str, ...] = ()  # the Kubernetes API's; empty = private only
     vpc_cidr: str = "10.0.0.0/16"
     # Nodes.
     system_node_type: str = "m7i.xlarge"
@@ -218,6 +236,17 @@ class AppConfig:
     prefill_replicas: int = 1
     decode_replicas: int = 1
     readiness_timeout_minutes: int = 60
+    # The application endpoint: an HTTPS load balancer in front of the serve service.
+    endpoint_exposure: str = "none"  # none | internal | internet-facing
+    endpoint_allowed_cidrs: tuple[str, ...] = ()  # who may reach the load balancer on 443
+    endpoint_certificate_arn: str = ""  # ACM certificate in the deploy region
+    endpoint_domain_name: str = ""  # the name clients use (covered by the certificate)
+    endpoint_auth: str = "jwt"  # jwt | none (none only for an internal load balancer)
+    endpoint_jwt_issuer: str = ""  # empty = a Cognito user pool of the stack's own
+    endpoint_jwks_uri: str = ""
+    endpoint_jwt_audience: str = ""  # required value of the token's aud claim
+    endpoint_jwt_scope: str = ""  # scope the token must carry
+    endpoint_idle_timeout_seconds: int = 600
     # Teardown.
     retain_logs: bool = False
     log_retention_days: int = 30
@@ -311,6 +340,26 @@ class AppConfig:
         if not arn or _SECRET_SUFFIX.search(arn):
             return arn
         return f"{arn}-??????"
+
+    @property
+    def endpoint_exposed(self) -> bool:
+        """Whether the stack creates the load balancer (and the controller that feeds it)."""
+        return self.endpoint_exposure != "none"
+
+    @property
+    def endpoint_uses_cognito(self) -> bool:
+        """Whether the stack creates its own Cognito user pool to issue the tokens."""
+        return (
+            self.endpoint_exposed and self.endpoint_auth == "jwt" and not self.endpoint_jwt_issuer
+        )
+
+    @property
+    def endpoint_scope(self) -> str:
+        """The OAuth scope a token must carry: ``<rayServiceName>/invoke`` with the created
+        Cognito pool, ``endpointJwtScope`` with an existing IdP (may be empty)."""
+        if self.endpoint_uses_cognito:
+            return f"{self.ray_service_name}/invoke"
+        return self.endpoint_jwt_scope
 
     def image_uri(self, region: str) -> str:
         """The image for head and workers; ``region`` may be a CloudFormation token."""
@@ -712,6 +761,166 @@ def _access(c: AppConfig) -> list[str]:
         why = "must be a private IPv4 CIDR from /16 to /18, e.g. 10.0.0.0/16"
         out.append(_problem("vpcCidr", c.vpc_cidr, why))
     return out
+
+
+def _cidr_problems(key: str, cidrs: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(problems, the CIDRs that are open to the internet in effect)."""
+    out: list[str] = []
+    opened: list[str] = []
+    for cidr in cidrs:
+        try:
+            if "/" not in cidr:
+                raise ValueError(cidr)
+            net = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError:
+            out.append(_problem(key, cidr, "each entry must be an IPv4 CIDR such as 10.20.0.0/16"))
+            continue
+        if net.prefixlen < OPEN_PREFIX_BELOW:
+            opened.append(cidr)
+    return out, opened
+
+
+@_check
+def _endpoint(c: AppConfig) -> list[str]:
+    """The application endpoint's settings, and the combinations that would expose the model
+    without authentication or that cannot deploy."""
+    out: list[str] = []
+    exposure, auth = c.endpoint_exposure, c.endpoint_auth
+    if exposure not in ENDPOINT_EXPOSURES:
+        why = (
+            "must be none (no load balancer: reach the model with kubectl port-forward), "
+            "internal (an ALB in the private subnets) or internet-facing (public subnets)"
+        )
+        return [_problem("endpointExposure", exposure, why)]
+    if auth not in ENDPOINT_AUTHS:
+        why = "must be jwt (the load balancer validates a bearer token) or none"
+        return [_problem("endpointAuth", auth, why)]
+    jwt_keys = (
+        ("endpointJwtIssuer", c.endpoint_jwt_issuer),
+        ("endpointJwksUri", c.endpoint_jwks_uri),
+        ("endpointJwtAudience", c.endpoint_jwt_audience),
+        ("endpointJwtScope", c.endpoint_jwt_scope),
+    )
+    if exposure == "none":
+        unused = (
+            ("endpointAllowedCidrs", list(c.endpoint_allowed_cidrs)),
+            ("endpointCertificateArn", c.endpoint_certificate_arn),
+            ("endpointDomainName", c.endpoint_domain_name),
+            *jwt_keys,
+        )
+        for key, value in unused:
+            if value:
+                why = (
+                    "has no effect while endpointExposure is none: set -c "
+                    "endpointExposure=internal (or internet-facing), or remove it"
+                )
+                out.append(_problem(key, value, why))
+        return out
+
+    cidr_problems, opened = _cidr_problems("endpointAllowedCidrs", c.endpoint_allowed_cidrs)
+    out += cidr_problems
+    count = len(c.endpoint_allowed_cidrs)
+    if not count:
+        why = (
+            f"endpointExposure={exposure} needs the CIDRs allowed to reach the load balancer, "
+            "e.g. -c endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
+        )
+        out.append(_problem("endpointAllowedCidrs", [], why))
+    elif count > MAX_ENDPOINT_CIDRS:
+        why = (
+            f"{count} entries; at most {MAX_ENDPOINT_CIDRS} (one security-group rule each): "
+            "summarise them into wider blocks"
+        )
+        out.append(_problem("endpointAllowedCidrs", list(c.endpoint_allowed_cidrs), why))
+    if opened and (exposure != "internet-facing" or auth != "jwt"):
+        why = (
+            f"a range wider than /{OPEN_PREFIX_BELOW} is the internet in effect: only with "
+            "endpointExposure=internet-facing and endpointAuth=jwt; otherwise list your networks"
+        )
+        out.append(_problem("endpointAllowedCidrs", opened, why))
+
+    arn = c.endpoint_certificate_arn
+    m = _CERTIFICATE_ARN.match(arn)
+    if not arn:
+        why = (
+            f"endpointExposure={exposure} serves HTTPS only and needs an ACM certificate ARN "
+            "(arn:aws:acm:<region>:<account>:certificate/<id>) for endpointDomainName"
+        )
+        out.append(_problem("endpointCertificateArn", arn, why))
+    elif not m:
+        why = "must be an ACM certificate ARN, arn:aws:acm:<region>:<account>:certificate/<id>"
+        out.append(_problem("endpointCertificateArn", arn, why))
+    elif c.region and m["region"] != c.region:
+        why = (
+            f"the certificate is in {m['region']}, the load balancer in {c.region}: an ALB "
+            f"uses certificates of its own region; request or import one in {c.region}"
+        )
+        out.append(_problem("endpointCertificateArn", arn, why))
+
+    domain = c.endpoint_domain_name
+    if domain and not _DOMAIN.match(domain):
+        why = "must be a lowercase DNS name such as llm.example.com (no scheme, no port)"
+        out.append(_problem("endpointDomainName", domain, why))
+
+    if auth == "none":
+        if exposure == "internet-facing":
+            why = (
+                "an internet-facing endpoint without authentication lets anyone spend your GPUs: "
+                "use endpointAuth=jwt, or endpointExposure=internal"
+            )
+            out.append(_problem("endpointAuth", auth, why))
+        for key, value in jwt_keys:
+            if value:
+                why = "is only used with endpointAuth=jwt: remove it, or set endpointAuth=jwt"
+                out.append(_problem(key, value, why))
+        return out
+
+    issuer, jwks = c.endpoint_jwt_issuer, c.endpoint_jwks_uri
+    for key, value in (("endpointJwtIssuer", issuer), ("endpointJwksUri", jwks)):
+        if value and not _HTTPS_URL.match(value):
+            why = "must be an https:// URL (no query or fragment)"
+            out.append(_problem(key, value, why))
+    if not issuer:
+        for key, value in jwt_keys[1:]:
+            if value:
+                why = (
+                    "belongs to an existing identity provider: set endpointJwtIssuer too, or "
+                    "remove it to use the Cognito user pool the stack creates"
+                )
+                out.append(_problem(key, value, why))
+        return out
+    if not jwks:
+        why = (
+            "an existing identity provider needs its JWKS URL too (the jwks_uri of its "
+            "/.well-known/openid-configuration): set -c endpointJwksUri=https://..."
+        )
+        out.append(_problem("endpointJwksUri", jwks, why))
+    if not c.endpoint_jwt_audience and not c.endpoint_jwt_scope:
+        why = (
+            "with only the issuer checked, every token that issuer signs (for any application) "
+            "would be accepted: set endpointJwtAudience and/or endpointJwtScope"
+        )
+        out.append(_problem("endpointJwtIssuer", issuer, why))
+    for key, value in jwt_keys[2:]:
+        if len(value) > JWT_CLAIM_MAX:
+            why = f"is {len(value)} characters; the load balancer checks at most {JWT_CLAIM_MAX}"
+            out.append(_problem(key, value, why))
+        elif value and re.search(r"\s", value):
+            why = "must be one value without spaces (the token must carry exactly this value)"
+            out.append(_problem(key, value, why))
+    return out
+
+
+@_check
+def _endpoint_timeout(c: AppConfig) -> list[str]:
+    t = c.endpoint_idle_timeout_seconds
+    if MIN_IDLE_TIMEOUT_SECONDS <= t <= MAX_IDLE_TIMEOUT_SECONDS:
+        return []
+    why = (
+        f"must be {MIN_IDLE_TIMEOUT_SECONDS}..{MAX_IDLE_TIMEOUT_SECONDS} seconds: streamed "
+        "completions keep the connection open, and the ALB allows at most 4000"
+    )
+    return [_problem("endpointIdleTimeoutSeconds", t, why)]
 
 
 @_check
