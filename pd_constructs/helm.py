@@ -52,6 +52,18 @@ NVIDIA_DEVICE_PLUGIN = HelmRelease(
     values_file="nvidia-device-plugin.yaml",
 )
 
+# The controller that binds the stack's ALB target group to the Ray serve service. Its official
+# IAM policy for the same version is kept in assets/iam/ (see assets/iam/README.md).
+LOAD_BALANCER_CONTROLLER = HelmRelease(
+    repository="https://aws.github.io/eks-charts",
+    chart="aws-load-balancer-controller",
+    version="3.5.0",  # app v3.5.0
+    release="aws-load-balancer-controller",
+    namespace="kube-system",
+    values_file="aws-load-balancer-controller.yaml",
+)
+LOAD_BALANCER_CONTROLLER_APP_VERSION = "v3.5.0"
+
 
 def kuberay_operator(version: str) -> HelmRelease:
     """The KubeRay operator chart; its version is a setting (``kuberayVersion``)."""

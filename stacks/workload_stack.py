@@ -1,4 +1,5 @@
-"""Workload layer: the system node group, then namespace, KubeRay operator and the RayService.
+"""Workload layer: the system node group, then namespace, KubeRay operator and the RayService,
+and (when ``endpointExposure`` is set) the application endpoint in front of it.
 
 It needs the cluster and the system node only (the operator and the Ray head run there), so
 it deploys beside the GPU node stack instead of after it; the Ray workers wait in Pending for
@@ -14,7 +15,9 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pd_constructs.cluster import SystemNodeGroup
+from pd_constructs.endpoint import ApplicationEndpoint
 from pd_constructs.workload import PdWorkload
+from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.config import AppConfig
 
 
@@ -61,3 +64,67 @@ class WorkloadStack(Stack):
                 value=f"kubectl port-forward -n {config.namespace} svc/{serve_svc} 8000:8000",
             ),
         }
+
+        self.endpoint: ApplicationEndpoint | None = None
+        if config.endpoint_exposed:
+            self.endpoint = ApplicationEndpoint(
+                self,
+                "ApplicationEndpoint",
+                cluster=cluster,
+                config=config,
+                region=Aws.REGION,
+                rayservice=self.workload.rayservice,
+            )
+            # The controller's pods need a node.
+            self.endpoint.controller.chart.node.add_dependency(self.system_nodes)
+            self._endpoint_outputs(config, self.endpoint)
+
+    def _endpoint_outputs(self, config: AppConfig, endpoint: ApplicationEndpoint) -> None:
+        """The URL, and the exact commands to get a token and call the model."""
+        url = commands.endpoint_url(endpoint.endpoint.host)
+        bearer = endpoint.issuer is not None
+        values = {
+            "EndpointUrl": (url, "The model endpoint (OpenAI-compatible, under /v1)"),
+            "EndpointLoadBalancerDns": (
+                endpoint.endpoint.load_balancer.load_balancer_dns_name,
+                "Point endpointDomainName's DNS record (CNAME/alias) here",
+            ),
+            "EndpointAuth": (
+                config.endpoint_auth,
+                "jwt: every request carries an access token (EndpointTokenCommand)",
+            ),
+            "EndpointCurlCommand": (
+                commands.curl_command(url, config.model_id, bearer=bearer),
+                "One chat completion with curl",
+            ),
+            "EndpointOpenAiPython": (
+                commands.openai_python_command(url, config.model_id, bearer=bearer),
+                "One chat completion with the OpenAI Python client (pip install openai)",
+            ),
+        }
+        if endpoint.issuer is not None:
+            values["EndpointJwtIssuer"] = (endpoint.issuer, "Issuer the load balancer checks")
+        if config.endpoint_scope:
+            values["EndpointScope"] = (config.endpoint_scope, "Scope the token must carry")
+        issuer = endpoint.token_issuer
+        if issuer is not None:
+            values |= {
+                "EndpointUserPoolId": (issuer.user_pool.user_pool_id, "Cognito user pool"),
+                "EndpointClientId": (
+                    issuer.client.user_pool_client_id,
+                    "App client (client-credentials grant); its secret stays in Cognito",
+                ),
+                "EndpointTokenUrl": (issuer.token_url, "OAuth 2.0 token endpoint"),
+                "EndpointTokenCommand": (
+                    commands.token_command(
+                        token_url=issuer.token_url,
+                        user_pool_id=issuer.user_pool.user_pool_id,
+                        client_id=issuer.client.user_pool_client_id,
+                        region=self.region,
+                        scope=issuer.scope,
+                    ),
+                    "Sets $TOKEN to an access token (valid one hour)",
+                ),
+            }
+        for name, (value, description) in values.items():
+            self.outputs[name] = CfnOutput(self, name, value=value, description=description)

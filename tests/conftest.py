@@ -12,6 +12,9 @@ from tests.synth import ROOT, Synthesized, synth
 S3_URI = "s3://example-models/qwen/Qwen3.5-9B/"
 RESERVATION = "cr-0123456789abcdef0"
 TOKEN_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-token"
+CERTIFICATE = "arn:aws:acm:us-west-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+IDP_ISSUER = "https://login.example.com/realms/apps"
+IDP_JWKS = f"{IDP_ISSUER}/protocol/openid-connect/certs"
 
 # jsii runs Node.js; use the supported one that `npm ci` installs next to the CDK CLI.
 _NODE_BIN = ROOT / "node_modules" / ".bin"
@@ -29,7 +32,8 @@ def default_app() -> Synthesized:
 def variant_app() -> Synthesized:
     """Every non-default branch at once: explicit env, public endpoint, admins, UCX, 3 nodes,
     images and caches on the root volume, weights staged from S3, a capacity reservation in an
-    existing placement group."""
+    existing placement group, and an internal HTTPS endpoint whose tokens come from the
+    stack's own Cognito pool."""
     return synth(
         {
             "account": "123456789012",
@@ -50,20 +54,34 @@ def variant_app() -> Synthesized:
             "gpuCapacityReservationId": RESERVATION,
             "gpuPlacementGroupName": "pd-cluster-pg",
             "gpuCapacityWaitMinutes": 5,
+            "endpointExposure": "internal",
+            "endpointCertificateArn": CERTIFICATE,
+            "endpointAllowedCidrs": ["10.0.0.0/8", "192.168.10.0/24"],
         }
     )
 
 
 @pytest.fixture(scope="session")
 def token_app() -> Synthesized:
-    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), a
-    capacity reservation without a placement group, served aggregated (the benchmark's
-    baseline: no prefill/decode split, no KV transfer)."""
+    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), a capacity
+    reservation without a placement group, served aggregated (the benchmark's baseline: no
+    prefill/decode split, no KV transfer), and an internet-facing endpoint open to everyone
+    that validates tokens of an existing identity provider (environment-agnostic, so the
+    certificate's region is checked by a CloudFormation rule)."""
     return synth(
         {
             "hfTokenSecretArn": TOKEN_SECRET,
             "gpuCapacityReservationId": RESERVATION,
             "servingMode": "aggregated",
+            "endpointExposure": "internet-facing",
+            "endpointCertificateArn": CERTIFICATE,
+            "endpointAllowedCidrs": ["0.0.0.0/0"],
+            "endpointDomainName": "llm.example.com",
+            "endpointJwtIssuer": IDP_ISSUER,
+            "endpointJwksUri": IDP_JWKS,
+            "endpointJwtAudience": "ray-llm",
+            "endpointJwtScope": "llm.invoke",
+            "endpointIdleTimeoutSeconds": 4000,
         }
     )
 

@@ -64,7 +64,8 @@ TEST_REGION = "us-west-2"
 
 def resolve(value: Any) -> str:
     """A manifest as KubernetesManifest leaves it (a JSON string joined with the few intrinsics
-    it holds: the deploy region, the URL suffix, a service account's role ARN) as plain text."""
+    it holds: the deploy region, the URL suffix, a service account's role ARN, other resources'
+    references) as plain text."""
     if isinstance(value, dict) and "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
         return str(sep).join(resolve(p) for p in parts)
@@ -74,5 +75,9 @@ def resolve(value: Any) -> str:
         return "amazonaws.com"
     if isinstance(value, dict) and "Fn::GetAtt" in value:
         return "<{}.{}>".format(*value["Fn::GetAtt"])
+    if isinstance(value, dict) and "Ref" in value:  # e.g. a target group's ARN
+        return "<{}>".format(value["Ref"])
+    if isinstance(value, dict) and "Fn::ImportValue" in value:  # e.g. the VPC id
+        return "<import:{}>".format(value["Fn::ImportValue"])
     assert isinstance(value, str), value
     return value
