@@ -837,7 +837,7 @@ def _endpoint(c: AppConfig) -> list[str]:
             f"a range wider than /{OPEN_PREFIX_BELOW} is the internet in effect: only with "
             "endpointExposure=internet-facing and endpointAuth=jwt; otherwise list your networks"
         )
-        out.append(_problem("endpointAllowedCidrs", opened, why))
+        out += [_problem("endpointAllowedCidrs", cidr, why) for cidr in opened]
 
     arn = c.endpoint_certificate_arn
     m = _CERTIFICATE_ARN.match(arn)

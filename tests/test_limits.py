@@ -41,6 +41,18 @@ class Edge:
 
 
 NVME_OFF = {"gpuLocalStorage": "none"}
+ENDPOINT = {
+    "endpointExposure": "internal",
+    "endpointAllowedCidrs": ["10.0.0.0/8"],
+    "endpointCertificateArn": (
+        "arn:aws:acm:us-west-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+    ),
+}
+IDP = {
+    **ENDPOINT,
+    "endpointJwtIssuer": "https://login.example.com",
+    "endpointJwksUri": "https://login.example.com/jwks",
+}
 GP3_ROOT = {"gpuLocalStorage": "none", "gpuRootVolumeThroughput": 750}  # 3000 IOPS allow 750
 
 LIMITS: list[Edge] = [
@@ -142,6 +154,19 @@ LIMITS: list[Edge] = [
     Edge("vpcCidr", "10.0.0.0/18", "10.0.0.0/19", "from /16 to /18", why="narrowest"),
     Edge("endpointPublicCidrs", ["1.0.0.0/8"], ["0.0.0.0/7"], "to the internet", why="prefix-8"),
     Edge("account", "1" * 12, "1" * 13, "12-digit AWS account id"),
+    # -- application endpoint ------------------------------------------------------------------
+    Edge("endpointIdleTimeoutSeconds", 300, 299, "must be 300..4000 seconds", why="min"),
+    Edge("endpointIdleTimeoutSeconds", 4000, 4001, "must be 300..4000 seconds", why="max"),
+    Edge(
+        "endpointAllowedCidrs",
+        ["10.0.0.0/8"],
+        ["10.0.0.0/7"],
+        "the internet in effect",
+        base={**ENDPOINT, "endpointAuth": "none"},
+        why="prefix-8",
+    ),
+    Edge("endpointJwtAudience", "a" * 256, "a" * 257, "is 257 characters", base=IDP, why="max"),
+    Edge("endpointJwtScope", "s" * 256, "s" * 257, "is 257 characters", base=IDP, why="max"),
     # -- teardown ------------------------------------------------------------------------------
     Edge("logRetentionDays", 1827, 1828, "CloudWatch Logs retention", why="max"),
     Edge("logRetentionDays", 1, 2, "CloudWatch Logs retention", why="min"),
