@@ -13,19 +13,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from ray_pd_eks.cli import efa_check, endpoint, preflight, smoke, status
+from ray_pd_eks.cli import bench, efa_check, endpoint, preflight, smoke, status
 from ray_pd_eks.cli.app import App, Runtime
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CODES_HELP, CliError
 from ray_pd_eks.cli.settings import DEFAULT_CDK_JSON, load_config
 
-COMMANDS: tuple[ModuleType, ...] = (preflight, status, endpoint, smoke, efa_check)
+COMMANDS: tuple[ModuleType, ...] = (preflight, status, endpoint, smoke, efa_check, bench)
 PROG = "python -m ray_pd_eks"
 
 DESCRIPTION = """\
 Operate the prefill/decode LLM endpoint that this CDK app deploys on EKS: check an account
-before a deploy, watch the RayService come up, reach the endpoint, smoke-test it and prove the
-KV cache moves over EFA. Reads the same settings as `cdk synth` (cdk.json context plus
--c key=value) and talks to the cluster with your AWS credentials (no kubectl needed)."""
+before a deploy, watch the RayService come up, reach the endpoint, smoke-test it, prove the
+KV cache moves over EFA and benchmark it. Reads the same settings as `cdk synth` (cdk.json
+context plus -c key=value) and talks to the cluster with your AWS credentials (no kubectl
+needed)."""
 
 _TYPICAL = (
     ("preflight", f"before `{DEPLOY_COMMAND}`"),
@@ -33,6 +34,7 @@ _TYPICAL = (
     ("smoke", "one chat completion through the API server proxy"),
     ("efa-check", "LIBFABRIC (EFA) or UCX (TCP fallback)?"),
     ("endpoint", "port-forward and curl lines"),
+    ("bench", "TTFT, ITL, throughput and cost per token"),
 )
 EPILOG = (
     "typical order:\n"

@@ -26,6 +26,12 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   daemonsets`` and ``GET /api/v1/namespaces/{it}/pods`` from ``warmup_daemonsets`` and
   ``warmup_pods`` (built with ``make_daemonset``/``make_warmup_pod``); while
   ``warmup_daemonsets`` is None (the default, and what ``set_stage`` leaves) both answer 404;
+* the benchmark's Job: ``POST /apis/batch/v1/namespaces/{ns}/jobs`` (201, 409 when the name is
+  taken), ``GET``/``DELETE`` ``.../jobs/{name}`` (404 when missing; ``propagationPolicy``
+  Background/Foreground removes the Job's pods, as the garbage collector would), and
+  ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` from ``pod_logs`` (400 while the container
+  waits to start). The Job controller's part is the test's: ``make_job_pod`` and
+  ``finish_job``;
 * ``/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}``: routes set with ``set_proxy``
   win; otherwise ``<rs>-head-svc:8265`` answers the Ray dashboard endpoints from the state
   (``api/serve/applications/``, ``api/v0/nodes``, ``api/v0/logs``, ``api/v0/logs/file``), and
@@ -661,6 +667,7 @@ class ProxyResponse:
 
 _CA: trustme.CA | None = None
 _CERT: trustme.LeafCert | None = None
+_LOG_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 _PROXY_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy/(.*)$")
 
 
@@ -700,6 +707,9 @@ class FakeKubeApi:
         # None: the warm-up namespace's endpoints answer 404 (not deployed).
         self.warmup_daemonsets: list[dict[str, Any]] | None = None
         self.warmup_pods: list[dict[str, Any]] = []
+        # Jobs by name (created through POST .../jobs) and each pod's container log text.
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.pod_logs: dict[str, str] = {}
         self.requests: list[RecordedRequest] = []
         self._proxy: dict[tuple[str, int, str, str], ProxyResponse] = {}
         self._faults: list[_Fault] = []
@@ -930,8 +940,28 @@ class FakeKubeApi:
                     return fault.kind
         return None
 
-    def _route(self, method: str, path: str, query: dict[str, str]) -> ProxyResponse:
+    def _route(
+        self, method: str, path: str, query: dict[str, str], body: bytes = b""
+    ) -> ProxyResponse:
         ns = self.namespace
+        jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+        if method == "POST" and path == jobs:
+            return self._create_job(body)
+        if path.startswith(jobs + "/") and method in ("GET", "DELETE"):
+            name = path[len(jobs) + 1 :]
+            with self._lock:
+                job = self.jobs.get(name)
+                if job is not None and method == "DELETE":
+                    del self.jobs[name]
+                    if query.get("propagationPolicy") in ("Background", "Foreground"):
+                        # The garbage collector removes the Job's pods.
+                        self.pods = [p for p in self.pods if not _owned_by(p, name)]
+            if job is None:
+                return _not_found(f'jobs.batch "{name}" not found')
+            return _json(200, job)
+        log = _LOG_RE.match(path)
+        if method == "GET" and log and log.group(1) == ns:
+            return self._pod_log(log.group(2), query)
         if method == "GET" and path == "/api/v1/nodes":
             items = [n for n in self.nodes if _matches(n, query.get("labelSelector", ""))]
             return _json(200, _list("NodeList", items))
@@ -959,6 +989,52 @@ class FakeKubeApi:
                 method, proxy.group(2), int(proxy.group(3)), proxy.group(4), query
             )
         return _not_found("the server could not find the requested resource")
+
+    def _create_job(self, body: bytes) -> ProxyResponse:
+        job = json.loads(body or b"{}")
+        if job.get("apiVersion") != "batch/v1" or job.get("kind") != "Job":
+            return _json(400, status_body(400, "BadRequest", "the object is not a batch/v1 Job"))
+        meta = job.setdefault("metadata", {})
+        name = meta.get("name", "")
+        if meta.get("namespace", self.namespace) != self.namespace:
+            return _json(
+                400,
+                status_body(400, "BadRequest", "the namespace of the object does not match"),
+            )
+        with self._lock:
+            if name in self.jobs:
+                return _json(
+                    409,
+                    status_body(409, "AlreadyExists", f'jobs.batch "{name}" already exists'),
+                )
+            meta.update(
+                namespace=self.namespace,
+                uid=f"{abs(hash(name)):032x}"[:32],
+                creationTimestamp=ts(),
+                generation=1,
+            )
+            job["status"] = {}
+            self.jobs[name] = job
+        return _json(201, job)
+
+    def _pod_log(self, name: str, query: dict[str, str]) -> ProxyResponse:
+        pod = next((p for p in self.pods if p["metadata"]["name"] == name), None)
+        if pod is None:
+            return _not_found(f'pods "{name}" not found')
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        container = query.get("container") or (statuses[0]["name"] if statuses else "")
+        state: dict[str, Any] = next((c["state"] for c in statuses if c["name"] == container), {})
+        if "waiting" in state or not statuses:
+            reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")
+            return _json(
+                400,
+                status_body(
+                    400,
+                    "BadRequest",
+                    f'container "{container}" in pod "{name}" is waiting to start: {reason}',
+                ),
+            )
+        return ProxyResponse(200, self.pod_logs.get(name, "").encode(), "text/plain")
 
     def _route_proxy(
         self, method: str, service: str, port: int, rest: str, query: dict[str, str]
@@ -1010,6 +1086,112 @@ class FakeKubeApi:
                 200, "".join(text.splitlines(True)[-lines:]).encode(), "text/plain"
             )
         return None
+
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def _owned_by(pod: Mapping[str, Any], job: str) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL) == job
+
+
+def make_job_pod(
+    job: Mapping[str, Any],
+    *,
+    state: Literal["pending", "waiting", "running", "terminated"] = "running",
+    reason: str = "",
+    message: str = "",
+    exit_code: int = 0,
+    node: str = SYSTEM_NODE,
+) -> dict[str, Any]:
+    """The pod the Job controller creates from ``job``'s template: its labels plus the
+    controller's ``batch.kubernetes.io/job-name``/``job-name``, owned by the Job.
+
+    ``pending`` is Unschedulable with ``message``; ``waiting`` has the container waiting with
+    ``reason`` (e.g. ErrImagePull); ``terminated`` ended with ``exit_code`` (reason Completed or
+    Error unless given, e.g. OOMKilled).
+    """
+    name = job["metadata"]["name"]
+    template = job["spec"]["template"]
+    container = template["spec"]["containers"][0]["name"]
+    labels = {**(template.get("metadata") or {}).get("labels", {})}
+    labels |= {JOB_NAME_LABEL: name, "job-name": name}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-x7k2p",
+            "namespace": job["metadata"]["namespace"],
+            "labels": labels,
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": name, "controller": True}
+            ],
+            "creationTimestamp": ts(ago=60),
+        },
+        "spec": {**template["spec"]},
+        "status": {"phase": "Pending", "conditions": []},
+    }
+    if state == "pending":
+        pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": ts(ago=600),
+            }
+        ]
+        return pod
+    pod["spec"]["nodeName"] = node
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    if state == "waiting":
+        status = make_container_status(container, "waiting", reason=reason, message=message)
+    elif state == "terminated":
+        status = make_container_status(
+            container, "terminated", reason=reason, message=message, exit_code=exit_code
+        )
+        pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+    else:
+        status = make_container_status(container)
+        pod["status"]["phase"] = "Running"
+    pod["status"]["containerStatuses"] = [status]
+    return pod
+
+
+def finish_job(job: dict[str, Any], *, succeeded: bool, reason: str = "") -> None:
+    """Set a Job's terminal status as the Job controller does (Kubernetes 1.31+: the
+    SuccessCriteriaMet/FailureTarget condition, then Complete/Failed)."""
+    now = ts()
+    if succeeded:
+        job["status"] = {
+            "succeeded": 1,
+            "startTime": ts(ago=300),
+            "completionTime": now,
+            "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+                {"type": "Complete", "status": "True", "lastTransitionTime": now},
+            ],
+        }
+        return
+    why = reason or "BackoffLimitExceeded"
+    message = {
+        "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+        "DeadlineExceeded": "Job was active longer than specified deadline",
+    }.get(why, why)
+    job["status"] = {
+        "failed": 1,
+        "startTime": ts(ago=300),
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": why, "message": message},
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": why,
+                "message": message,
+                "lastTransitionTime": now,
+            },
+        ],
+    }
 
 
 def _worker_logs(worker_id: str, nixl_text: str) -> dict[str, str]:
@@ -1120,6 +1302,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._serve()
 
+    def do_DELETE(self) -> None:
+        self._serve()
+
     def _serve(self) -> None:
         api = self.server.api
         split = urllib.parse.urlsplit(self.path)
@@ -1152,7 +1337,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not authorization.startswith("Bearer k8s-aws-v1."):
             self._send(_json(401, status_body(401, "Unauthorized", "Unauthorized")))
             return
-        self._send(api._route(self.command, split.path, query))
+        self._send(api._route(self.command, split.path, query, body))
 
     def _send(self, response: ProxyResponse) -> None:
         self.send_response(response.status)

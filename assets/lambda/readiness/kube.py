@@ -3,7 +3,8 @@
 Why not the official ``kubernetes`` package: the readiness Lambda runs on the plain Python
 runtime (standard library + boto3 only) and reads four kinds of objects plus two service
 proxies, so a few hundred lines of ``http.client`` are cheaper than vendoring a client and its
-dependencies. The project's CLI imports this module too, so the public names here are a contract.
+dependencies. The project's CLI imports this module too (its ``bench`` command also creates and
+deletes a Job and reads a pod's log), so the public names here are a contract.
 
 Failure policy (the reason this module exists rather than ``urllib``):
 
@@ -205,6 +206,33 @@ class KubeClient:
         """GET ``path`` and decode a JSON object (the shape of every Kubernetes read)."""
         _, body = self.request("GET", path, params=params, headers={"Accept": "application/json"})
         return _decode_object(body, f"GET {path}")
+
+    def get_text(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        """GET ``path`` as text (a pod's ``/log``)."""
+        _, body = self.request("GET", path, params=params, headers={"Accept": "*/*"})
+        return body.decode("utf-8", errors="replace")
+
+    def post_json(
+        self, path: str, obj: Mapping[str, Any], *, retries: int | None = 0
+    ) -> dict[str, Any]:
+        """POST (create) one object; not retried by default, since a create is not idempotent
+        (a retry after a lost response would meet 409 AlreadyExists)."""
+        _, body = self.request(
+            "POST",
+            path,
+            body=json.dumps(obj).encode("utf-8"),
+            headers={"Accept": "application/json", "Content-Type": "application/json"},
+            retries=retries,
+        )
+        return _decode_object(body, f"POST {path}")
+
+    def delete(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """DELETE one object (``params`` such as ``propagationPolicy``); retried like reads,
+        because deleting twice is harmless (the second answers 404)."""
+        _, body = self.request(
+            "DELETE", path, params=params, headers={"Accept": "application/json"}
+        )
+        return _decode_object(body, f"DELETE {path}")
 
     def request(
         self,

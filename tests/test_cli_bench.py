@@ -1,0 +1,389 @@
+"""``bench`` against the loopback Kubernetes API: the Job it creates, the progress it streams,
+the results it collects from the pod's log, the Job it deletes, and how it fails."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pd_constructs.workload import render_rayservice
+from ray_pd_eks.bench import job as bench_job
+from ray_pd_eks.bench import pricing
+from ray_pd_eks.config import DEFAULTS
+from tests.cli_fixtures import Harness, cli_harness
+from tests.fakes.kube_api import (
+    SYSTEM_NODE,
+    FakeKubeApi,
+    finish_job,
+    make_job_pod,
+    make_rayservice,
+)
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench" / "pd"
+IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
+JOBS = "/apis/batch/v1/namespaces/inference/jobs"
+
+
+def _fixture(concurrency: int) -> str:
+    (path,) = FIXTURES.glob(f"*-concurrency{concurrency}-*.json")
+    return path.read_text()
+
+
+def _price_item(usd: str) -> str:
+    return json.dumps(
+        {
+            "product": {"attributes": {"instanceType": "g6.8xlarge"}},
+            "terms": {
+                "OnDemand": {
+                    "X.JRTCKXETXF": {
+                        "priceDimensions": {
+                            "X.JRTCKXETXF.6YS6EN2CT7": {
+                                "unit": "Hrs",
+                                "pricePerUnit": {"USD": usd},
+                            }
+                        }
+                    }
+                }
+            },
+        }
+    )
+
+
+@pytest.fixture
+def cli(kube_api: FakeKubeApi, tmp_path: Path) -> Harness:
+    kube_api.set_stage("serving")
+    assert kube_api.rayservice is not None
+    # The live RayService carries the spec this app renders (image, serveConfigV2).
+    kube_api.rayservice["spec"] = render_rayservice(DEFAULTS, image=IMAGE)["spec"]
+    harness = cli_harness(kube_api, tmp_path)
+    harness.session.stub("pricing").add_response(
+        "get_products",
+        {"PriceList": [_price_item("2.0144000000")], "FormatVersion": "aws_v1"},
+        {
+            "ServiceCode": "AmazonEC2",
+            "Filters": pricing.product_filters("g6.8xlarge", "us-west-2"),
+            "FormatVersion": "aws_v1",
+            "MaxResults": 10,
+        },
+    )
+    return harness
+
+
+def _log(*levels: int, failed: tuple[int, ...] = ()) -> str:
+    """The pod's log as the script writes it: vLLM's chatter, markers and result files."""
+    lines = []
+    for c in levels:
+        name = f"concurrency-{c}.json"
+        lines += [
+            f"[bench] level concurrency={c}: started",
+            "Namespace(backend='openai', ...)",
+            "============ Serving Benchmark Result ============",
+        ]
+        if c in failed:
+            lines += [
+                "Traceback (most recent call last):",
+                "OSError: Can't load tokenizer for 'Qwen/Qwen3.5-9B'.",
+                f"[bench] level concurrency={c}: FAILED (exit 1, no result file)",
+            ]
+            continue
+        lines += [
+            bench_job.BEGIN.format(name=name),
+            _fixture(c),
+            bench_job.END.format(name=name),
+            f"[bench] level concurrency={c}: done (exit 0)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _the_job(kube_api: FakeKubeApi) -> dict[str, Any]:
+    (request,) = kube_api.requests_to(JOBS, "POST")
+    return dict(json.loads(request.body))
+
+
+def _script_args(job: dict[str, Any]) -> list[list[str]]:
+    """Each level's `vllm bench serve` argv, parsed back from the Job's script."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    script = container["args"][0]
+    return [shlex.split(line)[3:] for line in script.splitlines() if line.startswith("level ")]
+
+
+def _run_through(kube_api: FakeKubeApi, cli: Harness, *steps: Any) -> None:
+    """One callback per poll: how the Job's pod and status move between polls."""
+    cli.clock.on_sleep = list(steps)
+
+
+def test_sweep_runs_as_a_job_is_collected_and_deleted(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    out = tmp_path / "pd"
+
+    def running() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        pod = make_job_pod(job)
+        kube_api.pods.append(pod)
+        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
+
+    def done() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        (pod,) = [p for p in kube_api.pods if "bench" in p["metadata"]["name"]]
+        pod["status"] = make_job_pod(job, state="terminated")["status"]
+        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1, 4)
+        finish_job(job, succeeded=True)
+
+    _run_through(kube_api, cli, running, done)
+    result = cli.run("bench", "--concurrency", "1,4", "--out", str(out))
+    assert result.code == 0, result.out + result.err
+
+    job = _the_job(kube_api)
+    assert job["metadata"]["name"].startswith("ray-llm-bench-")
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 3600
+    pod_spec = spec["template"]["spec"]
+    assert pod_spec["nodeSelector"] == {"role": "system"}
+    assert pod_spec["tolerations"] == []  # never on a (tainted) GPU node
+    assert pod_spec["restartPolicy"] == "Never"
+    (container,) = pod_spec["containers"]
+    assert container["image"] == IMAGE  # the image the RayService runs, read from it
+    assert spec["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "ray-pd-eks-bench"
+    levels = _script_args(job)
+    assert len(levels) == 2
+    first = levels[0]
+    assert first[:3] == ["vllm", "bench", "serve"]
+
+    def flag(argv: list[str], name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert flag(first, "--base-url") == "http://ray-llm-serve-svc.inference:8000"
+    assert flag(first, "--model") == "qwen3.5-9b"
+    assert flag(first, "--tokenizer") == "Qwen/Qwen3.5-9B"
+    assert flag(first, "--dataset-name") == "random"
+    assert (flag(first, "--random-input-len"), flag(first, "--random-output-len")) == (
+        "3000",
+        "150",
+    )
+    assert flag(first, "--percentile-metrics") == "ttft,tpot,itl,e2el"
+    assert flag(first, "--metric-percentiles") == "50,90,99"
+    assert flag(first, "--seed") == "0" and "--save-result" in first
+    assert [flag(a, "--max-concurrency") for a in levels] == ["1", "4"]
+    assert [flag(a, "--num-prompts") for a in levels] == ["16", "32"]
+
+    # Progress was streamed as it came, then the Job was deleted with its pod.
+    assert "level concurrency=1: started" in result.out
+    assert "level concurrency=4: done (exit 0)" in result.out
+    (delete,) = kube_api.requests_to(JOBS, "DELETE")
+    assert delete.query == {"propagationPolicy": "Background"}
+    assert kube_api.jobs == {} and not [
+        p for p in kube_api.pods if "bench" in p["metadata"]["name"]
+    ]
+
+    # Raw files unchanged; results and report written next to them.
+    assert (out / "concurrency-1.json").read_text() == _fixture(1)
+    assert (out / "concurrency-4.json").read_text() == _fixture(4)
+    written = json.loads((out / "results.json").read_text())
+    assert written["label"] == "pd-LIBFABRIC"
+    config = written["config"]
+    assert (config["servingMode"], config["kvBackend"]) == ("pd", "LIBFABRIC")
+    assert (config["gpuNodeType"], config["gpuNodeCount"]) == ("g6.8xlarge", 2)
+    assert config["gpuPricePerHourUsd"] == 2.0144
+    assert config["priceSource"] == "AWS Price List API (On-Demand, Linux, us-west-2)"
+    assert config["image"] == IMAGE
+    assert [r["concurrency"] for r in written["runs"]] == [1, 4]
+    assert (out / "report.md").is_file() and (out / "itl.png").is_file()
+    cli.session.assert_no_pending_responses()
+
+
+def test_pod_that_cannot_pull_its_image_fails_with_the_reason(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    def stuck() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        kube_api.pods.append(
+            make_job_pod(
+                job,
+                state="waiting",
+                reason="ImagePullBackOff",
+                message='Back-off pulling image "ray:serve-llm-cuda-v1.0"',
+            )
+        )
+
+    _run_through(kube_api, cli, stuck)
+    result = cli.run("bench", "--out", str(tmp_path / "x"))
+    assert result.code == 1
+    assert "the benchmark Job cannot run: pod ray-llm-bench-" in result.err
+    assert 'is ImagePullBackOff: Back-off pulling image "ray:serve-llm-cuda-v1.0"' in result.err
+    assert kube_api.requests_to(JOBS, "DELETE") and kube_api.jobs == {}
+    assert not (tmp_path / "x").exists()
+
+
+def test_unschedulable_pod_waits_out_the_grace_then_fails(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    def pending() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        kube_api.pods.append(
+            make_job_pod(job, state="pending", message="0/3 nodes are available: Insufficient cpu.")
+        )
+
+    _run_through(kube_api, cli, pending)
+    result = cli.run("bench", "--out", str(tmp_path / "x"))
+    assert result.code == 1
+    assert "cannot be scheduled on the system node: 0/3 nodes are available" in result.err
+
+
+def test_job_killed_without_results_reports_the_pods_ending(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    def killed() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        pod = make_job_pod(job, state="terminated", reason="OOMKilled", exit_code=137)
+        kube_api.pods.append(pod)
+        kube_api.pod_logs[pod["metadata"]["name"]] = "[bench] level concurrency=1: started\n"
+        finish_job(job, succeeded=False)
+
+    _run_through(kube_api, cli, killed)
+    result = cli.run("bench", "--out", str(tmp_path / "x"))
+    assert result.code == 1
+    assert "ended Failed with no results: BackoffLimitExceeded" in result.err
+    assert "ended OOMKilled with exit code 137" in result.err
+    assert kube_api.jobs == {}
+
+
+def test_a_level_without_a_result_is_reported_failed_with_its_output(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    out = tmp_path / "pd"
+
+    def ends() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        pod = make_job_pod(job, state="terminated", exit_code=1)
+        kube_api.pods.append(pod)
+        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1, 4, failed=(4,))
+        finish_job(job, succeeded=False)
+
+    _run_through(kube_api, cli, ends)
+    result = cli.run("bench", "--concurrency", "1,4", "--out", str(out))
+    assert result.code == 1
+    written = json.loads((out / "results.json").read_text())
+    failed = written["runs"][1]
+    assert (failed["concurrency"], failed["status"]) == (4, "failed")
+    assert "OSError: Can't load tokenizer for 'Qwen/Qwen3.5-9B'." in failed["error"]
+    assert failed["ttft_ms"] is None
+    assert "FAILED: vllm bench serve wrote no result" in (out / "report.md").read_text()
+    assert "level concurrency=4 FAILED" in result.err
+
+
+def test_nothing_is_created_while_the_app_is_not_running(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.rayservice = make_rayservice(ready=False, app_status="DEPLOYING")
+    result = cli.run("bench")
+    assert result.code == 1 and "the Serve app is not RUNNING" in result.err
+    assert kube_api.requests_to(JOBS) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--concurrency", "0,4"], "each level must be 1..1024"),
+        (["--concurrency", "1,1"], "a level is repeated"),
+        (["--concurrency", "a"], "expected numbers"),
+        (["--input-len", "4000", "--output-len", "97"], "exceeds the deployed maxModelLen 4096"),
+        (["--prompts", "0"], "--prompts must be at least 1"),
+    ],
+)
+def test_bad_options_are_usage_errors(
+    kube_api: FakeKubeApi, cli: Harness, argv: list[str], message: str
+) -> None:
+    result = cli.run("bench", *argv)
+    assert result.code == 2 and message in result.err
+    assert kube_api.requests_to(JOBS) == []
+
+
+def test_longest_prompt_that_fits_is_accepted(kube_api: FakeKubeApi, cli: Harness) -> None:
+    _run_through(
+        kube_api, cli, lambda: finish_job(next(iter(kube_api.jobs.values())), succeeded=False)
+    )
+    result = cli.run("bench", "--input-len", "4000", "--output-len", "96")
+    assert "maxModelLen" not in result.err  # 4000 + 96 = 4096 fits; the Job was created
+    assert kube_api.requests_to(JOBS, "POST")
+
+
+def test_price_falls_back_to_the_dated_table_when_the_api_is_denied(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kube_api.set_stage("serving")
+    assert kube_api.rayservice is not None
+    kube_api.rayservice["spec"] = render_rayservice(
+        DEFAULTS.with_overrides({"servingMode": "aggregated"}), image=IMAGE
+    )["spec"]
+    cli = cli_harness(kube_api, tmp_path)
+    cli.session.stub("pricing").add_client_error(
+        "get_products", "AccessDeniedException", "not authorized to perform pricing:GetProducts"
+    )
+
+    def ends() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        pod = make_job_pod(job, state="terminated")
+        kube_api.pods.append(pod)
+        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
+        finish_job(job, succeeded=True)
+
+    cli.clock.on_sleep = [ends]
+    out = tmp_path / "agg"
+    result = cli.run("bench", "--concurrency", "1", "--out", str(out))
+    assert result.code == 0, result.err
+    config = json.loads((out / "bench-meta.json").read_text())["config"]
+    assert config["servingMode"] == "aggregated" and config["engines"] == 2
+    assert config["kvBackend"] is None
+    assert config["gpuPricePerHourUsd"] == pricing.ON_DEMAND_USD_PER_HOUR["g6.8xlarge"]
+    assert "dated 2026-11" in config["priceSource"]
+    assert "Price List API was not usable: AccessDeniedException" in config["priceSource"]
+    assert json.loads((out / "results.json").read_text())["label"] == "aggregated"
+
+
+def test_job_manifest_is_the_commented_template_filled() -> None:
+    sweep = bench_job.Sweep(
+        base_url="http://s:8000",
+        model="m",
+        tokenizer="o/m",
+        concurrency=(2,),
+        prompts=(16,),
+        input_len=10,
+        output_len=5,
+        seed=3,
+        label="it's",
+    )
+    manifest = bench_job.render_job(
+        sweep, name="n", namespace="ns", image="i:1", deadline_seconds=60
+    )
+    assert manifest["metadata"] == {
+        "name": "n",
+        "namespace": "ns",
+        "labels": {
+            "app.kubernetes.io/name": "ray-pd-eks-bench",
+            "app.kubernetes.io/part-of": "ray-pd-eks",
+        },
+    }
+    (container,) = manifest["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["/bin/bash", "-c"]
+    assert "--label 'it'\"'\"'s'" in container["args"][0]  # quoted for the shell
+    assert manifest["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert yaml.safe_load(yaml.safe_dump(manifest)) == manifest
+    assert bench_job.job_name("r" * 47, "20261130101500") == "r" * 42 + "-bench-20261130101500"
+    assert len(bench_job.job_name("r" * 47, "20261130101500")) <= 63
+
+
+def test_result_blocks_are_recovered_byte_for_byte() -> None:
+    text = _fixture(16)
+    view = bench_job.read_log(_log(16))
+    assert view.results == {"concurrency-16.json": text}
+    assert view.progress == ["level concurrency=16: started", "level concurrency=16: done (exit 0)"]
+    assert view.failed_levels == {}
+    assert SYSTEM_NODE  # the pods of make_job_pod land on the system node
