@@ -77,6 +77,18 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
     )
 
 
+# Ray's metric cardinality (ray/_private/ray_constants.py, Ray 2.58): "legacy" keeps every label,
+# "recommended" (Ray's default) drops WorkerId, "low" also drops the task/actor Name label. No
+# dashboard query or alarm groups by either, and every series scraped is billed as OTLP ingest.
+RAY_METRIC_CARDINALITY = "low"
+METRICS_PORT = 8080  # KubeRay's `metrics` port, where Ray exports its metrics
+
+
+def metrics_env() -> list[dict[str, Any]]:
+    """Environment of head and workers that bounds the number of metric series."""
+    return [{"name": "RAY_metric_cardinality_level", "value": RAY_METRIC_CARDINALITY}]
+
+
 def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     """Environment of each GPU worker; the transport part depends on ``kvBackend``, and an
     aggregated app (no KV transfer) has none."""
@@ -88,6 +100,7 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
         env.append({"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"})
     env += [
         *model_env(config),
+        *metrics_env(),
         # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
         # on the node cache too, so a restarted worker skips the recompilation.
         {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
@@ -178,7 +191,7 @@ def render_rayservice(config: AppConfig, *, image: str, region: str = "-") -> di
                 "HEAD_INIT_CONTAINERS": fetch_init_containers(
                     config, region=region, config_only=True
                 ),
-                "HEAD_ENV": model_env(config),
+                "HEAD_ENV": [*model_env(config), *metrics_env()],
                 "HEAD_VOLUME_MOUNTS": head_mounts,
                 "HEAD_VOLUMES": head_vols,
                 "HEAD_CPU": str(system.vcpus // 2),

@@ -70,6 +70,17 @@ MAX_ENDPOINT_CIDRS = 60
 # A prefix shorter than /8 is "the internet" for practical purposes, as for endpointPublicCidrs.
 OPEN_PREFIX_BELOW = 8
 JWT_CLAIM_MAX = 256  # ALB: each additional-claim value is at most 256 characters
+OBSERVABILITY = ("cloudwatch", "none")
+# The first add-on major that scrapes PodMonitor/ServiceMonitor objects and sends them over OTLP
+# (queryable with PromQL): "available in version 8.0.0 and later" (CloudWatch user guide,
+# "Scraping ServiceMonitor and PodMonitor targets").
+MIN_CLOUDWATCH_ADDON_MAJOR = 8
+CLOUDWATCH_ADDON_VERSION = "v8.0.0-eksbuild.1"
+# Alarm thresholds: (lowest, highest) accepted, in the setting's unit.
+ALARM_TTFT_P95_SECONDS = (0.05, 600.0)
+ALARM_ITL_P95_SECONDS = (0.001, 60.0)
+ALARM_ERROR_PERCENT = (0.1, 100.0)
+ALARM_KV_CACHE_PERCENT = (1.0, 100.0)
 
 # Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
@@ -100,6 +111,9 @@ _DOMAIN = re.compile(r"^(?=.{4,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z
 _HTTPS_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?(/[^\s?#]*)?$")
 _CAPACITY_RESERVATION = re.compile(r"^cr-[0-9a-f]{17}$")
 _PLACEMENT_GROUP = re.compile(r"^[A-Za-z0-9][\w.+=@-]{0,254}$")
+_ADDON_VERSION = re.compile(r"^v(?P<major>\d+)\.\d+\.\d+-eksbuild\.\d+$")
+# Practical form of an address SNS can deliver to: one @, no spaces, a dotted domain.
+_EMAIL = re.compile(r"^[^@\s]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
 _IMAGE = re.compile(
     r"^[a-z0-9.-]+(:\d+)?/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
 )
@@ -250,6 +264,14 @@ class AppConfig:
     # Teardown.
     retain_logs: bool = False
     log_retention_days: int = 30
+    # Observability (docs/observability.md).
+    observability: str = "cloudwatch"  # or none: no add-on, monitors, dashboard or alarms
+    cloudwatch_addon_version: str = CLOUDWATCH_ADDON_VERSION
+    alarm_email: str = ""  # empty = the alarm topic has no subscription
+    alarm_ttft_p95_seconds: float = 2.0
+    alarm_inter_token_p95_seconds: float = 0.2
+    alarm_error_percent: float = 5.0
+    alarm_kv_cache_percent: float = 90.0
 
     # Derived values -----------------------------------------------------------------------
 
@@ -360,6 +382,10 @@ class AppConfig:
         if self.endpoint_uses_cognito:
             return f"{self.ray_service_name}/invoke"
         return self.endpoint_jwt_scope
+
+    @property
+    def observability_enabled(self) -> bool:
+        return self.observability == "cloudwatch"
 
     def image_uri(self, region: str) -> str:
         """The image for head and workers; ``region`` may be a CloudFormation token."""
@@ -929,6 +955,44 @@ def _teardown(c: AppConfig) -> list[str]:
         return []
     why = f"must be a CloudWatch Logs retention: {', '.join(map(str, LOG_RETENTION_DAYS))}"
     return [_problem("logRetentionDays", c.log_retention_days, why)]
+
+
+def _range(key: str, value: float, bounds: tuple[float, float], unit: str) -> list[str]:
+    low, high = bounds
+    if low <= value <= high:
+        return []
+    return [_problem(key, value, f"must be {low:g}..{high:g} {unit}")]
+
+
+@_check
+def _observability(c: AppConfig) -> list[str]:
+    out = []
+    if c.observability not in OBSERVABILITY:
+        why = (
+            "must be cloudwatch (CloudWatch add-on, PodMonitors, dashboard, alarms) or none "
+            "(bring your own monitoring)"
+        )
+        out.append(_problem("observability", c.observability, why))
+    m = _ADDON_VERSION.match(c.cloudwatch_addon_version)
+    if not m:
+        why = f"must be an EKS add-on version such as {CLOUDWATCH_ADDON_VERSION}"
+        out.append(_problem("cloudwatchAddonVersion", c.cloudwatch_addon_version, why))
+    elif int(m["major"]) < MIN_CLOUDWATCH_ADDON_MAJOR:
+        why = (
+            f"must be v{MIN_CLOUDWATCH_ADDON_MAJOR}.0.0 or newer: older add-ons do not scrape "
+            f"PodMonitors; use {CLOUDWATCH_ADDON_VERSION}"
+        )
+        out.append(_problem("cloudwatchAddonVersion", c.cloudwatch_addon_version, why))
+    if c.alarm_email and not _EMAIL.match(c.alarm_email):
+        why = "must be an e-mail address such as oncall@example.com, or empty for no subscription"
+        out.append(_problem("alarmEmail", c.alarm_email, why))
+    out += _range("alarmTtftP95Seconds", c.alarm_ttft_p95_seconds, ALARM_TTFT_P95_SECONDS, "s")
+    out += _range(
+        "alarmInterTokenP95Seconds", c.alarm_inter_token_p95_seconds, ALARM_ITL_P95_SECONDS, "s"
+    )
+    out += _range("alarmErrorPercent", c.alarm_error_percent, ALARM_ERROR_PERCENT, "%")
+    out += _range("alarmKvCachePercent", c.alarm_kv_cache_percent, ALARM_KV_CACHE_PERCENT, "%")
+    return out
 
 
 DEFAULTS = AppConfig()

@@ -18,6 +18,7 @@ from pd_constructs.network_policy import (
     render_ray_network_policies,
     render_warmup_network_policies,
 )
+from pd_constructs.observability import render_podmonitors
 from pd_constructs.warmup import (
     render_image_prepull,
     render_model_prefetch,
@@ -112,6 +113,15 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
             render_rayservice(config, image=image, region=region),
         ),
     ]
+    if config.observability_enabled:
+        documents.append(
+            (
+                "40-podmonitors.yaml",
+                "# kubectl apply -f 40-podmonitors.yaml (needs the amazon-cloudwatch-observability"
+                " add-on >= v8.0.0, or prometheus-operator's CRDs)\n",
+                render_podmonitors(config),
+            )
+        )
     banner = "# Rendered by ray-pd-eks from the CDK context at synth time. Do not edit.\n"
     return {name: banner + header + dump(doc) for name, header, doc in documents}
 

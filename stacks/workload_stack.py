@@ -16,9 +16,11 @@ from constructs import Construct
 
 from pd_constructs.cluster import SystemNodeGroup
 from pd_constructs.endpoint import ApplicationEndpoint
+from pd_constructs.observability import PdObservability
 from pd_constructs.workload import PdWorkload
 from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_removal_policy, log_retention
 
 
 class WorkloadStack(Stack):
@@ -64,6 +66,29 @@ class WorkloadStack(Stack):
                 value=f"kubectl port-forward -n {config.namespace} svc/{serve_svc} 8000:8000",
             ),
         }
+        self.observability: PdObservability | None = None
+        if config.observability_enabled:
+            self.observability = PdObservability(
+                self,
+                "Observability",
+                cluster=cluster,
+                config=config,
+                namespace=self.workload.namespace,
+                log_retention=log_retention(config),
+                log_removal_policy=log_removal_policy(config),
+            )
+            self.outputs["DashboardUrl"] = CfnOutput(
+                self,
+                "DashboardUrl",
+                value=self.observability.dashboard_url,
+                description="CloudWatch dashboard of the endpoint, engines, KV transfer, GPUs, EFA",
+            )
+            self.outputs["AlarmTopicArn"] = CfnOutput(
+                self,
+                "AlarmTopicArn",
+                value=self.observability.topic.topic.topic_arn,
+                description="SNS topic of the PromQL alarms (subscribe more endpoints here)",
+            )
 
         self.endpoint: ApplicationEndpoint | None = None
         if config.endpoint_exposed:

@@ -15,6 +15,7 @@ TOKEN_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-token"
 CERTIFICATE = "arn:aws:acm:us-west-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
 IDP_ISSUER = "https://login.example.com/realms/apps"
 IDP_JWKS = f"{IDP_ISSUER}/protocol/openid-connect/certs"
+ALARM_EMAIL = "oncall@example.com"
 
 # jsii runs Node.js; use the supported one that `npm ci` installs next to the CDK CLI.
 _NODE_BIN = ROOT / "node_modules" / ".bin"
@@ -32,8 +33,8 @@ def default_app() -> Synthesized:
 def variant_app() -> Synthesized:
     """Every non-default branch at once: explicit env, public endpoint, admins, UCX, 3 nodes,
     images and caches on the root volume, weights staged from S3, a capacity reservation in an
-    existing placement group, and an internal HTTPS endpoint whose tokens come from the
-    stack's own Cognito pool."""
+    existing placement group, an internal HTTPS endpoint whose tokens come from the stack's
+    own Cognito pool, and no observability (the account brings its own)."""
     return synth(
         {
             "account": "123456789012",
@@ -57,6 +58,7 @@ def variant_app() -> Synthesized:
             "endpointExposure": "internal",
             "endpointCertificateArn": CERTIFICATE,
             "endpointAllowedCidrs": ["10.0.0.0/8", "192.168.10.0/24"],
+            "observability": "none",
         }
     )
 
@@ -65,9 +67,10 @@ def variant_app() -> Synthesized:
 def token_app() -> Synthesized:
     """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), a capacity
     reservation without a placement group, served aggregated (the benchmark's baseline: no
-    prefill/decode split, no KV transfer), and an internet-facing endpoint open to everyone
+    prefill/decode split, no KV transfer), an internet-facing endpoint open to everyone
     that validates tokens of an existing identity provider (environment-agnostic, so the
-    certificate's region is checked by a CloudFormation rule)."""
+    certificate's region is checked by a CloudFormation rule), and alarms mailed to an
+    address with thresholds of their own."""
     return synth(
         {
             "hfTokenSecretArn": TOKEN_SECRET,
@@ -82,6 +85,9 @@ def token_app() -> Synthesized:
             "endpointJwtAudience": "ray-llm",
             "endpointJwtScope": "llm.invoke",
             "endpointIdleTimeoutSeconds": 4000,
+            "alarmEmail": ALARM_EMAIL,
+            "alarmTtftP95Seconds": 1.5,
+            "alarmKvCachePercent": 95,
         }
     )
 

@@ -170,6 +170,22 @@ LIMITS: list[Edge] = [
     # -- teardown ------------------------------------------------------------------------------
     Edge("logRetentionDays", 1827, 1828, "CloudWatch Logs retention", why="max"),
     Edge("logRetentionDays", 1, 2, "CloudWatch Logs retention", why="min"),
+    # -- observability -------------------------------------------------------------------------
+    Edge("alarmTtftP95Seconds", 0.05, 0.049, "must be 0.05..600 s", why="min"),
+    Edge("alarmTtftP95Seconds", 600, 600.1, "must be 0.05..600 s", why="max"),
+    Edge("alarmInterTokenP95Seconds", 0.001, 0.0009, "must be 0.001..60 s", why="min"),
+    Edge("alarmInterTokenP95Seconds", 60, 60.01, "must be 0.001..60 s", why="max"),
+    Edge("alarmErrorPercent", 0.1, 0.09, "must be 0.1..100 %", why="min"),
+    Edge("alarmErrorPercent", 100, 100.1, "must be 0.1..100 %", why="max"),
+    Edge("alarmKvCachePercent", 1, 0.99, "must be 1..100 %", why="min"),
+    Edge("alarmKvCachePercent", 100, 100.5, "must be 1..100 %", why="max"),
+    Edge(
+        "cloudwatchAddonVersion",
+        "v8.0.0-eksbuild.1",
+        "v7.99.99-eksbuild.9",
+        "must be v8.0.0 or newer",
+        why="min-major",
+    ),
 ]
 
 # Numeric settings whose every value is accepted by design (none today). Key -> why.

@@ -22,6 +22,7 @@ def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
         "21-kuberay-operator-values.yaml",
         "22-network-policies.yaml",
         "30-rayservice.yaml",
+        "40-podmonitors.yaml",
     ]
     assert "--version v0.5.30" in files["10-aws-efa-k8s-device-plugin-values.yaml"]
     assert "--version 1.7.0" in files["21-kuberay-operator-values.yaml"]
@@ -35,6 +36,11 @@ def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
     assert node_config["spec"]["instance"]["localStorage"] == {"strategy": "RAID0"}
     ebs = rendered_files(DEFAULTS.with_overrides({"gpuLocalStorage": "none"}))
     assert "05-gpu-node-config.yaml" not in ebs
+    monitors = list(yaml.safe_load_all(files["40-podmonitors.yaml"]))
+    assert [m["kind"] for m in monitors] == ["PodMonitor", "PodMonitor"]
+    assert "40-podmonitors.yaml" not in rendered_files(
+        DEFAULTS.with_overrides({"observability": "none"})
+    )
 
 
 def test_rayservice_round_trips_and_keeps_the_region_for_envsubst() -> None:
@@ -50,7 +56,7 @@ def test_configured_region_is_filled_in(tmp_path: Path) -> None:
     paths = write_rendered(config, tmp_path / "rendered")
     text = (tmp_path / "rendered" / "30-rayservice.yaml").read_text()
     assert "763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray:serve-llm-cuda-v1.0" in text
-    assert [p.name for p in paths][-1] == "30-rayservice.yaml"
+    assert [p.name for p in paths][-2:] == ["30-rayservice.yaml", "40-podmonitors.yaml"]
 
 
 def test_cdk_synth_writes_the_rendered_files_next_to_the_templates(tmp_path: Path) -> None:

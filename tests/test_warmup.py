@@ -242,12 +242,22 @@ def test_staging_access_is_read_only_on_exactly_the_prefix(variant_app: Synthesi
 
 
 def test_defaults_create_no_aws_identity_for_workload_pods(default_app: Synthesized) -> None:
-    """Only aws-node (the VPC CNI add-on's own association, tests/test_vpc_cni.py) has one."""
+    """Only aws-node (the VPC CNI add-on's own association, tests/test_vpc_cni.py) and the
+    CloudWatch agent (its add-on's, tests/test_observability.py) have one."""
     for stack in ("Cluster", "Workload"):
         assert default_app.resources(stack, "AWS::EKS::PodIdentityAssociation") == {}
-    addons = default_app.resources("Cluster", "AWS::EKS::Addon").values()
+    # Pod Identity by default: the VPC CNI's aws-node and the CloudWatch agent (observability),
+    # each owned by its add-on; none for model access.
+    addons = [
+        a
+        for stack in default_app.templates
+        for a in default_app.resources(stack, "AWS::EKS::Addon").values()
+    ]
     associations = [a["Properties"].get("PodIdentityAssociations", []) for a in addons]
-    assert [[x["ServiceAccount"] for x in a] for a in associations if a] == [["aws-node"]]
+    assert sorted(x["ServiceAccount"] for a in associations for x in a) == [
+        "aws-node",
+        "cloudwatch-agent",
+    ]
 
 
 # -- gated models --------------------------------------------------------------------------

@@ -205,7 +205,8 @@ def test_aggregated_workers_need_neither_efa_nor_privilege() -> None:
     assert c["securityContext"] == {"privileged": False}
     assert c["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 1}
     env = {e["name"] for e in c["env"]}
-    assert env == {"VLLM_HOST_IP", "HF_HOME", "VLLM_CACHE_ROOT"}  # no NIXL/EFA/UCX knobs
+    # No NIXL/EFA/UCX knobs.
+    assert env == {"VLLM_HOST_IP", "HF_HOME", "VLLM_CACHE_ROOT", "RAY_metric_cardinality_level"}
     from pd_constructs.workload import render_namespace
 
     labels = render_namespace(AGGREGATED)["metadata"]["labels"]
@@ -254,7 +255,7 @@ def test_cluster_config_head_is_cpu_only_on_system_nodes(rs: dict[str, Any]) -> 
     assert head["template"]["spec"]["nodeSelector"] == {"role": "system"}
     (c,) = head["template"]["spec"]["containers"]
     assert c["image"] == "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
-    assert sorted(p["containerPort"] for p in c["ports"]) == [6379, 8000, 8265]
+    assert sorted(p["containerPort"] for p in c["ports"]) == [6379, 8000, 8080, 8265]
     # m7i.xlarge: 4 vCPU / 16 GiB; the head takes half, leaving room for KubeRay and add-ons.
     assert c["resources"] == {
         "requests": {"cpu": "2", "memory": "8Gi"},
@@ -290,6 +291,7 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "HF_HOME": "/data/model-cache/hf",
         "VLLM_CACHE_ROOT": "/data/model-cache/vllm",
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+        "RAY_metric_cardinality_level": "low",
         "FI_PROVIDER": "efa",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}

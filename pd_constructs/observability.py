@@ -1,0 +1,241 @@
+"""Metrics, dashboard, alarms and logs on AWS-managed parts (``observability=cloudwatch``).
+
+What you get by default:
+
+- the EKS add-on ``amazon-cloudwatch-observability`` (``cloudwatchAddonVersion``, >= 8.0) with
+  its ``cloudwatch-agent`` service account on EKS Pod Identity (``CloudWatchAgentServerPolicy``)
+  and ``preserveOnDelete`` off, so ``cdk destroy`` uninstalls it;
+- its log groups created first, with ``logRetentionDays``/``retainLogs``, so container logs
+  outlive pods and nodes and still expire;
+- PodMonitors for the Ray head and GPU workers (``assets/manifests/podmonitors.yaml``);
+- PromQL alarms (:func:`pd_constructs.promql.alarm_specs`) on one SNS topic encrypted with a
+  rotating KMS key, with an optional e-mail subscription (``alarmEmail``);
+- a CloudWatch dashboard: one panel per topic of :func:`pd_constructs.promql.dashboard_panels`
+  and the alarms' state.
+
+CDK 2.275 has no PromQL dashboard widget (its widgets graph CloudWatch namespace metrics and
+metric math only), so each panel is a markdown widget carrying its PromQL, ready for Query
+Studio, above an alarm-status widget of every alarm: see docs/observability.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subs
+from constructs import Construct
+
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.nag import MANAGED_POLICY, acknowledge
+from pd_constructs.promql import AlarmSpec, Panel, alarm_specs, dashboard_panels
+from pd_constructs.templates import load_yaml, render
+from ray_pd_eks.config import AppConfig
+from ray_pd_eks.monitoring import (
+    alarm_name_prefix,
+    dashboard_name,
+    dashboard_url,
+    log_group_names,
+)
+
+ADDON_NAME = "amazon-cloudwatch-observability"
+AGENT_NAMESPACE = "amazon-cloudwatch"
+AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
+AGENT_POLICY = "CloudWatchAgentServerPolicy"
+SCRAPE_INTERVAL = "30s"  # the agent's own default for monitors
+EVALUATION_INTERVAL = Duration.minutes(1)
+
+
+def addon_configuration() -> dict[str, Any]:
+    """The add-on's configuration values (``assets/addons/cloudwatch-observability.yaml``)."""
+    return dict(load_yaml("addons/cloudwatch-observability.yaml"))
+
+
+def render_podmonitors(config: AppConfig) -> list[dict[str, Any]]:
+    """The head and worker PodMonitors of the RayService."""
+    return list(
+        render(
+            "manifests/podmonitors.yaml",
+            {
+                "NAME": config.ray_service_name,
+                "NAMESPACE": config.namespace,
+                "INTERVAL": SCRAPE_INTERVAL,
+            },
+        )
+    )
+
+
+def panel_markdown(panel: Panel) -> str:
+    """A panel as markdown: what it shows, then each query in a code block."""
+    lines = [f"### {panel.title}", panel.meaning, ""]
+    for legend, query in panel.queries:
+        lines += [f"**{legend}**", "```", query, "```"]
+    return "\n".join(lines)
+
+
+class CloudWatchAgentIdentity(Construct):
+    """The IAM role of the add-on's ``cloudwatch-agent`` service account, assumed through EKS
+    Pod Identity (the association is the add-on's own, so it goes with the add-on)."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "Resource",
+            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+            description="CloudWatch agent and Fluent Bit of the amazon-cloudwatch-observability "
+            "add-on (EKS Pod Identity)",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
+        )
+        # EKS Pod Identity needs sts:TagSession besides sts:AssumeRole.
+        assert self.role.assume_role_policy is not None
+        self.role.assume_role_policy.add_statements(
+            iam.PolicyStatement(
+                actions=["sts:TagSession"],
+                principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")],
+            )
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM4",
+            "CloudWatchAgentServerPolicy is the policy AWS documents for the CloudWatch agent "
+            "and Fluent Bit of this add-on (metrics, logs, X-Ray); AWS keeps it current as the "
+            "agent gains pipelines.",
+            findings=[MANAGED_POLICY + AGENT_POLICY],
+        )
+
+
+class AlarmTopic(Construct):
+    """The SNS topic every alarm notifies, encrypted with its own rotating KMS key (CloudWatch
+    cannot publish to a topic under the AWS-managed SNS key), TLS-only, optionally with an
+    e-mail subscription."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, email: str) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "Key",
+            description="Encryption of the ray-pd-eks alarm topic",
+            enable_key_rotation=True,
+            pending_window=Duration.days(7),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        self.key.grant(cloudwatch, "kms:Decrypt", "kms:GenerateDataKey*")
+        self.topic = sns.Topic(self, "Resource", master_key=self.key, enforce_ssl=True)
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish"],
+                principals=[cloudwatch],
+                resources=[self.topic.topic_arn],
+                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+            )
+        )
+        if email:
+            self.topic.add_subscription(subs.EmailSubscription(email))
+
+
+class PdObservability(Construct):
+    """Everything ``observability=cloudwatch`` adds, in the workload stack. ``namespace`` is the
+    Ray namespace's manifest (the PodMonitors live there)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        config: AppConfig,
+        namespace: Construct,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.log_groups = {
+            cid: logs.LogGroup(
+                self,
+                f"{cid}Logs",
+                log_group_name=name,
+                retention=log_retention,
+                removal_policy=log_removal_policy,
+            )
+            for cid, name in log_group_names(config.cluster_name).items()
+        }
+        self.agent = CloudWatchAgentIdentity(self, "AgentIdentity")
+        self.addon = eks.Addon(
+            self,
+            "Addon",
+            cluster=as_icluster(cluster),
+            addon_name=ADDON_NAME,
+            addon_version=config.cloudwatch_addon_version,
+            configuration_values=addon_configuration(),
+            preserve_on_delete=False,
+        )
+        cfn_addon = self.addon.node.default_child
+        assert isinstance(cfn_addon, eks.CfnAddon)
+        cfn_addon.pod_identity_associations = [
+            eks.CfnAddon.PodIdentityAssociationProperty(
+                role_arn=self.agent.role.role_arn, service_account=AGENT_SERVICE_ACCOUNT
+            )
+        ]
+        # Pod Identity hands out credentials only once its agent runs; the log groups exist
+        # before Fluent Bit would create them without retention.
+        agent_addon = cluster.eks_pod_identity_agent
+        if agent_addon is not None:
+            self.addon.node.add_dependency(agent_addon)
+        for group in self.log_groups.values():
+            self.addon.node.add_dependency(group)
+
+        self.podmonitors_manifest = render_podmonitors(config)
+        self.podmonitors = eks.KubernetesManifest(
+            self,
+            "PodMonitors",
+            cluster=as_icluster(cluster),
+            manifest=self.podmonitors_manifest,
+            # The monitoring.coreos.com CRDs arrive with the add-on in the same deploy.
+            skip_validation=True,
+        )
+        self.podmonitors.node.add_dependency(self.addon, namespace)
+
+        self.topic = AlarmTopic(self, "AlarmTopic", email=config.alarm_email)
+        self.alarms = [self._alarm(config, spec) for spec in alarm_specs(config)]
+        self.dashboard_name = dashboard_name(config)
+        self.dashboard = cw.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=self.dashboard_name,
+            default_interval=Duration.hours(3),
+        )
+        self.dashboard.add_widgets(
+            cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=24, height=4)
+        )
+        panels = [
+            cw.TextWidget(markdown=panel_markdown(p), width=12, height=10)
+            for p in dashboard_panels(config)
+        ]
+        for i in range(0, len(panels), 2):
+            self.dashboard.add_widgets(*panels[i : i + 2])
+        self.dashboard_url = dashboard_url(Aws.REGION, self.dashboard_name)
+
+    def _alarm(self, config: AppConfig, spec: AlarmSpec) -> cw.PromQLAlarm:
+        alarm = cw.PromQLAlarm(
+            self,
+            f"{spec.id}Alarm",
+            alarm_name=f"{alarm_name_prefix(config)}{spec.id}",
+            alarm_description=spec.meaning,
+            query=spec.query,
+            evaluation_interval=EVALUATION_INTERVAL,
+            pending_period=Duration.minutes(spec.pending_minutes) if spec.pending_minutes else None,
+            recovery_period=Duration.minutes(spec.recovery_minutes),
+        )
+        action = cw_actions.SnsAction(self.topic.topic)
+        alarm.add_alarm_action(action)
+        alarm.add_ok_action(action)
+        return alarm

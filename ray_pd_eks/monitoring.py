@@ -1,0 +1,40 @@
+"""Names the stack gives its dashboard and alarms, shared by the constructs and the CLI."""
+
+from __future__ import annotations
+
+from ray_pd_eks.config import AppConfig
+
+
+def resource_prefix(config: AppConfig) -> str:
+    """``<clusterName>-<rayServiceName>``: unique per deployment in an account and region."""
+    return f"{config.cluster_name}-{config.ray_service_name}"
+
+
+def dashboard_name(config: AppConfig) -> str:
+    return resource_prefix(config)
+
+
+def alarm_name_prefix(config: AppConfig) -> str:
+    """Every alarm of the stack is named ``<prefix><Alarm>`` (``status`` lists them by it)."""
+    return f"{resource_prefix(config)}-"
+
+
+def dashboard_url(region: str, name: str) -> str:
+    """The CloudWatch console URL of a dashboard; ``region`` may be a CloudFormation token."""
+    return (
+        f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
+        f"#dashboards/dashboard/{name}"
+    )
+
+
+def log_group_names(cluster_name: str) -> dict[str, str]:
+    """The log groups the add-on writes to (Fluent Bit: application, dataplane, host; the agent:
+    performance), by construct id. The stack creates them first so retention and removal follow
+    ``logRetentionDays``/``retainLogs`` instead of the add-on creating them without expiry."""
+    base = f"/aws/containerinsights/{cluster_name}"
+    return {
+        "Application": f"{base}/application",
+        "Dataplane": f"{base}/dataplane",
+        "Host": f"{base}/host",
+        "Performance": f"{base}/performance",
+    }

@@ -1,0 +1,549 @@
+"""Observability: the CloudWatch add-on, the PodMonitors, the PromQL alarms and the dashboard.
+
+Nothing here can run against CloudWatch offline, so the parts are checked against what they
+must agree with: every PromQL expression is parsed by a real PromQL parser, every series it
+selects is in the one list of names taken from the Ray/vLLM sources (``ray_pd_eks.metrics``),
+the PodMonitors validate against prometheus-operator's CRD schema (kept in tests/schemas/), and
+they select the port the rendered RayService declares.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import promql_parser
+import pytest
+import yaml
+
+from pd_constructs.observability import (
+    ADDON_NAME,
+    AGENT_NAMESPACE,
+    AGENT_SERVICE_ACCOUNT,
+    addon_configuration,
+    panel_markdown,
+    render_podmonitors,
+)
+from pd_constructs.promql import alarm_specs, dashboard_panels
+from pd_constructs.workload import RAY_METRIC_CARDINALITY, render_rayservice
+from ray_pd_eks import metrics
+from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
+from ray_pd_eks.monitoring import alarm_name_prefix, dashboard_name, log_group_names
+from tests.conftest import ALARM_EMAIL
+from tests.netpol import Cluster, External, Pod
+from tests.synth import TEST_REGION, Synthesized, resolve
+from tests.test_network_policies import World
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+CONFIGS = {
+    "default": DEFAULTS,
+    "variant": DEFAULTS.with_overrides(
+        {"modelId": "llama-3.1.8b", "rayServiceName": "svc", "decodeReplicas": 2, "gpuNodeCount": 3}
+    ),
+}
+
+
+# -- PromQL: parsed, and every name from the one list ---------------------------------------
+
+
+def selected_series(query: str) -> set[str]:
+    """Every metric name a PromQL expression selects, found by walking the parsed AST."""
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
+        if isinstance(selector, promql_parser.VectorSelector):
+            name = selector.name or next(
+                (m.value for m in selector.matchers.matchers if m.name == "__name__"), None
+            )
+            assert name, f"selector without a metric name in {query}"
+            names.add(name)
+        for child in _children(node):
+            visit(child)
+
+    visit(promql_parser.parse(query))
+    return names
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, promql_parser.AggregateExpr):
+        return [node.expr, *([node.param] if node.param is not None else [])]
+    if isinstance(node, promql_parser.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, promql_parser.Call):
+        return list(node.args)
+    if isinstance(node, (promql_parser.ParenExpr, promql_parser.UnaryExpr)):
+        return [node.expr]
+    if isinstance(node, promql_parser.SubqueryExpr):
+        return [node.expr]
+    return []
+
+
+def every_query(config: AppConfig) -> list[tuple[str, str]]:
+    queries = [(f"alarm {a.id}", a.query) for a in alarm_specs(config)]
+    queries += [
+        (f"panel {p.title}: {leg}", q) for p in dashboard_panels(config) for leg, q in p.queries
+    ]
+    return queries
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_every_query_parses_and_selects_only_listed_series(config_name: str) -> None:
+    used: set[str] = set()
+    for where, query in every_query(CONFIGS[config_name]):
+        names = selected_series(query)
+        assert names, where
+        assert names <= metrics.SERIES, f"{where} selects unlisted {names - metrics.SERIES}"
+        used |= names
+    # The list holds nothing the dashboard and alarms do not use (one place, no dead names).
+    unused = {m.name for m in metrics.METRICS if not set(m.series) & used}
+    assert unused == set()
+
+
+def test_the_name_check_rejects_a_series_that_is_not_listed() -> None:
+    names = selected_series(
+        "sum(rate(ray_vllm_time_to_first_token_seconds_count[5m])) + vllm:num_requests_waiting"
+    )
+    assert names == {"ray_vllm_time_to_first_token_seconds_count", "vllm:num_requests_waiting"}
+    assert not names <= metrics.SERIES
+
+
+def test_the_parser_rejects_malformed_promql() -> None:
+    with pytest.raises(Exception, match="unclosed"):
+        promql_parser.parse("sum(rate(up[5m])")
+
+
+def test_utf8_resource_labels_parse_as_cloudwatch_quotes_them() -> None:
+    (panel,) = [p for p in dashboard_panels(DEFAULTS) if p.title == "GPU per node"]
+    expr = promql_parser.parse(panel.queries[0][1])
+    assert isinstance(expr, promql_parser.AggregateExpr)
+    assert expr.modifier is not None
+    assert list(expr.modifier.labels) == ["@resource.k8s.node.name"]
+
+
+def test_phases_are_the_deployments_the_pd_builder_names() -> None:
+    assert metrics.serve_deployment_names("qwen3.5-9b") == (
+        "Prefill:qwen3_5-9b",
+        "Decode:qwen3_5-9b",
+    )
+    (ttft,) = [a for a in alarm_specs(DEFAULTS) if a.id == "TtftP95"]
+    assert 'deployment=~"Prefill:qwen3_5-9b|Decode:qwen3_5-9b"' in ttft.query
+    # vLLM series are joined to Serve's deployment through the replica id.
+    assert "on (ReplicaId) group_left (deployment)" in ttft.query
+    assert '"ReplicaId", "$1", "replica", "(.+)"' in ttft.query
+
+
+def test_aggregated_serving_splits_by_its_one_llm_server_deployment(
+    token_app: Synthesized,
+) -> None:
+    assert token_app.config.serving_mode == "aggregated"
+    assert metrics.serve_deployment_names("qwen3.5-9b", "aggregated") == ("LLMServer:qwen3_5-9b",)
+    queries = [
+        a["Properties"]["EvaluationCriteria"]["PromQLCriteria"]["Query"]
+        for a in token_app.resources("Workload", "AWS::CloudWatch::Alarm").values()
+    ]
+    joined = [q for q in queries if "group_left (deployment)" in q]
+    assert joined and all('deployment=~"LLMServer:qwen3_5-9b"}' in q for q in joined)
+
+
+def test_every_ray_query_is_scoped_to_the_rayservice() -> None:
+    for where, query in every_query(CONFIGS["variant"]):
+        names = selected_series(query)
+        if names & {s for m in metrics.METRICS if m.name.startswith("ray_") for s in m.series}:
+            assert query.count('ray_service="svc"') >= len(re.findall(r"\bray_\w+\{", query)), where
+
+
+# -- alarms ------------------------------------------------------------------------------------
+
+
+def test_alarms_carry_the_thresholds_of_the_settings() -> None:
+    c = DEFAULTS.with_overrides(
+        {
+            "alarmTtftP95Seconds": 1.5,
+            "alarmInterTokenP95Seconds": 0.05,
+            "alarmErrorPercent": 2.5,
+            "alarmKvCachePercent": 95,
+        }
+    )
+    by_id = {a.id: a for a in alarm_specs(c)}
+    assert by_id["TtftP95"].query.endswith("> 1.5")
+    assert by_id["InterTokenP95"].query.endswith("> 0.05")
+    assert by_id["ErrorRatio"].query.endswith("> 0.025")
+    assert by_id["KvCacheFull"].query.endswith("> 0.95")
+    assert by_id["WorkersDown"].query.endswith("< 2")
+    assert alarm_specs(CONFIGS["variant"])[-1].query.endswith("< 3")
+
+
+def test_synthesized_alarms_are_the_promql_alarms_wired_to_the_topic(
+    default_app: Synthesized,
+) -> None:
+    alarms = default_app.resources("Workload", "AWS::CloudWatch::Alarm")
+    (topic_id,) = default_app.resources("Workload", "AWS::SNS::Topic")
+    specs = {a.id: a for a in alarm_specs(DEFAULTS)}
+    assert len(alarms) >= 7 and len(alarms) == len(specs)
+    seen = {}
+    for alarm in alarms.values():
+        props = alarm["Properties"]
+        name = props["AlarmName"]
+        assert name.startswith(alarm_name_prefix(DEFAULTS))
+        spec = specs[name.removeprefix(alarm_name_prefix(DEFAULTS))]
+        criteria = props["EvaluationCriteria"]["PromQLCriteria"]
+        assert criteria["Query"] == spec.query
+        assert criteria.get("PendingPeriod", 0) == spec.pending_minutes * 60
+        assert criteria["RecoveryPeriod"] == spec.recovery_minutes * 60
+        assert props["EvaluationInterval"] == 60
+        assert props["AlarmActions"] == [{"Ref": topic_id}]
+        assert props["OKActions"] == [{"Ref": topic_id}]
+        seen[spec.id] = criteria.get("PendingPeriod", 0)
+    # The issue's durations: KV cache 10 min, requests waiting 5 min, any NIXL failure at once.
+    assert (seen["KvCacheFull"], seen["RequestsWaiting"], seen["NixlFailedTransfers"]) == (
+        600,
+        300,
+        0,
+    )
+
+
+def test_thresholds_of_the_settings_reach_the_template(token_app: Synthesized) -> None:
+    queries = {
+        a["Properties"]["AlarmName"]: a["Properties"]["EvaluationCriteria"]["PromQLCriteria"][
+            "Query"
+        ]
+        for a in token_app.resources("Workload", "AWS::CloudWatch::Alarm").values()
+    }
+    prefix = alarm_name_prefix(token_app.config)
+    assert queries[f"{prefix}TtftP95"].endswith("> 1.5")
+    assert queries[f"{prefix}KvCacheFull"].endswith("> 0.95")
+
+
+def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
+    default_app: Synthesized,
+) -> None:
+    topic = default_app.only("Workload", "AWS::SNS::Topic")
+    ((key_id, key),) = default_app.resources("Workload", "AWS::KMS::Key").items()
+    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert key["DeletionPolicy"] == "Delete" and key["Properties"]["PendingWindowInDays"] == 7
+    cw_grants = [
+        s
+        for s in key["Properties"]["KeyPolicy"]["Statement"]
+        if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert cw_grants and set(cw_grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    policy = default_app.only("Workload", "AWS::SNS::TopicPolicy")["Properties"]
+    statements = policy["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in json.dumps(s) for s in statements)
+    (publish,) = [
+        s for s in statements if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert publish["Action"] == "sns:Publish"
+    assert publish["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    }
+
+
+def test_alarm_email_subscribes_only_when_set(
+    default_app: Synthesized, token_app: Synthesized
+) -> None:
+    assert default_app.resources("Workload", "AWS::SNS::Subscription") == {}
+    sub = token_app.only("Workload", "AWS::SNS::Subscription")["Properties"]
+    assert (sub["Protocol"], sub["Endpoint"]) == ("email", ALARM_EMAIL)
+
+
+# -- the add-on, its identity and its logs ----------------------------------------------------
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """Kubernetes' rule: an empty key with Exists matches every taint; otherwise keys must be
+    equal; an empty effect matches every effect; Equal compares values."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    operator = toleration.get("operator", "Equal")
+    if not toleration.get("key"):
+        return operator == "Exists"
+    if toleration["key"] != taint["key"]:
+        return False
+    return operator == "Exists" or toleration.get("value", "") == taint.get("value", "")
+
+
+def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
+    default_app: Synthesized,
+) -> None:
+    (addon,) = [
+        a
+        for a in default_app.resources("Workload", "AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == ADDON_NAME
+    ]
+    props = addon["Properties"]
+    major = int(re.match(r"v(\d+)\.", props["AddonVersion"])[1])  # type: ignore[index]
+    assert major >= 8
+    assert props["PreserveOnDelete"] is False
+    values = json.loads(props["ConfigurationValues"])
+    assert values == addon_configuration()
+    assert values["containerLogs"]["enabled"] is True
+    assert values["otelContainerInsights"]["enabled"] is True
+    assert values["dcgmExporter"]["enabled"] is True
+    (gpu_group,) = [
+        g
+        for stack in default_app.templates
+        for g in default_app.resources(stack, "AWS::EKS::Nodegroup").values()
+        if g["Properties"].get("Taints")
+    ]
+    for taint in gpu_group["Properties"]["Taints"]:
+        k8s_taint = {**taint, "effect": {"NO_SCHEDULE": "NoSchedule"}[taint["Effect"]]}
+        k8s_taint = {
+            "key": taint["Key"],
+            "value": taint.get("Value"),
+            "effect": k8s_taint["effect"],
+        }
+        assert any(_tolerates(t, k8s_taint) for t in values["tolerations"]), taint
+
+
+def test_toleration_rule_is_kubernetes_rule() -> None:
+    gpu = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    assert _tolerates({"operator": "Exists"}, gpu)
+    assert _tolerates({"key": "nvidia.com/gpu", "operator": "Exists"}, gpu)
+    assert not _tolerates({"key": "other", "operator": "Exists"}, gpu)
+    assert not _tolerates({"key": "nvidia.com/gpu", "value": "false"}, gpu)
+    assert not _tolerates({"operator": "Exists", "effect": "NoExecute"}, gpu)
+
+
+def test_agent_identity_is_pod_identity_with_the_agent_policy(default_app: Synthesized) -> None:
+    (addon,) = default_app.resources("Workload", "AWS::EKS::Addon").values()
+    (assoc,) = addon["Properties"]["PodIdentityAssociations"]
+    assert assoc["ServiceAccount"] == AGENT_SERVICE_ACCOUNT
+    role_id = assoc["RoleArn"]["Fn::GetAtt"][0]
+    role = default_app.templates["Workload"]["Resources"][role_id]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert set(trust["Action"]) == {"sts:AssumeRole", "sts:TagSession"}
+    assert json.dumps(role["ManagedPolicyArns"]).endswith(
+        ':iam::aws:policy/CloudWatchAgentServerPolicy"]]}]'
+    )
+    assert "Policies" not in role
+    agents = [
+        a
+        for stack in default_app.templates
+        for a in default_app.resources(stack, "AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == "eks-pod-identity-agent"
+    ]
+    assert len(agents) == 1
+
+
+def test_log_groups_exist_before_the_addon_with_retention_and_removal(
+    default_app: Synthesized,
+) -> None:
+    wanted = set(log_group_names(DEFAULTS.cluster_name).values())
+    groups = {
+        lid: g
+        for lid, g in default_app.resources("Workload", "AWS::Logs::LogGroup").items()
+        if g["Properties"].get("LogGroupName") in wanted
+    }
+    assert {g["Properties"]["LogGroupName"] for g in groups.values()} == wanted
+    assert "/aws/containerinsights/ray-llm-multinode/application" in wanted
+    for g in groups.values():
+        assert g["Properties"]["RetentionInDays"] == DEFAULTS.log_retention_days
+        assert g["DeletionPolicy"] == "Delete"
+    (addon,) = default_app.resources("Workload", "AWS::EKS::Addon").values()
+    assert set(groups) <= set(addon["DependsOn"])
+
+
+# -- PodMonitors --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def podmonitor_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((SCHEMAS / "monitoring.coreos.com_podmonitors.yaml").read_text())
+    assert crd["spec"]["group"] == "monitoring.coreos.com"
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return dict(v1["schema"]["openAPIV3Schema"])
+
+
+def _podmonitors(app: Synthesized) -> list[dict[str, Any]]:
+    out = []
+    for r in app.resources("Workload", "Custom::AWSCDK-EKS-KubernetesResource").values():
+        out += [
+            m for m in json.loads(resolve(r["Properties"]["Manifest"])) if m["kind"] == "PodMonitor"
+        ]
+    return out
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_podmonitors_validate_against_the_prometheus_operator_crd(
+    config_name: str, podmonitor_schema: dict[str, Any]
+) -> None:
+    monitors = render_podmonitors(CONFIGS[config_name])
+    assert [m["metadata"]["name"] for m in monitors] == [
+        f"{CONFIGS[config_name].ray_service_name}-head",
+        f"{CONFIGS[config_name].ray_service_name}-workers",
+    ]
+    for monitor in monitors:
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        jsonschema.validate(monitor, podmonitor_schema)
+
+
+def test_the_schema_rejects_a_broken_podmonitor(podmonitor_schema: dict[str, Any]) -> None:
+    monitor = render_podmonitors(DEFAULTS)[0]
+    broken = json.loads(json.dumps(monitor))
+    broken["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["action"] = "rename"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, podmonitor_schema)
+    del broken["spec"]["selector"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, podmonitor_schema)
+
+
+def test_podmonitors_scrape_the_metrics_port_the_rayservice_declares(
+    default_app: Synthesized,
+) -> None:
+    monitors = _podmonitors(default_app)
+    assert [m["metadata"]["name"] for m in monitors] == ["ray-llm-head", "ray-llm-workers"]
+    rs = render_rayservice(DEFAULTS, image=DEFAULTS.image_uri(TEST_REGION))
+    cluster = rs["spec"]["rayClusterConfig"]
+    (worker_group,) = cluster["workerGroupSpecs"]
+    pods = {"head": cluster["headGroupSpec"], "worker": worker_group}
+    for monitor in monitors:
+        spec = monitor["spec"]
+        assert spec["namespaceSelector"] == {"matchNames": [DEFAULTS.namespace]}
+        assert monitor["metadata"]["namespace"] == DEFAULTS.namespace
+        node_type = spec["selector"]["matchLabels"]["ray.io/node-type"]
+        group = pods[node_type]
+        (endpoint,) = spec["podMetricsEndpoints"]
+        (container,) = group["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports[endpoint["port"]] == 8080
+        assert group["rayStartParams"]["metrics-export-port"] == "8080"
+        targets = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+        # The labels every Ray query selects on (pd_constructs/promql.py).
+        assert targets["ray_service"]["replacement"] == DEFAULTS.ray_service_name
+        assert targets["ray_io_node_type"]["sourceLabels"] == [
+            "__meta_kubernetes_pod_label_ray_io_node_type"
+        ]
+
+
+def test_ray_pods_bound_metric_cardinality_with_a_level_ray_knows() -> None:
+    # ray/_private/telemetry/metric_cardinality.py (Ray 2.58): legacy, recommended, low.
+    assert RAY_METRIC_CARDINALITY in ("legacy", "recommended", "low")
+    rs = render_rayservice(DEFAULTS, image="img")
+    cluster = rs["spec"]["rayClusterConfig"]
+    (worker_group,) = cluster["workerGroupSpecs"]
+    for group in (cluster["headGroupSpec"], worker_group):
+        (container,) = group["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RAY_metric_cardinality_level"] == RAY_METRIC_CARDINALITY
+
+
+# -- dashboard and outputs ----------------------------------------------------------------------
+
+
+def test_dashboard_shows_every_panel_and_the_alarms(default_app: Synthesized) -> None:
+    dash = default_app.only("Workload", "AWS::CloudWatch::Dashboard")["Properties"]
+    assert dash["DashboardName"] == dashboard_name(DEFAULTS) == "ray-llm-multinode-ray-llm"
+    body_parts = dash["DashboardBody"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "<token>" for p in body_parts)
+    widgets = json.loads(text.replace("<token>", "x"))["widgets"]
+    markdown = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
+    assert markdown == [panel_markdown(p) for p in dashboard_panels(DEFAULTS)]
+    titles = [p.title for p in dashboard_panels(DEFAULTS)]
+    for topic in ("Requests and errors", "NIXL KV transfer", "GPU per node", "EFA per node"):
+        assert topic in titles
+    (status,) = [w for w in widgets if w["type"] == "alarm"]
+    assert len(status["properties"]["alarms"]) == len(alarm_specs(DEFAULTS))
+
+
+def test_dashboard_url_is_an_output(default_app: Synthesized) -> None:
+    out = default_app.templates["Workload"]["Outputs"]["DashboardUrl"]["Value"]
+    url = resolve(out)
+    assert url == (
+        f"https://{TEST_REGION}.console.aws.amazon.com/cloudwatch/home?region={TEST_REGION}"
+        "#dashboards/dashboard/ray-llm-multinode-ray-llm"
+    )
+
+
+def test_observability_none_creates_none_of_it(variant_app: Synthesized) -> None:
+    assert variant_app.config.observability == "none"
+    for stack, template in variant_app.templates.items():
+        types = {r["Type"] for r in template["Resources"].values()}
+        assert not types & {
+            "AWS::CloudWatch::Alarm",
+            "AWS::CloudWatch::Dashboard",
+            "AWS::SNS::Topic",
+        }, stack
+        addons = [
+            r["Properties"]["AddonName"]
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::EKS::Addon"
+        ]
+        assert ADDON_NAME not in addons, stack
+        names = json.dumps(template)
+        assert "containerinsights" not in names and "PodMonitor" not in names, stack
+        assert "DashboardUrl" not in template.get("Outputs", {}), stack
+
+
+# -- settings (the numeric limits are in tests/test_limits.py) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "ok", "bad"),
+    [
+        (
+            "cloudwatchAddonVersion",
+            ["v8.0.0-eksbuild.1", "v12.3.4-eksbuild.10"],
+            ["v7.9.9-eksbuild.1", "8.0.0", "v8.0.0"],
+        ),
+        ("observability", ["cloudwatch", "none"], ["prometheus", ""]),
+        (
+            "alarmEmail",
+            ["", "a@b.co", "on-call+pd@ops.example.com"],
+            ["oncall", "a@b", "a b@c.com", "a@@b.com"],
+        ),
+    ],
+)
+def test_observability_settings_at_and_past_their_limits(
+    key: str, ok: list[Any], bad: list[Any]
+) -> None:
+    for value in ok:
+        AppConfig.from_context({key: value})
+    for value in bad:
+        with pytest.raises(ConfigError, match=rf"'{key}' = .*must be"):
+            AppConfig.from_context({key: value})
+
+
+# -- NetworkPolicies: every scrape target stays reachable ---------------------------------------
+
+
+def test_every_scrape_target_is_reachable_under_the_rendered_policies(
+    default_app: Synthesized,
+) -> None:
+    """The CloudWatch agent is a host-network DaemonSet that scrapes the targets on its own
+    node (the add-on's default; no monitor asks for the cluster scraper). NetworkPolicy pod
+    selectors never match host-network pods, so no podSelector rule could admit it; the VPC
+    CNI's agent admits a pod's own node, which is exactly where each scrape comes from. So the
+    metrics port needs no allow that would also open it to other pods."""
+    world = World(default_app)
+    cluster = Cluster(
+        namespaces={**{n: {} for n in world.cluster.namespaces}, AGENT_NAMESPACE: {}},
+        policies=world.cluster.policies,
+    )
+    targets = {"head": [world.head], "worker": world.workers}
+    scraped = 0
+    for monitor in _podmonitors(default_app):
+        assert "cloudwatch.aws.amazon.com/scraper" not in monitor["metadata"].get("annotations", {})
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        for pod in targets[monitor["spec"]["selector"]["matchLabels"]["ray.io/node-type"]]:
+            assert cluster.selecting(pod, "Ingress"), "the Ray pods are isolated"
+            port = pod.ports[endpoint["port"]]
+            agent_here = External(ip="10.0.200.5", node=pod.node)
+            agent_elsewhere = External(ip="10.0.200.6", node="another-node")
+            assert cluster.allowed(agent_here, pod, port), pod.name
+            assert not cluster.allowed(agent_elsewhere, pod, port), pod.name
+            assert not cluster.allowed(world.neighbour, pod, port), pod.name
+            scraped += 1
+    assert scraped == 1 + len(world.workers)
+    # The agent's own targets (DCGM exporter, kube-state-metrics) live in the add-on's
+    # namespace, which no policy isolates: reachable from any node.
+    dcgm = Pod("dcgm-exporter", AGENT_NAMESPACE, {"k8s-app": "dcgm-exporter"}, ip="10.0.200.20")
+    assert not cluster.selecting(dcgm, "Ingress")
+    assert cluster.allowed(External(ip="10.0.1.5", node="sys-1"), dcgm, 9400)
