@@ -86,6 +86,7 @@ RAY_PORTS = RayPorts()
 # The policies of each namespace, in the order they are applied. A file under POLICY_DIR that
 # is in neither tuple fails the tests (tests/test_network_policies.py).
 KV_TRANSFER_POLICY = "ray-kv-transfer.yaml"
+LOAD_BALANCER_POLICY = "ray-serve-from-load-balancer.yaml"
 RAY_POLICIES = (
     "ray-default-deny.yaml",
     "ray-cluster-internal.yaml",
@@ -94,6 +95,7 @@ RAY_POLICIES = (
     "ray-from-kuberay-operator.yaml",
     "ray-serve-from-api-server.yaml",
     "ray-dashboard-from-api-server.yaml",
+    LOAD_BALANCER_POLICY,
 )
 WARMUP_POLICIES = ("warmup-default-deny.yaml",)
 
@@ -128,6 +130,21 @@ def control_plane_cidrs(vpc_cidr: str) -> list[str]:
     return [str(quarters[0]), str(quarters[1])]
 
 
+def load_balancer_cidrs(config: AppConfig) -> list[str]:
+    """Where the application endpoint's ALB connects from: the subnets it is placed in
+    (pd_constructs/endpoint.py), carved as :func:`pd_constructs.network.subnet_plan` says: the
+    cluster's private subnets (the first two quarters) for an internal ALB, the two public
+    subnets at the start of the third quarter for an internet-facing one; none without one."""
+    if config.endpoint_exposure == "internal":
+        return control_plane_cidrs(config.vpc_cidr)
+    if config.endpoint_exposure == "internet-facing":
+        net = ipaddress.IPv4Network(config.vpc_cidr)
+        third_quarter = list(net.subnets(prefixlen_diff=2))[2]
+        public = third_quarter.subnets(new_prefix=net.prefixlen + 8)
+        return [str(next(public)), str(next(public))]
+    return []
+
+
 def policy_values(config: AppConfig, ports: RayPorts = RAY_PORTS) -> dict[str, Any]:
     """The closed set of placeholders a policy file may use (see ray-default-deny.yaml)."""
     return {
@@ -138,6 +155,9 @@ def policy_values(config: AppConfig, ports: RayPorts = RAY_PORTS) -> dict[str, A
         "OPERATOR_POD_LABELS": dict(OPERATOR_POD_LABELS),
         "CONTROL_PLANE_PEERS": [
             {"ipBlock": {"cidr": cidr}} for cidr in control_plane_cidrs(config.vpc_cidr)
+        ],
+        "LOAD_BALANCER_PEERS": [
+            {"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs(config)
         ],
         "GCS_PORT": ports.gcs,
         "DASHBOARD_PORT": ports.dashboard,
@@ -162,9 +182,11 @@ def render_policy(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
 def render_ray_network_policies(config: AppConfig) -> list[dict[str, Any]]:
     """The Ray namespace's policies: default-deny ingress, then one allow per purpose. An
     aggregated app moves no KV cache, so it has no KV-transfer policy (an empty port list would
-    mean every port)."""
+    mean every port); without an application endpoint there is no load-balancer policy (an
+    empty peer list would mean every source)."""
     values = policy_values(config)
     names = [n for n in RAY_POLICIES if config.is_pd or n != KV_TRANSFER_POLICY]
+    names = [n for n in names if config.endpoint_exposed or n != LOAD_BALANCER_POLICY]
     return [render_policy(name, values) for name in names]
 
 

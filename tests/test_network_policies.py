@@ -16,6 +16,7 @@ from pd_constructs.network_policy import (
     RAY_PORTS,
     WARMUP_POLICIES,
     policy_files,
+    render_ray_network_policies,
 )
 from pd_constructs.templates import ASSETS
 from tests.netpol import Cluster, External, Pod, pods_from_template, policies_in
@@ -137,7 +138,8 @@ def test_policies_are_applied_after_the_namespace_and_before_the_pods(
     assert policy_id in resources[rayservice_id]["DependsOn"]
     names = [o["metadata"]["name"] for lid, o in objects if lid == policy_id]
     assert names[0] == "default-deny-ingress"
-    assert len(names) == len(RAY_POLICIES)
+    # Every policy of the config (setting-dependent ones, such as the endpoint's, only with it).
+    assert names == [p["metadata"]["name"] for p in render_ray_network_policies(default_app.config)]
     warm = [(lid, o) for lid, o in _objects(default_app, "Cluster") if o["kind"] == "NetworkPolicy"]
     assert [o["metadata"]["namespace"] for _, o in warm] == [WARMUP_NAMESPACE]
     (warm_ns_id,) = {
