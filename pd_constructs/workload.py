@@ -7,6 +7,8 @@ objects feed the ``eks.KubernetesManifest`` resources, the tests and the rendere
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import yaml
@@ -29,8 +31,10 @@ from pd_constructs.model_access import (
     token_volume,
 )
 from pd_constructs.network_policy import RAY_PORTS, render_ray_network_policies
+from pd_constructs.recreate import RayServiceRecreate
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_removal_policy, log_retention
 
 
 def _gib(value: float) -> str:
@@ -164,9 +168,34 @@ def head_volumes(config: AppConfig) -> tuple[list[dict[str, Any]], list[dict[str
     return mounts, volumes
 
 
+# On the head pod template: the hash of the Ray cluster spec the pods were created from. KubeRay
+# copies rayClusterConfig into the RayCluster it creates, so the live RayCluster's head template
+# says which spec is running, even when the RayService (upgradeStrategy None) says another.
+CLUSTER_SPEC_ANNOTATION = "ray-pd-eks/cluster-spec-hash"
+
+
+def cluster_spec_hash(config: AppConfig) -> str:
+    """A hash of the rendered Ray cluster spec (``rayClusterConfig``: image, Ray version, worker
+    count, resources, init containers, service account, env...), everything but
+    ``serveConfigV2``. It changes exactly when the running Ray cluster must be recreated, and
+    never for a Serve-only change (``maxModelLen``, ``dtype``, ...), which KubeRay applies in
+    place. Rendered with the region left symbolic, so it is a literal at synth."""
+    spec = _render_rayservice(config, image=config.image_uri("-"), region="-")["spec"]
+    text = json.dumps(spec["rayClusterConfig"], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def render_rayservice(config: AppConfig, *, image: str, region: str = "-") -> dict[str, Any]:
-    """The RayService object. ``image`` and ``region`` may hold a CloudFormation token (the
-    deploy region)."""
+    """The RayService object, its head pod template annotated with :func:`cluster_spec_hash`.
+    ``image`` and ``region`` may hold a CloudFormation token (the deploy region)."""
+    rayservice = _render_rayservice(config, image=image, region=region)
+    head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
+    metadata = head.setdefault("metadata", {})
+    metadata.setdefault("annotations", {})[CLUSTER_SPEC_ANNOTATION] = cluster_spec_hash(config)
+    return rayservice
+
+
+def _render_rayservice(config: AppConfig, *, image: str, region: str) -> dict[str, Any]:
     system = config.system_spec
     worker_mounts, worker_vols = worker_volumes(config)
     head_mounts, head_vols = head_volumes(config)
@@ -265,6 +294,22 @@ class PdWorkload(Construct):
             skip_validation=True,
         )
         self.rayservice.node.add_dependency(self.operator, self.network_policies)
+        # Before the manifest: when the Ray cluster spec changed, the old RayService and its
+        # pods go first, so the manifest's `kubectl apply` creates it from the new spec
+        # (docs/lifecycle.md, "What a config change does").
+        self.recreate = RayServiceRecreate(
+            self,
+            "Recreate",
+            cluster=cluster,
+            namespace=config.namespace,
+            ray_service_name=config.ray_service_name,
+            cluster_spec_hash=cluster_spec_hash(config),
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
+        self.recreate.rbac.node.add_dependency(self.namespace)
+        self.recreate.resource.node.add_dependency(self.operator)
+        self.rayservice.node.add_dependency(self.recreate)
         if self.service_account:
             # Pod Identity injects credentials when a pod is created: association first.
             self.rayservice.node.add_dependency(self.service_account)

@@ -65,6 +65,14 @@ class WorkloadStack(Stack):
                 "PortForwardCommand",
                 value=f"kubectl port-forward -n {config.namespace} svc/{serve_svc} 8000:8000",
             ),
+            # What this deploy did to the Ray cluster, printed by `cdk deploy`: recreated (with
+            # the downtime) when its spec changed, unchanged for Serve-level changes.
+            "RayClusterChange": CfnOutput(
+                self,
+                "RayClusterChange",
+                value=self.workload.recreate.attribute("Summary"),
+                description="What this deploy did to the Ray cluster (recreated = downtime)",
+            ),
         }
         self.observability: PdObservability | None = None
         if config.observability_enabled:

@@ -18,16 +18,16 @@ from tests.synth import Synthesized
 LAMBDA = Path(__file__).resolve().parent.parent / "assets" / "lambda"
 
 
-def _load(folder: str) -> ModuleType:
+def _load(folder: str, module: str = "handler") -> ModuleType:
     if folder == "readiness" and str(LAMBDA / folder) not in sys.path:
-        sys.path.insert(0, str(LAMBDA / folder))  # its handler imports kube and checks
-    name = f"rollback_{folder}_handler"
-    spec = importlib.util.spec_from_file_location(name, LAMBDA / folder / "handler.py")
+        sys.path.insert(0, str(LAMBDA / folder))  # its modules import kube and checks
+    name = f"rollback_{folder}_{module}"
+    spec = importlib.util.spec_from_file_location(name, LAMBDA / folder / f"{module}.py")
     assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[name] = loaded
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 # Custom resource type -> the keys its handler's rollback answer carries.
@@ -35,6 +35,7 @@ ROLLBACK_KEYS = {
     "Custom::RayServiceReadiness": set(_load("readiness").DATA_KEYS),
     "Custom::GpuCapacityWatch": set(_load("capacity").DATA_KEYS),
     "Custom::GpuAvailabilityZone": set(_load("gpu_az").ROLLBACK_DATA_KEYS),
+    "Custom::RayServiceRecreate": set(_load("readiness", "recreate").DATA_KEYS),
 }
 
 
@@ -69,6 +70,7 @@ def test_every_attribute_read_is_answered_during_a_rollback(
     reads = _reads(default_app if which == "default" else variant_app)
     assert reads["Custom::RayServiceReadiness"] >= {"AppStatus", "KvBackend", "GpuNodes"}
     assert reads["Custom::GpuAvailabilityZone"] == {"AvailabilityZone", "SubnetCidr"}
+    assert reads["Custom::RayServiceRecreate"] == {"Summary"}
     for rtype, attributes in reads.items():
         if rtype in ROLLBACK_KEYS:
             assert attributes <= ROLLBACK_KEYS[rtype], rtype
@@ -87,8 +89,9 @@ def _policies_allowing(template: dict[str, Any], action: str) -> list[dict[str, 
 
 
 def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesized) -> None:
-    # The GPU AZ chooser and the capacity watch (GpuNodes), the readiness check (Readiness).
-    per_stack = {"Network": 0, "Cluster": 0, "GpuNodes": 2, "Workload": 0, "Readiness": 1}
+    # The GPU AZ chooser and the capacity watch (GpuNodes), the RayService recreate
+    # (Workload), the readiness check (Readiness).
+    per_stack = {"Network": 0, "Cluster": 0, "GpuNodes": 2, "Workload": 1, "Readiness": 1}
     for stack, expected in per_stack.items():
         policies = _policies_allowing(default_app.templates[stack], "cloudformation:DescribeStacks")
         assert len(policies) == expected, stack

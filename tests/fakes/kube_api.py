@@ -497,6 +497,48 @@ def make_rayservice(
     }
 
 
+def make_raycluster(
+    name: str = RAY_CLUSTER,
+    *,
+    spec_hash: str | None = None,
+    rayservice: str = RAYSERVICE,
+    namespace: str = NAMESPACE,
+) -> dict[str, Any]:
+    """A RayCluster as KubeRay creates it for a RayService: the RayService's rayClusterConfig
+    copied into ``spec``, so the head template keeps the ``ray-pd-eks/cluster-spec-hash``
+    annotation of the spec it was created from (None: created before the annotation)."""
+    head_template: dict[str, Any] = {"spec": {"containers": [{"name": "ray-head"}]}}
+    if spec_hash is not None:
+        head_template["metadata"] = {"annotations": {"ray-pd-eks/cluster-spec-hash": spec_hash}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                "ray.io/originated-from-crd": "RayService",
+                "ray.io/originated-from-cr-name": rayservice,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayService",
+                    "name": rayservice,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "rayVersion": "2.58.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": head_template},
+            "workerGroupSpecs": [],
+        },
+        "status": {"state": "ready"},
+    }
+
+
 def make_replica(
     node_id: str,
     node_ip: str,
@@ -701,6 +743,9 @@ class FakeKubeApi:
         self.pods: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.rayservice: dict[str, Any] | None = None
+        # RayClusters by name (GET .../rayclusters/{name}); DELETE of the RayService is recorded
+        # in ``requests`` and marks it as the API server does for a foreground delete.
+        self.rayclusters: dict[str, dict[str, Any]] = {}
         self.serve_applications: dict[str, Any] | None = None
         self.ray_nodes: list[dict[str, Any]] = []
         self.ray_logs: dict[str, dict[str, str]] = {}
@@ -983,6 +1028,19 @@ class FakeKubeApi:
             if self.rayservice is None:
                 return _not_found(f'rayservices.ray.io "{self.rayservice_name}" not found')
             return _json(200, self.rayservice)
+        rayservice_path = f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{self.rayservice_name}"
+        if method == "DELETE" and path == rayservice_path:
+            if self.rayservice is None:
+                return _not_found(f'rayservices.ray.io "{self.rayservice_name}" not found')
+            metadata = self.rayservice.setdefault("metadata", {})
+            metadata.setdefault("deletionTimestamp", ts())
+            metadata["finalizers"] = ["foregroundDeletion"]
+            return _json(200, self.rayservice)
+        if method == "GET" and path.startswith(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/"):
+            name = path.rsplit("/", 1)[1]
+            if name not in self.rayclusters:
+                return _not_found(f'rayclusters.ray.io "{name}" not found')
+            return _json(200, self.rayclusters[name])
         proxy = _PROXY_RE.match(path)
         if proxy and proxy.group(1) == ns:
             return self._route_proxy(
