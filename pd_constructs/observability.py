@@ -36,26 +36,23 @@ from constructs import Construct
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import MANAGED_POLICY, acknowledge
 from pd_constructs.promql import AlarmSpec, Panel, alarm_specs, dashboard_panels
-from pd_constructs.templates import load_yaml, render
+from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.monitoring import (
+    CLOUDWATCH_ADDON_NAME,
+    addon_configuration,
     alarm_name_prefix,
     dashboard_name,
     dashboard_url,
     log_group_names,
 )
 
-ADDON_NAME = "amazon-cloudwatch-observability"
+ADDON_NAME = CLOUDWATCH_ADDON_NAME
 AGENT_NAMESPACE = "amazon-cloudwatch"
 AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
 AGENT_POLICY = "CloudWatchAgentServerPolicy"
 SCRAPE_INTERVAL = "30s"  # the agent's own default for monitors
 EVALUATION_INTERVAL = Duration.minutes(1)
-
-
-def addon_configuration() -> dict[str, Any]:
-    """The add-on's configuration values (``assets/addons/cloudwatch-observability.yaml``)."""
-    return dict(load_yaml("addons/cloudwatch-observability.yaml"))
 
 
 def render_podmonitors(config: AppConfig) -> list[dict[str, Any]]:

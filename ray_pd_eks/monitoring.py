@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import yaml
+
 from ray_pd_eks.config import AppConfig
+
+CLOUDWATCH_ADDON_NAME = "amazon-cloudwatch-observability"
+_ADDON_VALUES = (
+    Path(__file__).resolve().parent.parent / "assets/addons/cloudwatch-observability.yaml"
+)
+
+
+def addon_configuration() -> dict[str, Any]:
+    """The add-on's configuration values (``assets/addons/cloudwatch-observability.yaml``), as
+    the stack passes them and as ``preflight`` checks them against the version's schema."""
+    return dict(yaml.safe_load(_ADDON_VALUES.read_text(encoding="utf-8")))
 
 
 def resource_prefix(config: AppConfig) -> str:

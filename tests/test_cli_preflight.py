@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,66 @@ RES = f"gpuCapacityReservationId={RESERVATION_ID}"  # how the problems name the 
 PG_ARN = f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:hf-token-AbCdEf"
 GIB = 1024**3
+ADDON = "amazon-cloudwatch-observability"
+ADDON_VERSION = "v8.0.0-eksbuild.1"
+# A schema shaped like the add-on's (closed objects listing their keys), accepting the stack's.
+ADDON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "agent": {"type": "object", "properties": {"config": {"type": "object"}}},
+        "tolerations": {"type": "array"},
+        "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "otelContainerInsights": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "logs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+            },
+        },
+        "dcgmExporter": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+    },
+}
+
+
+def addon_versions(*versions: str, token: str | None = None) -> dict[str, Any]:
+    page: dict[str, Any] = {
+        "addons": [
+            {
+                "addonName": ADDON,
+                "addonVersions": [{"addonVersion": v} for v in versions],
+            }
+        ]
+    }
+    if token:
+        page["nextToken"] = token
+    return page
+
+
+def stub_addon(
+    h: Harness,
+    versions: tuple[str, ...] = (ADDON_VERSION, "v7.4.0-eksbuild.1"),
+    schema: dict[str, Any] | None = ADDON_SCHEMA,
+    kubernetes: str = "1.36",
+) -> None:
+    """EKS's answers for the add-on: the versions for the cluster's Kubernetes version, then
+    (when ``schema`` is not None and the configured version is offered) its schema."""
+    eks = h.session.stub("eks")
+    eks.add_response(
+        "describe_addon_versions",
+        addon_versions(*versions),
+        {"addonName": ADDON, "kubernetesVersion": kubernetes},
+    )
+    if schema is not None:
+        eks.add_response(
+            "describe_addon_configuration",
+            {
+                "addonName": ADDON,
+                "addonVersion": ADDON_VERSION,
+                "configurationSchema": json.dumps(schema),
+            },
+            {"addonName": ADDON, "addonVersion": ADDON_VERSION},
+        )
 
 
 def offering(az: str, itype: str = "g6.8xlarge") -> dict[str, str]:
@@ -61,11 +122,13 @@ def stub_all(
     running: list[dict[str, Any]] | None = None,
     bootstrap: str | None = "28",
     reservation: dict[str, Any] | str | None = None,
+    addon: bool = True,
 ) -> None:
     """Queue the happy-path answers; keyword arguments change one answer each.
 
     ``reservation``: the capacity reservation EC2 describes (a dict), or the error code it
-    answers with (a str); None when no reservation is configured (no call).
+    answers with (a str); None when no reservation is configured (no call). ``addon``: queue
+    the observability check's happy answers (off when a test queues its own).
     """
     spec = itype or G6
     name = str(spec["InstanceType"])
@@ -112,6 +175,8 @@ def stub_all(
             {"Parameter": {"Name": "/cdk-bootstrap/hnb659fds/version", "Value": bootstrap}},
             {"Name": "/cdk-bootstrap/hnb659fds/version"},
         )
+    if addon:
+        stub_addon(h)
 
 
 def lines_of(out: str, check: str) -> list[str]:
@@ -913,3 +978,108 @@ def test_reservation_free_instances_edge(tmp_path: Path, free: int, verdict: str
     assert line.startswith(f"{verdict:<6}capacity reservation"), line
     if verdict == "FAIL":
         assert f"has {free} of 4 instances free, but gpuNodeCount=2 nodes need 2" in line
+
+
+# -- observability: the add-on version and its configuration ----------------------------------
+
+
+def test_addon_version_offered_and_schema_accepts_the_values(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    result = harness.run("preflight")
+    assert result.code == 0, result.out
+    assert lines_of(result.out, "observability") == [
+        f"OK    observability  {ADDON} {ADDON_VERSION} offered for Kubernetes 1.36"
+    ]
+    assert lines_of(result.out, "addon config") == [
+        "OK    addon config  the version's schema accepts the stack's values"
+    ]
+    harness.session.assert_no_pending_responses()
+
+
+def test_addon_version_not_offered_names_the_newest_usable_one(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    stub_addon(
+        harness,
+        versions=("v8.2.1-eksbuild.1", "v8.10.0-eksbuild.2", "v7.9.0-eksbuild.1"),
+        schema=None,
+    )
+    result = harness.run("preflight")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "observability")
+    assert line.startswith(
+        f"FAIL  observability  {ADDON} {ADDON_VERSION} is not offered for Kubernetes 1.36 in "
+        f"{REGION}; offered: v8.2.1-eksbuild.1, v8.10.0-eksbuild.2;"
+    )
+    assert line.endswith("set -c cloudwatchAddonVersion=v8.10.0-eksbuild.2")
+    assert "addon config" not in result.out  # no schema to read for a version EKS lacks
+    harness.session.assert_no_pending_responses()
+
+
+def test_no_addon_version_8_here_suggests_turning_observability_off(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    stub_addon(harness, versions=("v7.9.0-eksbuild.1",), schema=None)
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "observability")
+    assert line.endswith(
+        "none >= v8 is offered here; set -c observability=none or use another region"
+    )
+    assert result.code == 1
+
+
+def test_addon_versions_are_read_across_pages(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    eks = harness.session.stub("eks")
+    request = {"addonName": ADDON, "kubernetesVersion": "1.36"}
+    eks.add_response(
+        "describe_addon_versions", addon_versions("v7.0.0-eksbuild.1", token="t2"), request
+    )
+    eks.add_response(
+        "describe_addon_versions", addon_versions(ADDON_VERSION), {**request, "nextToken": "t2"}
+    )
+    eks.add_response(
+        "describe_addon_configuration",
+        {"configurationSchema": json.dumps(ADDON_SCHEMA)},
+        {"addonName": ADDON, "addonVersion": ADDON_VERSION},
+    )
+    result = harness.run("preflight")
+    assert result.code == 0, result.out
+    assert lines_of(result.out, "observability")[0].startswith("OK")
+    harness.session.assert_no_pending_responses()
+
+
+def test_schema_without_a_key_the_stack_sets_fails_naming_it(harness: Harness) -> None:
+    schema = json.loads(json.dumps(ADDON_SCHEMA))
+    del schema["properties"]["otelContainerInsights"]["properties"]["logs"]
+    del schema["properties"]["dcgmExporter"]
+    stub_all(harness, running=[], addon=False)
+    stub_addon(harness, schema=schema)
+    result = harness.run("preflight")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "addon config")
+    assert line.startswith(
+        f"FAIL  addon config  {ADDON_VERSION} does not accept otelContainerInsights.logs, "
+        "dcgmExporter (assets/addons/cloudwatch-observability.yaml)"
+    )
+
+
+def test_addon_lookup_denied_is_a_warning(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    harness.session.stub("eks").add_client_error(
+        "describe_addon_versions", "AccessDeniedException", "no", http_status_code=403
+    )
+    result = harness.run("preflight")
+    assert result.code == 0
+    (line,) = lines_of(result.out, "observability")
+    assert line.startswith(
+        "WARN  observability  cannot tell (access denied for eks:DescribeAddonVersions"
+    )
+
+
+def test_observability_none_asks_eks_nothing(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    result = harness.run("preflight", "-c", "observability=none")
+    assert result.code == 0
+    assert lines_of(result.out, "observability") == [
+        "OK    observability  none: no add-on, dashboard or alarms to check"
+    ]
+    harness.session.assert_no_pending_responses()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -44,9 +46,27 @@ from tests.fakes.kube_api import (
 pytest_plugins = ["tests.fakes.fixtures"]  # the ``kube_api`` fixture: a fresh fake API server
 
 
+ALARM_PREFIX = "ray-llm-multinode-ray-llm-"
+
+
+def stub_alarms(h: Harness, alarms: list[dict[str, Any]] | None = None) -> None:
+    """CloudWatch's answer to the one DescribeAlarms a status run ends with."""
+    h.session.stub("cloudwatch").add_response(
+        "describe_alarms",
+        {"MetricAlarms": alarms or [], "CompositeAlarms": []},
+        {
+            "AlarmNamePrefix": ALARM_PREFIX,
+            "StateValue": "ALARM",
+            "AlarmTypes": ["MetricAlarm", "CompositeAlarm"],
+        },
+    )
+
+
 @pytest.fixture
 def cli(kube_api: FakeKubeApi, tmp_path: Path) -> Harness:
-    return cli_harness(kube_api, tmp_path)
+    harness = cli_harness(kube_api, tmp_path)
+    stub_alarms(harness)
+    return harness
 
 
 def row(out: str, first_cell: str) -> list[str]:
@@ -668,6 +688,105 @@ def test_prefill_and_decode_on_one_node_is_failed_and_exits_1(
     kube_api.serve_applications = make_pd_serve_applications()
     cli.session = StubbedSession()
     stub_cluster(cli.session, kube_api.url, kube_api.ca_data)
+    stub_alarms(cli)
     again = cli.run("status")
     assert again.code == 0, again.out
     assert again.out.rstrip().splitlines()[-1].startswith("Verdict: RUNNING")
+
+
+# -- observability: the dashboard and the alarms in ALARM ---------------------------------------
+
+
+DASHBOARD = (
+    f"https://{REGION}.console.aws.amazon.com/cloudwatch/home?region={REGION}"
+    "#dashboards/dashboard/ray-llm-multinode-ray-llm"
+)
+
+
+def _alarm(name: str, reason: str, minutes_ago: int) -> dict[str, Any]:
+    return {
+        "AlarmName": f"{ALARM_PREFIX}{name}",
+        "StateValue": "ALARM",
+        "StateReason": reason,
+        "StateUpdatedTimestamp": datetime.now(UTC) - timedelta(minutes=minutes_ago),
+    }
+
+
+def test_status_prints_the_dashboard_and_no_alarm(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    result = cli.run("status")
+    assert result.code == 0
+    assert f"Dashboard: {DASHBOARD}" in result.out
+    assert f"Alarms ({ALARM_PREFIX}*): none in ALARM" in result.out
+    cli.session.assert_no_pending_responses()
+
+
+def test_status_lists_alarms_in_alarm_without_changing_the_exit_code(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kube_api.set_stage("serving")
+    h = cli_harness(kube_api, tmp_path)
+    stub_alarms(
+        h,
+        [
+            _alarm("WorkersDown", "1 contributor breaching", 12),
+            _alarm("KvCacheFull", "Decode:qwen3_5-9b above 0.9\nfor 10 minutes", 3),
+        ],
+    )
+    result = h.run("status")
+    assert result.code == 0  # the endpoint is RUNNING; alarms are reported, not judged
+    lines = result.out.splitlines()
+    start = lines.index(f"Alarms in ALARM (2, names start with {ALARM_PREFIX})")
+    assert lines[start + 1].split() == ["ALARM", "SINCE", "REASON"]
+    # SINCE is measured against the real clock: a few seconds may pass during the run.
+    assert lines[start + 2].split()[0] == "KvCacheFull"
+    assert re.fullmatch(r"3m0\ds", lines[start + 2].split()[1])
+    assert lines[start + 2].endswith("Decode:qwen3_5-9b above 0.9 for 10 minutes")
+    assert lines[start + 3].split()[0] == "WorkersDown"
+    assert re.fullmatch(r"12m0\ds", lines[start + 3].split()[1])
+
+
+def test_status_alarms_denied_is_one_line(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    kube_api.set_stage("serving")
+    h = cli_harness(kube_api, tmp_path)
+    h.session.stub("cloudwatch").add_client_error(
+        "describe_alarms", "AccessDenied", "not authorized", http_status_code=403
+    )
+    result = h.run("status")
+    assert result.code == 0
+    (line,) = [x for x in result.out.splitlines() if x.startswith("Alarms")]
+    assert line.startswith("Alarms: cannot tell (access denied for cloudwatch:DescribeAlarms")
+
+
+def test_status_pages_through_alarms(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    kube_api.set_stage("serving")
+    h = cli_harness(kube_api, tmp_path)
+    cw = h.session.stub("cloudwatch")
+    expected = {
+        "AlarmNamePrefix": ALARM_PREFIX,
+        "StateValue": "ALARM",
+        "AlarmTypes": ["MetricAlarm", "CompositeAlarm"],
+    }
+    cw.add_response(
+        "describe_alarms",
+        {"MetricAlarms": [_alarm("HeadDown", "no target", 1)], "NextToken": "page-2"},
+        expected,
+    )
+    cw.add_response(
+        "describe_alarms",
+        {"MetricAlarms": [_alarm("TtftP95", "Prefill above 2", 2)]},
+        {**expected, "NextToken": "page-2"},
+    )
+    result = h.run("status")
+    assert "Alarms in ALARM (2," in result.out
+    h.session.assert_no_pending_responses()
+
+
+def test_status_with_observability_none_asks_cloudwatch_nothing(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    kube_api.set_stage("serving")
+    h = cli_harness(kube_api, tmp_path)
+    result = h.run("status", "-c", "observability=none")
+    assert result.code == 0
+    assert "Dashboard:" not in result.out and "Alarms" not in result.out

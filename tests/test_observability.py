@@ -23,7 +23,6 @@ from pd_constructs.observability import (
     ADDON_NAME,
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
-    addon_configuration,
     panel_markdown,
     render_podmonitors,
 )
@@ -31,7 +30,12 @@ from pd_constructs.promql import alarm_specs, dashboard_panels
 from pd_constructs.workload import RAY_METRIC_CARDINALITY, render_rayservice
 from ray_pd_eks import metrics
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
-from ray_pd_eks.monitoring import alarm_name_prefix, dashboard_name, log_group_names
+from ray_pd_eks.monitoring import (
+    addon_configuration,
+    alarm_name_prefix,
+    dashboard_name,
+    log_group_names,
+)
 from tests.conftest import ALARM_EMAIL
 from tests.netpol import Cluster, External, Pod
 from tests.synth import TEST_REGION, Synthesized, resolve

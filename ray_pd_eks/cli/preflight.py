@@ -10,6 +10,7 @@ WARN or FAIL, and what to do. Only metadata is read: never an object's or a secr
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +22,8 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import Aws, error_code
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CHECK_FAILED, EXIT_OK, AccessError
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
-from ray_pd_eks.config import NVME_MOUNT, AppConfig
+from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
+from ray_pd_eks.monitoring import CLOUDWATCH_ADDON_NAME, addon_configuration
 
 NAME = "preflight"
 HELP = (
@@ -44,6 +46,9 @@ Check, before a deploy, that the settings fit this account and region:
                hfTokenSecretArn exists, is not deleted, uses the AWS managed key (the
                secret is described, never read)
   access       your principal is in adminPrincipalArns (so status/smoke can read the cluster)
+  observability
+               EKS offers cloudwatchAddonVersion of amazon-cloudwatch-observability for
+               kubernetesVersion, and its configuration schema knows every key the stack sets
 Exit 1 if any check FAILs; WARNs do not change the exit code."""
 
 # On-demand vCPU quotas of EC2 (Service Quotas, service code ec2) by instance family class.
@@ -99,6 +104,7 @@ class Preflight:
             self.model_in_s3,
             self.hf_token,
             self.access,
+            self.observability,
         ]
         for check in checks:
             yield from check()
@@ -607,6 +613,116 @@ class Preflight:
                 "private only: status/smoke/efa-check and kubectl work from inside the VPC; to "
                 "use them from here, add -c endpointPublicCidrs=<your-ip>/32",
             )
+
+    def observability(self) -> Iterator[Finding]:
+        """The add-on version exists for this Kubernetes version, and the configuration the
+        stack passes fits that version's schema (EKS would refuse it an hour into the deploy)."""
+        c = self.config
+        if not c.observability_enabled:
+            yield Finding(OK, "observability", "none: no add-on, dashboard or alarms to check")
+            return
+        eks = self.aws.client("eks")
+        try:
+            offered = self._addon_versions(eks)
+        except AccessError as err:
+            yield Finding(WARN, "observability", f"cannot tell ({err.message})")
+            return
+        usable = sorted(
+            (v for v in offered if addon_major(v) >= MIN_CLOUDWATCH_ADDON_MAJOR),
+            key=addon_sort_key,
+        )
+        if c.cloudwatch_addon_version not in offered:
+            if usable:
+                why = (
+                    f"offered: {', '.join(usable[-5:])}; set -c cloudwatchAddonVersion={usable[-1]}"
+                )
+            else:
+                why = (
+                    f"none >= v{MIN_CLOUDWATCH_ADDON_MAJOR} is offered here; set "
+                    "-c observability=none or use another region"
+                )
+            yield Finding(
+                FAIL,
+                "observability",
+                f"{CLOUDWATCH_ADDON_NAME} {c.cloudwatch_addon_version} is not offered for "
+                f"Kubernetes {c.kubernetes_version} in {self.aws.region}; {why}",
+            )
+            return
+        yield Finding(
+            OK,
+            "observability",
+            f"{CLOUDWATCH_ADDON_NAME} {c.cloudwatch_addon_version} offered for Kubernetes "
+            f"{c.kubernetes_version}",
+        )
+        try:
+            with self.aws.errors("eks:DescribeAddonConfiguration"):
+                answer = eks.describe_addon_configuration(
+                    addonName=CLOUDWATCH_ADDON_NAME, addonVersion=c.cloudwatch_addon_version
+                )
+        except AccessError as err:
+            yield Finding(WARN, "addon config", f"cannot tell ({err.message})")
+            return
+        try:
+            schema = json.loads(answer.get("configurationSchema") or "{}")
+        except ValueError:
+            yield Finding(WARN, "addon config", "EKS returned an unreadable schema")
+            return
+        unknown = unknown_keys(addon_configuration(), schema)
+        if unknown:
+            yield Finding(
+                FAIL,
+                "addon config",
+                f"{c.cloudwatch_addon_version} does not accept {', '.join(unknown)} "
+                "(assets/addons/cloudwatch-observability.yaml): pick a version that does",
+            )
+        else:
+            yield Finding(OK, "addon config", "the version's schema accepts the stack's values")
+
+    def _addon_versions(self, eks: Any) -> set[str]:
+        versions: set[str] = set()
+        token: str | None = None
+        with self.aws.errors("eks:DescribeAddonVersions"):
+            while True:
+                kwargs = {"nextToken": token} if token else {}
+                page = eks.describe_addon_versions(
+                    addonName=CLOUDWATCH_ADDON_NAME,
+                    kubernetesVersion=self.config.kubernetes_version,
+                    **kwargs,
+                )
+                for addon in page.get("addons", []):
+                    versions |= {v["addonVersion"] for v in addon.get("addonVersions", [])}
+                token = page.get("nextToken")
+                if not token:
+                    return versions
+
+
+def addon_major(version: str) -> int:
+    m = re.match(r"^v(\d+)\.", version)
+    return int(m.group(1)) if m else 0
+
+
+def addon_sort_key(version: str) -> tuple[int, ...]:
+    """``v8.1.0-eksbuild.2`` -> (8, 1, 0, 2): newest last."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def unknown_keys(values: Any, schema: Any, path: str = "") -> list[str]:
+    """Paths of ``values`` whose key the JSON schema node's ``properties`` do not list (the
+    add-on schemas EKS returns list every key they accept; a node without ``properties``
+    accepts anything)."""
+    if not isinstance(values, dict) or not isinstance(schema, dict):
+        return []
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return []
+    found = []
+    for key, value in values.items():
+        where = f"{path}.{key}" if path else key
+        if key not in props:
+            found.append(where)
+        else:
+            found += unknown_keys(value, props[key], where)
+    return found
 
 
 def run(app: App) -> int:

@@ -20,6 +20,7 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, AccessError, UsageError
 from ray_pd_eks.cli.output import Progress, duration, table
+from ray_pd_eks.monitoring import alarm_name_prefix, dashboard_name, dashboard_url
 
 NAME = "status"
 HELP = "show the RayService, Ray pods, GPU/EFA nodes, placement and warnings (--watch)"
@@ -27,8 +28,10 @@ DESCRIPTION = """\
 Show the RayService's conditions and Serve app status, every Ray pod with its phase and node,
 each GPU node's nvidia.com/gpu and vpc.amazonaws.com/efa capacity/allocatable, the node warm-up
 (image pre-pull and model prefetch per node), where prefill and decode run, stuck pods and the
-latest warning events, then the equivalent kubectl commands. The warm-up is informational:
-workers never wait on it, and it does not change the exit code.
+latest warning events, then the equivalent kubectl commands, and (observability=cloudwatch)
+the CloudWatch dashboard's URL and every alarm of this deployment in ALARM. The warm-up and
+the alarms are informational: workers never wait on the warm-up, and neither changes the
+exit code.
 
 Exit 0 when the app is RUNNING, 1 otherwise. With --watch, refresh on one line until the app
 is RUNNING (exit 0), fails in a way waiting will not fix (DEPLOY_FAILED, image pull or crash
@@ -471,6 +474,49 @@ def kubectl_commands(app: App) -> list[str]:
     ]
 
 
+def observability_lines(app: App) -> list[str]:
+    """The dashboard's URL and every alarm of this deployment in ALARM (``observability``)."""
+    c = app.config
+    if not c.observability_enabled:
+        return []
+    region = app.aws.region
+    prefix = alarm_name_prefix(c)
+    lines = ["", f"Dashboard: {dashboard_url(region, dashboard_name(c))}"]
+    firing: list[dict[str, Any]] = []
+    try:
+        with app.aws.errors("cloudwatch:DescribeAlarms"):
+            token: str | None = None
+            while True:
+                kwargs = {"NextToken": token} if token else {}
+                page = app.aws.client("cloudwatch").describe_alarms(
+                    AlarmNamePrefix=prefix,
+                    StateValue="ALARM",
+                    AlarmTypes=["MetricAlarm", "CompositeAlarm"],
+                    **kwargs,
+                )
+                firing += page.get("MetricAlarms", []) + page.get("CompositeAlarms", [])
+                token = page.get("NextToken")
+                if not token:
+                    break
+    except AccessError as err:
+        return [*lines, f"Alarms: cannot tell ({err.message})"]
+    if not firing:
+        return [*lines, f"Alarms ({prefix}*): none in ALARM"]
+    rows = [
+        [
+            str(a.get("AlarmName", "")).removeprefix(prefix),
+            _age(a.get("StateUpdatedTimestamp"), app.runtime.now()),
+            str(a.get("StateReason", "")).replace("\n", " ")[:120],
+        ]
+        for a in sorted(firing, key=lambda a: str(a.get("AlarmName", "")))
+    ]
+    return [
+        *lines,
+        f"Alarms in ALARM ({len(rows)}, names start with {prefix})",
+        *table(["ALARM", "SINCE", "REASON"], rows),
+    ]
+
+
 def run(app: App) -> int:
     args = app.args
     if args.interval <= 0 or args.timeout <= 0:
@@ -481,7 +527,7 @@ def run(app: App) -> int:
         now = runtime.now()
         snapshot = collect(cluster, app, now, allow_missing=False)
         verdict, why = snapshot.verdict()
-        app.print(*render(snapshot, app, now, args.events))
+        app.print(*render(snapshot, app, now, args.events), *observability_lines(app))
         app.print("", f"Verdict: {verdict.upper()}: {why}")
         return EXIT_OK if verdict == RUNNING else EXIT_CHECK_FAILED
 
@@ -505,6 +551,6 @@ def run(app: App) -> int:
             return EXIT_CHECK_FAILED
         runtime.sleep(args.interval)
     progress.finish()
-    app.print(*render(snapshot, app, now, args.events))
+    app.print(*render(snapshot, app, now, args.events), *observability_lines(app))
     app.print("", f"Verdict: {verdict.upper()} after {duration(elapsed)}: {why}")
     return EXIT_OK if verdict == RUNNING else EXIT_CHECK_FAILED
