@@ -81,11 +81,11 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
     )
 
 
-# Ray's metric cardinality (ray/_private/ray_constants.py, Ray 2.58): "legacy" keeps every label,
-# "recommended" (Ray's default) drops WorkerId, "low" also drops the task/actor Name label. No
-# dashboard query or alarm groups by either, and every series scraped is billed as OTLP ingest.
+# Ray's metric cardinality (ray/_private/telemetry/metric_cardinality.py, Ray 2.58): "legacy"
+# keeps every label; "recommended" (the default) drops WorkerId from the per-worker task and
+# actor gauges (ray_tasks, ray_actors); "low" also drops their task/actor Name label. No
+# dashboard query or alarm uses those, and every series scraped is billed as OTLP ingest.
 RAY_METRIC_CARDINALITY = "low"
-METRICS_PORT = 8080  # KubeRay's `metrics` port, where Ray exports its metrics
 
 
 def metrics_env() -> list[dict[str, Any]]:

@@ -85,6 +85,9 @@ class WorkloadStack(Stack):
                 log_retention=log_retention(config),
                 log_removal_policy=log_removal_policy(config),
             )
+            # The add-on's Deployments (its operator, the cluster scraper) need a node before
+            # EKS reports the add-on ACTIVE.
+            self.observability.addon.node.add_dependency(self.system_nodes)
             self.outputs["DashboardUrl"] = CfnOutput(
                 self,
                 "DashboardUrl",

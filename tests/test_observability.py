@@ -19,6 +19,7 @@ import promql_parser
 import pytest
 import yaml
 
+from pd_constructs.network_policy import RAY_PORTS
 from pd_constructs.observability import (
     ADDON_NAME,
     AGENT_NAMESPACE,
@@ -352,6 +353,13 @@ def test_log_groups_exist_before_the_addon_with_retention_and_removal(
         assert g["DeletionPolicy"] == "Delete"
     (addon,) = default_app.resources("Workload", "AWS::EKS::Addon").values()
     assert set(groups) <= set(addon["DependsOn"])
+    # Its Deployments (operator, cluster scraper) need a node to become ACTIVE.
+    (system_group,) = [
+        lid
+        for lid, g in default_app.resources("Workload", "AWS::EKS::Nodegroup").items()
+        if g["Properties"]["Labels"].get("role") == "system"
+    ]
+    assert system_group in addon["DependsOn"]
 
 
 # -- PodMonitors --------------------------------------------------------------------------------
@@ -417,8 +425,9 @@ def test_podmonitors_scrape_the_metrics_port_the_rayservice_declares(
         (endpoint,) = spec["podMetricsEndpoints"]
         (container,) = group["template"]["spec"]["containers"]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert ports[endpoint["port"]] == 8080
-        assert group["rayStartParams"]["metrics-export-port"] == "8080"
+        # The port Ray exports on (rayStartParams) is the one declared under that name.
+        assert ports[endpoint["port"]] == RAY_PORTS.metrics_export == 8080
+        assert group["rayStartParams"]["metrics-export-port"] == str(RAY_PORTS.metrics_export)
         targets = {r["targetLabel"]: r for r in endpoint["relabelings"]}
         # The labels every Ray query selects on (pd_constructs/promql.py).
         assert targets["ray_service"]["replacement"] == DEFAULTS.ray_service_name
