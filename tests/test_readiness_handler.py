@@ -382,14 +382,33 @@ def _refused(server: FakeKubeApi, **event: Any) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "reason", ["FailedToCreateWorkerPod", "FailedToCreateHeadPod", "FailedCreate"]
+)
 def test_a_raycluster_warning_of_a_refused_pod_fails_fast_with_its_text(
-    kube_api: FakeKubeApi, sleeps: list[float]
+    kube_api: FakeKubeApi, sleeps: list[float], reason: str
 ) -> None:
-    _refused(kube_api)
+    _refused(kube_api, reason=reason)
     message = fail_message(started(cfn_event(kube_api), ago=60))
-    assert f"RayCluster {fake.RAY_CLUSTER}: FailedToCreateWorkerPod x4: {FORBIDDEN}" in message
+    assert f"RayCluster {fake.RAY_CLUSTER}: {reason} x4: {FORBIDDEN}" in message
     assert "Pod Security admission" in message
     assert kube_api.requests_to("/events")[0].query == {"fieldSelector": "type=Warning"}
+
+
+def test_a_warning_that_is_not_a_refusal_keeps_the_wait_pending(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """KubeRay also warns when the dashboard is not up yet to take the Serve config: that is
+    the normal start of a cluster, not a verdict."""
+    _refused(
+        kube_api,
+        kind="RayService",
+        name=fake.RAYSERVICE,
+        reason="FailedToUpdateServeApplications",
+        message="Failed to update serve applications: connection refused",
+        count=9,
+    )
+    assert poll(started(cfn_event(kube_api), ago=60)) == {"IsComplete": False}
 
 
 def test_a_single_refusal_is_retried_not_failed(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
