@@ -47,7 +47,8 @@ def readiness_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": name, "labels": labels},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}],
+            # The handler only lists (tests/test_rbac.py proves every grant is used).
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -71,7 +72,7 @@ def readiness_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
                     "resourceNames": [ray_service],
                     "verbs": ["get"],
                 },
-                {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
                 {
                     # The proxy's resource name is the URL segment "<service>:<port>". The chat
                     # completion is a POST through the proxy, which RBAC calls "create".

@@ -139,7 +139,7 @@ def test_access_entry_maps_the_poller_role_to_one_group_without_policies(
 def test_rbac_is_read_only_except_posting_to_the_serve_service() -> None:
     objects = {o["kind"]: o for o in readiness_rbac(namespace="inference", ray_service="ray-llm")}
     assert objects["ClusterRole"]["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
     ]
     role = objects["Role"]
     assert role["metadata"]["namespace"] == "inference"
