@@ -40,6 +40,8 @@ from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.monitoring import (
     CLOUDWATCH_ADDON_NAME,
+    CLOUDWATCH_AGENT_POLICY,
+    CLOUDWATCH_AGENT_SERVICE_ACCOUNT,
     addon_configuration,
     alarm_name_prefix,
     dashboard_name,
@@ -49,8 +51,8 @@ from ray_pd_eks.monitoring import (
 
 ADDON_NAME = CLOUDWATCH_ADDON_NAME
 AGENT_NAMESPACE = "amazon-cloudwatch"
-AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
-AGENT_POLICY = "CloudWatchAgentServerPolicy"
+AGENT_SERVICE_ACCOUNT = CLOUDWATCH_AGENT_SERVICE_ACCOUNT
+AGENT_POLICY = CLOUDWATCH_AGENT_POLICY
 SCRAPE_INTERVAL = "30s"  # the agent's own default for monitors
 EVALUATION_INTERVAL = Duration.minutes(1)
 

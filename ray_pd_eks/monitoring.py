@@ -10,6 +10,9 @@ import yaml
 from ray_pd_eks.config import AppConfig
 
 CLOUDWATCH_ADDON_NAME = "amazon-cloudwatch-observability"
+# The add-on's service account that takes an IAM role through Pod Identity, and its policy.
+CLOUDWATCH_AGENT_SERVICE_ACCOUNT = "cloudwatch-agent"
+CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
 _ADDON_VALUES = (
     Path(__file__).resolve().parent.parent / "assets/addons/cloudwatch-observability.yaml"
 )

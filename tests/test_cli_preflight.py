@@ -66,11 +66,23 @@ def addon_versions(*versions: str, token: str | None = None) -> dict[str, Any]:
     return page
 
 
+AGENT_IDENTITY = [
+    {
+        "serviceAccount": "cloudwatch-agent",
+        "recommendedManagedPolicies": [
+            "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+            "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+        ],
+    }
+]
+
+
 def stub_addon(
     h: Harness,
     versions: tuple[str, ...] = (ADDON_VERSION, "v7.4.0-eksbuild.1"),
     schema: dict[str, Any] | None = ADDON_SCHEMA,
     kubernetes: str = "1.36",
+    identity: list[dict[str, Any]] | None = None,
 ) -> None:
     """EKS's answers for the add-on: the versions for the cluster's Kubernetes version, then
     (when ``schema`` is not None and the configured version is offered) its schema."""
@@ -87,6 +99,7 @@ def stub_addon(
                 "addonName": ADDON,
                 "addonVersion": ADDON_VERSION,
                 "configurationSchema": json.dumps(schema),
+                "podIdentityConfiguration": AGENT_IDENTITY if identity is None else identity,
             },
             {"addonName": ADDON, "addonVersion": ADDON_VERSION},
         )
@@ -993,7 +1006,35 @@ def test_addon_version_offered_and_schema_accepts_the_values(harness: Harness) -
     assert lines_of(result.out, "addon config") == [
         "OK    addon config  the version's schema accepts the stack's values"
     ]
+    assert lines_of(result.out, "addon identity") == [
+        "OK    addon identity  cloudwatch-agent with CloudWatchAgentServerPolicy, as EKS recommends"
+    ]
     harness.session.assert_no_pending_responses()
+
+
+def test_addon_identity_for_another_service_account_fails(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    stub_addon(harness, identity=[{"serviceAccount": "cw-agent-v9"}])
+    result = harness.run("preflight")
+    assert result.code == 1
+    (line,) = lines_of(result.out, "addon identity")
+    assert line == (
+        f"FAIL  addon identity  {ADDON_VERSION} expects Pod Identity for cw-agent-v9, not "
+        "cloudwatch-agent: pick a version that uses it"
+    )
+
+
+def test_addon_identity_other_policy_warns(harness: Harness) -> None:
+    stub_all(harness, running=[], addon=False)
+    other = "arn:aws:iam::aws:policy/CloudWatchAgentAdminPolicy"
+    stub_addon(
+        harness,
+        identity=[{"serviceAccount": "cloudwatch-agent", "recommendedManagedPolicies": [other]}],
+    )
+    result = harness.run("preflight")
+    assert result.code == 0
+    (line,) = lines_of(result.out, "addon identity")
+    assert line.startswith(f"WARN  addon identity  EKS recommends {other} for cloudwatch-agent")
 
 
 def test_addon_version_not_offered_names_the_newest_usable_one(harness: Harness) -> None:

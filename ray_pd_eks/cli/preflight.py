@@ -23,7 +23,12 @@ from ray_pd_eks.cli.aws import Aws, error_code
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CHECK_FAILED, EXIT_OK, AccessError
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
-from ray_pd_eks.monitoring import CLOUDWATCH_ADDON_NAME, addon_configuration
+from ray_pd_eks.monitoring import (
+    CLOUDWATCH_ADDON_NAME,
+    CLOUDWATCH_AGENT_POLICY,
+    CLOUDWATCH_AGENT_SERVICE_ACCOUNT,
+    addon_configuration,
+)
 
 NAME = "preflight"
 HELP = (
@@ -667,6 +672,7 @@ class Preflight:
         except ValueError:
             yield Finding(WARN, "addon config", "EKS returned an unreadable schema")
             return
+        yield from self._agent_identity(answer.get("podIdentityConfiguration") or [])
         unknown = unknown_keys(addon_configuration(), schema)
         if unknown:
             yield Finding(
@@ -677,6 +683,41 @@ class Preflight:
             )
         else:
             yield Finding(OK, "addon config", "the version's schema accepts the stack's values")
+
+    def _agent_identity(self, identities: list[dict[str, Any]]) -> Iterator[Finding]:
+        """EKS names the service account(s) of the add-on that take a Pod Identity role, and
+        the managed policies it recommends: the stack associates one role, with
+        CloudWatchAgentServerPolicy, to ``cloudwatch-agent``."""
+        if not identities:
+            return
+        by_account = {i.get("serviceAccount"): i for i in identities}
+        if CLOUDWATCH_AGENT_SERVICE_ACCOUNT not in by_account:
+            yield Finding(
+                FAIL,
+                "addon identity",
+                f"{self.config.cloudwatch_addon_version} expects Pod Identity for "
+                f"{', '.join(sorted(str(a) for a in by_account))}, not "
+                f"{CLOUDWATCH_AGENT_SERVICE_ACCOUNT}: pick a version that uses it",
+            )
+            return
+        recommended = (
+            by_account[CLOUDWATCH_AGENT_SERVICE_ACCOUNT].get("recommendedManagedPolicies") or []
+        )
+        if recommended and not any(
+            arn.endswith(f"/{CLOUDWATCH_AGENT_POLICY}") for arn in recommended
+        ):
+            yield Finding(
+                WARN,
+                "addon identity",
+                f"EKS recommends {', '.join(recommended)} for {CLOUDWATCH_AGENT_SERVICE_ACCOUNT}; "
+                f"the stack attaches {CLOUDWATCH_AGENT_POLICY}",
+            )
+            return
+        yield Finding(
+            OK,
+            "addon identity",
+            f"{CLOUDWATCH_AGENT_SERVICE_ACCOUNT} with {CLOUDWATCH_AGENT_POLICY}, as EKS recommends",
+        )
 
     def _addon_versions(self, eks: Any) -> set[str]:
         versions: set[str] = set()
