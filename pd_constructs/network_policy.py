@@ -23,6 +23,7 @@ from typing import Any
 
 from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
 from pd_constructs.templates import ASSETS, render_from
+from ray_pd_eks.bench.job import BENCH_POD_LABELS
 from ray_pd_eks.config import AppConfig
 
 POLICY_DIR = "manifests/network-policies"
@@ -95,6 +96,7 @@ RAY_POLICIES = (
     "ray-from-kuberay-operator.yaml",
     "ray-serve-from-api-server.yaml",
     "ray-dashboard-from-api-server.yaml",
+    "ray-serve-from-bench.yaml",
     LOAD_BALANCER_POLICY,
 )
 WARMUP_POLICIES = ("warmup-default-deny.yaml",)
@@ -153,6 +155,7 @@ def policy_values(config: AppConfig, ports: RayPorts = RAY_PORTS) -> dict[str, A
         "RAY_SERVICE": config.ray_service_name,
         "OPERATOR_NAMESPACE": OPERATOR_NAMESPACE,
         "OPERATOR_POD_LABELS": dict(OPERATOR_POD_LABELS),
+        "BENCH_POD_LABELS": dict(BENCH_POD_LABELS),
         "CONTROL_PLANE_PEERS": [
             {"ipBlock": {"cidr": cidr}} for cidr in control_plane_cidrs(config.vpc_cidr)
         ],

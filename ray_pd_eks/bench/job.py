@@ -18,6 +18,9 @@ from typing import Any
 from ray_pd_eks.templates import render
 
 CONTAINER = "bench"
+# The label of the Job's pods (assets/manifests/bench-job.yaml) that the NetworkPolicy
+# ray-serve-from-bench.yaml admits to the serve port.
+BENCH_POD_LABELS = {"app.kubernetes.io/name": "ray-pd-eks-bench"}
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods
 RESULT_DIR = "/work/results"
 BEGIN = "@@ray-pd-eks-bench begin {name}@@"
