@@ -1207,6 +1207,18 @@ def test_the_physical_id_stays_within_cloudformations_limit() -> None:
         original = data[key]
         assert value == original or (original.startswith(value[:-3]) and value.endswith("..."))
     assert any(value.endswith("...") for value in carried.values())
+    # The whole response CloudFormation receives stays under its 4 KiB limit.
+    response = {
+        "Status": "SUCCESS",
+        "Reason": "SUCCESS",
+        "StackId": "arn:aws:cloudformation:us-west-2:111111111111:stack/RayPdEks-Readiness/"
+        + "0" * 36,
+        "RequestId": "6d1c6b5a-0000-4000-8000-000000000001",
+        "LogicalResourceId": "ReadinessResource" + "0" * 8,
+        "PhysicalResourceId": physical_id,
+        "Data": {k: v[: handler.MAX_DATA_VALUE_CHARS] for k, v in data.items()},
+    }
+    assert len(json.dumps(response)) < 4096
     small = {"AppStatus": "RUNNING", "KvBackend": "LIBFABRIC,LIBFABRIC"}
     exact = handler.data_from_physical_id(handler.physical_id_with_data(base, small))
     assert exact["AppStatus"] == "RUNNING" and exact["KvBackend"] == "LIBFABRIC,LIBFABRIC"

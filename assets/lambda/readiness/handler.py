@@ -353,8 +353,9 @@ DATA_KEYS = (
     "ServeService",
 )
 ID_DATA_KEYS = tuple(k for k in DATA_KEYS if k != "ServeService")
-# CloudFormation caps a physical id at 1 KiB.
-MAX_PHYSICAL_ID_CHARS = 1024
+# CloudFormation caps a physical id at 1 KiB and the whole response at 4 KiB; with Data values
+# of at most MAX_DATA_VALUE_CHARS each, 700 characters keep the response under that.
+MAX_PHYSICAL_ID_CHARS = 700
 NOT_RECHECKED = "unknown: not re-checked while the stack rolled back"
 
 
@@ -410,8 +411,9 @@ def _base_id(physical_id: str) -> str:
 
 
 def physical_id_with_data(base: str, data: Mapping[str, str]) -> str:
-    """``<base>?<url-encoded Data>``, at most 1 KiB: the longest value is shortened (ending in
-    "...") until it fits, so the id stays valid whatever the node names or reasons."""
+    """``<base>?<url-encoded Data>``, at most ``MAX_PHYSICAL_ID_CHARS``: the longest value is
+    shortened (ending in "...") until it fits, so the id and the whole response stay within
+    CloudFormation's limits whatever the node names or reasons."""
     values = {key: str(data.get(key, "")) for key in ID_DATA_KEYS}
     while True:
         physical_id = f"{base}?{urllib.parse.urlencode(values)}"
