@@ -36,8 +36,11 @@ SERVE_PORT = 8000
 DASHBOARD_PORT = 8265
 
 
-def readiness_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
-    """ClusterRole for nodes (cluster-scoped), Role for what lives in the namespace."""
+def readiness_rbac(
+    *, namespace: str, ray_service: str, ray_auth_secret: str = ""
+) -> list[dict[str, Any]]:
+    """ClusterRole for nodes (cluster-scoped), Role for what lives in the namespace; with
+    ``ray_auth_secret``, ``get`` on that one Secret (the Ray token the dashboard requires)."""
     serve, head = f"{ray_service}-serve-svc", f"{ray_service}-head-svc"
     name = "ray-pd-eks-readiness"
     subjects = [{"kind": "Group", "name": READINESS_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
@@ -87,6 +90,18 @@ def readiness_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
                     "resourceNames": [f"{head}:{DASHBOARD_PORT}"],
                     "verbs": ["get"],
                 },
+                *(
+                    [
+                        {
+                            "apiGroups": [""],
+                            "resources": ["secrets"],
+                            "resourceNames": [ray_auth_secret],
+                            "verbs": ["get"],
+                        }
+                    ]
+                    if ray_auth_secret
+                    else []
+                ),
             ],
         },
         {
@@ -113,6 +128,9 @@ class ReadinessCheck(Construct):
     ``log_retention``, even when the app's other logs go with the stack: they hold the reason a
     failed deploy failed.
 
+    ``ray_auth_secret`` names the Secret with the Ray token (Ray token authentication): the
+    function may ``get`` that one Secret and sends the token to the dashboard.
+
     The facts it found are attributes of ``resource`` (``AppStatus``, ``PrefillNode``,
     ``DecodeNode``, ``KvBackend``, ``Models``, ``GpuNodes``, ``CompletionSample``, ...).
     """
@@ -130,6 +148,7 @@ class ReadinessCheck(Construct):
         kv_backend: str,
         expected_gpu_nodes: int,
         serving_mode: str = "pd",
+        ray_auth_secret: str = "",
         timeout: Duration,
         manifest_fingerprint: str,
         log_retention: logs.RetentionDays,
@@ -213,7 +232,11 @@ class ReadinessCheck(Construct):
             self,
             "Rbac",
             cluster=as_icluster(cluster),
-            manifest=readiness_rbac(namespace=namespace, ray_service=ray_service_name),
+            manifest=readiness_rbac(
+                namespace=namespace,
+                ray_service=ray_service_name,
+                ray_auth_secret=ray_auth_secret,
+            ),
         )
         provider = logged_waiter_provider(
             self,
@@ -240,6 +263,7 @@ class ReadinessCheck(Construct):
                 "ModelId": model_id,
                 "KvBackend": kv_backend,
                 "ServingMode": serving_mode,
+                "RayAuthSecret": ray_auth_secret,
                 "ExpectedGpuNodes": str(expected_gpu_nodes),
                 "TimeoutSeconds": str(int(timeout.to_seconds())),
                 "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),

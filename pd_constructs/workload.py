@@ -31,6 +31,7 @@ from pd_constructs.model_access import (
     token_volume,
 )
 from pd_constructs.network_policy import RAY_PORTS, render_ray_network_policies
+from pd_constructs.ray_auth import RayAuthToken
 from pd_constructs.recreate import RayServiceRecreate
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
@@ -208,6 +209,7 @@ def _render_rayservice(config: AppConfig, *, image: str, region: str) -> dict[st
                 "NAMESPACE": config.namespace,
                 "SERVE_CONFIG": serve_config,
                 "RAY_VERSION": config.ray_version,
+                "RAY_AUTH_SECRET": config.ray_auth_secret_name,
                 "HEAD_START_PARAMS": {
                     "num-gpus": "0",
                     "dashboard-host": "0.0.0.0",
@@ -242,8 +244,9 @@ def kuberay_values(config: AppConfig) -> dict[str, Any]:
 
 
 class PdWorkload(Construct):
-    """Namespace, then the KubeRay operator (CRDs included) and the namespace's
-    NetworkPolicies, then the RayService, in that order (and torn down in the reverse order).
+    """Namespace, then the KubeRay operator (CRDs included), the namespace's NetworkPolicies
+    and the Ray token Secret (filled with a fresh token), then the RayService, in that order
+    (and torn down in the reverse order).
     Objects are created in this construct's stack.
 
     ``image`` is the worker/head image URI, possibly holding the deploy region as a token.
@@ -277,6 +280,17 @@ class PdWorkload(Construct):
             manifest=render_ray_network_policies(config),
         )
         self.network_policies.node.add_dependency(self.namespace)
+        self.ray_token = RayAuthToken(
+            self,
+            "RayAuthToken",
+            cluster=cluster,
+            namespace=config.namespace,
+            secret_name=config.ray_auth_secret_name,
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
+        self.ray_token.secret.node.add_dependency(self.namespace)
+        self.ray_token.rbac.node.add_dependency(self.namespace)
         self.service_account: ModelFetchServiceAccount | None = None
         if config.needs_model_access:
             self.service_account = ModelFetchServiceAccount(
@@ -293,7 +307,10 @@ class PdWorkload(Construct):
             # validation would run before it exists.
             skip_validation=True,
         )
-        self.rayservice.node.add_dependency(self.operator, self.network_policies)
+        # The Ray pods read the token when they start: it exists before the RayService does.
+        self.rayservice.node.add_dependency(
+            self.operator, self.network_policies, self.ray_token.resource
+        )
         # Before the manifest: when the Ray cluster spec changed, the old RayService and its
         # pods go first, so the manifest's `kubectl apply` creates it from the new spec
         # (docs/lifecycle.md, "What a config change does").

@@ -287,6 +287,13 @@ class AppConfig:
         return self.prefill_replicas + self.decode_replicas
 
     @property
+    def ray_auth_secret_name(self) -> str:
+        """The Secret holding the Ray cluster's token (``rayClusterConfig.authOptions
+        .secretName``): created empty by the workload stack, filled in the cluster (docs/
+        security.md); read by the readiness check and the CLI to call the dashboard."""
+        return f"{self.ray_service_name}-ray-token"
+
+    @property
     def is_pd(self) -> bool:
         """Whether prefill and decode are disaggregated (KV cache moves over NIXL)."""
         return self.serving_mode == "pd"
@@ -709,11 +716,17 @@ def _software(c: AppConfig) -> list[str]:
             out.append(_problem(key, image, why))
     if not _SEMVER.match(c.kuberay_version):
         out.append(_problem("kuberayVersion", c.kuberay_version, "must be a version like 1.7.0"))
-    elif tuple(int(p) for p in c.kuberay_version.split(".")) < (1, 5, 0):
-        why = "must be 1.5.0 or newer (the RayService Ready condition and upgradeStrategy)"
+    elif tuple(int(p) for p in c.kuberay_version.split(".")) < (1, 6, 0):
+        why = (
+            "must be 1.6.0 or newer (the RayService Ready condition and upgradeStrategy; "
+            "rayClusterConfig.authOptions.secretName for Ray token authentication)"
+        )
         out.append(_problem("kuberayVersion", c.kuberay_version, why))
     if not _SEMVER.match(c.ray_version):
         out.append(_problem("rayVersion", c.ray_version, "must be a version like 2.58.0"))
+    elif tuple(int(p) for p in c.ray_version.split(".")) < (2, 52, 0):
+        why = "must be 2.52.0 or newer (Ray token authentication, RAY_AUTH_MODE=token)"
+        out.append(_problem("rayVersion", c.ray_version, why))
     if not _ADDON_VERSION.match(c.vpc_cni_addon_version):
         why = (
             "must be an EKS add-on version like v1.23.0-eksbuild.1 (list them with `aws eks "

@@ -57,6 +57,7 @@ class ReadinessStack(Stack):
             model_id=config.model_id,
             kv_backend=config.kv_backend,
             serving_mode=config.serving_mode,
+            ray_auth_secret=config.ray_auth_secret_name,
             expected_gpu_nodes=config.gpu_node_count,
             timeout=Duration.minutes(config.readiness_timeout_minutes),
             # Hash of the manifest as rendered for review (region left symbolic) and of the

@@ -123,7 +123,7 @@ BAD = [
     ({"systemNodeType": "m7g.xlarge"}, "systemNodeType", "x86_64"),
     ({"systemNodeType": "m7i.large"}, "systemNodeType", "need at least 4 vCPU"),
     ({"dlcImage": "ray:latest"}, "dlcImage", "full image reference"),
-    ({"kuberayVersion": "1.1.0"}, "kuberayVersion", "1.5.0 or newer"),
+    ({"kuberayVersion": "1.1.0"}, "kuberayVersion", "1.6.0 or newer"),
     ({"rayVersion": "2.58"}, "rayVersion", "version like 2.58.0"),
     ({"vpcCniAddonVersion": "1.23.0"}, "vpcCniAddonVersion", "describe-addon-versions"),
     ({"vpcCniAddonVersion": "v1.13.9-eksbuild.9"}, "vpcCniAddonVersion", "v1.14.0 or newer"),

@@ -143,7 +143,15 @@ LIMITS: list[Edge] = [
     Edge("maxModelLen", 1_048_576, 1_048_577, "must be a positive token count", why="max"),
     Edge("readinessTimeoutMinutes", 1, 0, "must be 1..60", why="min"),
     Edge("readinessTimeoutMinutes", 60, 61, "at most one hour", why="max"),
-    Edge("kuberayVersion", "1.5.0", "1.4.99", "must be 1.5.0 or newer", why="min"),
+    Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
+    Edge("rayVersion", "2.52.0", "2.51.99", "must be 2.52.0 or newer", why="min"),
+    Edge(
+        "vpcCniAddonVersion",
+        "v1.14.0-eksbuild.1",
+        "v1.13.99-eksbuild.1",
+        "v1.14.0 or newer",
+        why="min",
+    ),
     # -- model access --------------------------------------------------------------------------
     Edge("modelS3Uri", "s3://abc/m", "s3://ab/m", "s3://<bucket>/<prefix>", why="bucket-3"),
     Edge(

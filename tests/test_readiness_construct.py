@@ -38,6 +38,7 @@ def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) 
         "ModelId": "qwen3.5-9b",
         "KvBackend": "LIBFABRIC",
         "ServingMode": "pd",
+        "RayAuthSecret": "ray-llm-ray-token",
         "ExpectedGpuNodes": "2",
         "TimeoutSeconds": "3600",
         "QueryIntervalSeconds": "30",
@@ -159,6 +160,21 @@ def test_rbac_is_read_only_except_posting_to_the_serve_service() -> None:
         assert objects[binding]["subjects"] == [
             {"kind": "Group", "name": READINESS_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
         ]
+    assert ("", ("secrets",)) not in rules  # no token Secret given: no Secret at all
+
+
+def test_rbac_reads_exactly_the_ray_token_secret(default_app: Synthesized) -> None:
+    (rbac,) = [v for k, v in _res(default_app).items() if k.startswith("ReadinessRbac")]
+    (role,) = [o for o in json.loads(rbac["Properties"]["Manifest"]) if o["kind"] == "Role"]
+    secrets = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert secrets == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [default_app.config.ray_auth_secret_name],
+            "verbs": ["get"],
+        }
+    ]
 
 
 def test_rbac_manifest_is_deployed_in_the_readiness_stack(default_app: Synthesized) -> None:

@@ -62,6 +62,7 @@ class Cluster:
             kv_backend=c.kv_backend,
             expected_gpu_nodes=c.gpu_node_count,
             serving_mode=c.serving_mode,
+            ray_auth_secret=c.ray_auth_secret_name,
         )
 
     def serving_mode(self, rayservice: dict[str, Any] | None) -> str:
@@ -70,8 +71,15 @@ class Cluster:
         return live or self.app.config.serving_mode
 
     def dashboard(self) -> Any:
-        """The Ray dashboard (head service :8265) through the API server proxy."""
-        return self.kube.RayDashboard(self.client, self.namespace, self.app.config.ray_service_name)
+        """The Ray dashboard (head service :8265) through the API server proxy, with the Ray
+        token read from its Secret (RBAC ``get`` on that Secret)."""
+        config = self.app.config
+        return self.kube.RayDashboard(
+            self.client,
+            self.namespace,
+            config.ray_service_name,
+            token_secret=config.ray_auth_secret_name,
+        )
 
     def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         with self.errors():
@@ -107,9 +115,12 @@ class Cluster:
 
     @contextmanager
     def errors(self) -> Iterator[None]:
-        """KubeAuthError -> the access-entry fix; unreachable -> the endpoint-access fix."""
+        """KubeAuthError -> the access-entry fix; a Ray token problem -> its own message (never
+        "not running"); unreachable -> the endpoint-access fix."""
         try:
             yield
+        except self.kube.RayAuthError as err:
+            raise AccessError(f"Ray token: {err}") from None
         except self.kube.KubeAuthError as err:
             raise AccessError(self._denied_message(err)) from None
         except self.kube.KubeTlsError as err:

@@ -220,9 +220,10 @@ def run(app: App) -> int:
             raise
         except cluster.kube.KubeApiError as err:
             app.debug(f"serve applications unreadable, reading every worker node: {err}")
-    report = handler.read_nixl_backends(
-        dashboard, serve_json, config.application_name, lines=app.args.log_lines
-    )
+    with cluster.errors():  # a refused Ray token is an access problem, not "unknown"
+        report = handler.read_nixl_backends(
+            dashboard, serve_json, config.application_name, lines=app.args.log_lines
+        )
     backend_findings = _backend_findings(report, config.kv_backend)
     for finding in backend_findings:
         app.print(finding.line())

@@ -32,8 +32,15 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` from ``pod_logs`` (400 while the container
   waits to start). The Job controller's part is the test's: ``make_job_pod`` and
   ``finish_job``;
-* ``/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}``: routes set with ``set_proxy``
-  win; otherwise ``<rs>-head-svc:8265`` answers the Ray dashboard endpoints from the state
+* ``GET``/``PATCH`` (JSON merge patch, ``resourceVersion`` checked: 409 on a stale one)
+  ``/api/v1/namespaces/{ns}/secrets/{name}`` from ``secrets`` (404 ``Status`` when absent). By
+  default the Ray token Secret ``<rs>-ray-token`` holds ``RAY_TOKEN``, as the deploy leaves it;
+* ``/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}``: on ``<rs>-head-svc:8265``,
+  while ``ray_token`` is set (the default: the RayService runs with token authentication), a
+  request without ``X-Ray-Authorization: Bearer <ray_token>`` gets Ray's own plain-text 401
+  (no token) or 403 (wrong token), exactly as the dashboard's middleware answers through the
+  API server's proxy; then routes set with ``set_proxy`` win; otherwise
+  ``<rs>-head-svc:8265`` answers the Ray dashboard endpoints from the state
   (``api/serve/applications/``, ``api/v0/nodes``, ``api/v0/logs``, ``api/v0/logs/file``), and
   anything else answers 503 "no endpoints available", as a real API server does before a
   Service has ready endpoints.
@@ -85,6 +92,9 @@ ENGINE_DEPLOYMENT = "LLMServer:qwen3_5-9b"
 PREFILL_WORKER_ID = "1f" * 28
 DECODE_WORKER_ID = "2e" * 28
 COMPLETION_TEXT = "OK."
+RAY_TOKEN_SECRET = f"{RAYSERVICE}-ray-token"
+# What KubeRay's and our token writer's tokens look like: base64 of 32 random bytes.
+RAY_TOKEN = base64.b64encode(bytes(range(32))).decode("ascii")
 FAKE_REGION = "us-west-2"
 FAKE_ACCESS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 WARMUP_NAMESPACE = "ray-pd-eks-warmup"
@@ -665,6 +675,27 @@ def chat_completion_body(text: str = COMPLETION_TEXT, model: str = MODEL_ID) -> 
     }
 
 
+def make_secret(
+    name: str, data: Mapping[str, str] | None = None, *, namespace: str = NAMESPACE
+) -> dict[str, Any]:
+    """An Opaque Secret; ``data`` values are plain text (stored base64-encoded, as the API
+    returns them)."""
+    secret: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": "1001",
+            "labels": {"app.kubernetes.io/part-of": "ray-pd-eks"},
+        },
+    }
+    if data:
+        secret["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return secret
+
+
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
     """A Kubernetes ``Status`` object, the body of every API error."""
     return {
@@ -755,6 +786,11 @@ class FakeKubeApi:
         # Jobs by name (created through POST .../jobs) and each pod's container log text.
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pod_logs: dict[str, str] = {}
+        # Secrets of the namespace by name; the Ray token the dashboard requires (None: none).
+        self.secrets: dict[str, dict[str, Any]] = {
+            RAY_TOKEN_SECRET: make_secret(RAY_TOKEN_SECRET, {"auth_token": RAY_TOKEN})
+        }
+        self.ray_token: str | None = RAY_TOKEN
         self.requests: list[RecordedRequest] = []
         self._proxy: dict[tuple[str, int, str, str], ProxyResponse] = {}
         self._faults: list[_Fault] = []
@@ -815,6 +851,7 @@ class FakeKubeApi:
             "ApplicationName": self.app_name,
             "ModelId": self.model_id,
             "KvBackend": "LIBFABRIC",
+            "RayAuthSecret": RAY_TOKEN_SECRET,
             "ExpectedGpuNodes": "2",
             "ConfigHash": "0123abcd",
         }
@@ -986,9 +1023,17 @@ class FakeKubeApi:
         return None
 
     def _route(
-        self, method: str, path: str, query: dict[str, str], body: bytes = b""
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
     ) -> ProxyResponse:
         ns = self.namespace
+        secret = re.match(rf"^/api/v1/namespaces/{re.escape(ns)}/secrets/([^/]+)$", path)
+        if secret and method in ("GET", "PATCH"):
+            return self._secret(method, secret.group(1), body)
         jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
         if method == "POST" and path == jobs:
             return self._create_job(body)
@@ -1044,7 +1089,7 @@ class FakeKubeApi:
         proxy = _PROXY_RE.match(path)
         if proxy and proxy.group(1) == ns:
             return self._route_proxy(
-                method, proxy.group(2), int(proxy.group(3)), proxy.group(4), query
+                method, proxy.group(2), int(proxy.group(3)), proxy.group(4), query, headers or {}
             )
         return _not_found("the server could not find the requested resource")
 
@@ -1094,9 +1139,51 @@ class FakeKubeApi:
             )
         return ProxyResponse(200, self.pod_logs.get(name, "").encode(), "text/plain")
 
+    def _secret(self, method: str, name: str, body: bytes) -> ProxyResponse:
+        with self._lock:
+            current = self.secrets.get(name)
+            if current is None:
+                return _not_found(f'secrets "{name}" not found')
+            if method == "GET":
+                return _json(200, current)
+            patch = json.loads(body or b"{}")
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            version = current["metadata"]["resourceVersion"]
+            if wanted and wanted != version:
+                message = (
+                    f'Operation cannot be fulfilled on secrets "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again"
+                )
+                return _json(409, status_body(409, "Conflict", message))
+            updated = json.loads(json.dumps(current))
+            for key, value in (patch.get("data") or {}).items():
+                data = updated.setdefault("data", {})
+                if value is None:
+                    data.pop(key, None)
+                else:
+                    data[key] = value
+            updated["metadata"]["resourceVersion"] = str(int(version) + 1)
+            self.secrets[name] = updated
+            return _json(200, updated)
+
     def _route_proxy(
-        self, method: str, service: str, port: int, rest: str, query: dict[str, str]
+        self,
+        method: str,
+        service: str,
+        port: int,
+        rest: str,
+        query: dict[str, str],
+        headers: Mapping[str, str],
     ) -> ProxyResponse:
+        if service == self.head_service and port == 8265 and self.ray_token is not None:
+            # Ray's token middleware (http_token_authentication.py) in front of every route.
+            given = next((v for k, v in headers.items() if k.lower() == "x-ray-authorization"), "")
+            if not given:
+                return ProxyResponse(
+                    401, b"Unauthorized: Missing authentication token", "text/plain"
+                )
+            if given != f"Bearer {self.ray_token}":
+                return ProxyResponse(403, b"Forbidden: Invalid authentication token", "text/plain")
         with self._lock:
             explicit = self._proxy.get((service, port, method, rest))
         if explicit is not None:
@@ -1363,6 +1450,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve()
 
+    def do_PATCH(self) -> None:
+        self._serve()
+
     def _serve(self) -> None:
         api = self.server.api
         split = urllib.parse.urlsplit(self.path)
@@ -1395,7 +1485,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not authorization.startswith("Bearer k8s-aws-v1."):
             self._send(_json(401, status_body(401, "Unauthorized", "Unauthorized")))
             return
-        self._send(api._route(self.command, split.path, query, body))
+        self._send(api._route(self.command, split.path, query, dict(self.headers.items()), body))
 
     def _send(self, response: ProxyResponse) -> None:
         self.send_response(response.status)

@@ -132,6 +132,9 @@ class Props:
     kv_backend: str
     expected_gpu_nodes: int
     serving_mode: str = "pd"  # optional property ServingMode: pd / aggregated
+    # Optional property RayAuthSecret: the Secret with the Ray token the dashboard requires
+    # (rayClusterConfig.authOptions.secretName); empty = the dashboard takes no token.
+    ray_auth_secret: str = ""
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     query_interval_seconds: int = DEFAULT_QUERY_INTERVAL_SECONDS
 
@@ -178,6 +181,7 @@ class Props:
             kv_backend=kv_backend,
             expected_gpu_nodes=_positive_int(properties, "ExpectedGpuNodes", None),
             serving_mode=serving_mode,
+            ray_auth_secret=str(properties.get("RayAuthSecret") or ""),
             timeout_seconds=_positive_int(properties, "TimeoutSeconds", DEFAULT_TIMEOUT_SECONDS),
             query_interval_seconds=_positive_int(
                 properties, "QueryIntervalSeconds", DEFAULT_QUERY_INTERVAL_SECONDS
@@ -504,7 +508,9 @@ def check(
     if not state.running:
         return _pending("rayservice", state.summary() + pod_note)
 
-    dashboard = kube.RayDashboard(client, ns, rs, port=DASHBOARD_PORT)
+    dashboard = kube.RayDashboard(
+        client, ns, rs, port=DASHBOARD_PORT, token_secret=props.ray_auth_secret or None
+    )
     if late := out_of_budget("placement"):
         return late
     serve_json, serve_error = _serve_applications(dashboard)
@@ -737,8 +743,12 @@ def _deployment_detail(state: checks.RayServiceState) -> str:
 
 
 def _serve_applications(dashboard: kube.RayDashboard) -> tuple[dict[str, Any] | None, str]:
+    """The dashboard's Serve details, or why not. A refused or unreadable Ray token is not
+    "not deployed yet": it raises (waiting cannot fix it)."""
     try:
         return dashboard.serve_applications(), ""
+    except kube.KubeAuthError:
+        raise
     except kube.KubeApiError as exc:
         return None, f"GET /api/serve/applications/ via {dashboard.service}: {exc.reason or exc}"
 
@@ -836,6 +846,8 @@ def read_nixl_backends(
         have_replicas = bool(checks.nixl_targets(serve_json, app_name))
         ray_nodes = [] if have_replicas else dashboard.nodes()
         targets = checks.nixl_targets(serve_json, app_name, ray_nodes)
+    except kube.RayAuthError:
+        raise
     except kube.KubeApiError as exc:
         return checks.KvBackendReport(
             reason=f"Ray dashboard not readable via {dashboard.service}: {exc.reason or exc}"

@@ -42,6 +42,15 @@ CLUSTER_ID_HEADER = "x-k8s-aws-id"
 _MAX_RETRY_AFTER_SECONDS = 10.0
 _ERROR_BODY_CHARS = 300
 
+# Ray token authentication (Ray >= 2.52; KubeRay's rayClusterConfig.authOptions). The dashboard's
+# aiohttp middleware (Ray 2.58: ray/_private/authentication/http_token_authentication.py) takes
+# the token from `Authorization`, else `X-Ray-Authorization`, else a cookie; the API server's
+# proxy consumes `Authorization` (our EKS token) itself, so the Ray token travels in the second,
+# as KubeRay's own dashboard client sends it. Missing token: 401, wrong token: 403, both with a
+# plain-text body. The token is the `auth_token` key of the Secret authOptions.secretName names.
+RAY_AUTH_HEADER = "X-Ray-Authorization"
+RAY_TOKEN_KEY = "auth_token"
+
 
 class KubeApiError(Exception):
     """A Kubernetes API call failed; ``str()`` is one line a person can act on.
@@ -71,6 +80,16 @@ class KubeAuthError(KubeApiError):
 
 class KubeTlsError(KubeApiError):
     """The endpoint's certificate did not verify against the given cluster CA."""
+
+
+class UpstreamAuthError(KubeAuthError):
+    """401/403 from the service behind the API server's proxy (not a Kubernetes ``Status``):
+    the proxy let us through, the backend refused the request."""
+
+
+class RayAuthError(KubeAuthError):
+    """The Ray token is missing, unreadable or refused by the Ray dashboard. The message names
+    the Secret and the fix; it never contains the token."""
 
 
 def _botocore(module: str) -> Any:
@@ -284,6 +303,12 @@ class KubeClient:
             if 200 <= status < 300:
                 return status, data
             message = _status_message(data) or reason
+            if status in (401, 403) and "/proxy/" in path and not _is_status(data):
+                raise UpstreamAuthError(
+                    f"{what}: the proxied service answered {status}: {message}",
+                    status=status,
+                    reason=message,
+                )
             if status in (401, 403):
                 raise KubeAuthError(
                     _auth_message(status, what, message), status=status, reason=message
@@ -312,8 +337,10 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         timeout: float | None = None,
         retries: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """Call ``path`` on a Service through the API server's proxy subresource.
+        """Call ``path`` on a Service through the API server's proxy subresource; ``headers``
+        go to the service (the API server forwards them, except ``Authorization``).
 
         Why the proxy: the caller (a Lambda in the VPC) reaches the API server but has no route
         to pod IPs, and the proxy reuses the same token and RBAC (``services/proxy``).
@@ -323,16 +350,16 @@ class KubeClient:
             + path.lstrip("/")
         )
         body = None
-        headers = {"Accept": "application/json"}
+        all_headers = {"Accept": "application/json", **(headers or {})}
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
+            all_headers["Content-Type"] = "application/json"
         return self.request(
             method,
             proxy_path,
             body=body,
             params=params,
-            headers=headers,
+            headers=all_headers,
             timeout=timeout,
             retries=retries,
         )
@@ -400,6 +427,15 @@ def _decode_object(body: bytes, what: str) -> dict[str, Any]:
     return value
 
 
+def _is_status(body: bytes) -> bool:
+    """Whether a body is a Kubernetes ``Status`` (an error of the API server itself)."""
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(value, dict) and value.get("kind") == "Status"
+
+
 def _status_message(body: bytes) -> str:
     """Pull ``message`` out of a Kubernetes ``Status`` body, else a short snippet of the body."""
     try:
@@ -432,21 +468,69 @@ def _auth_message(status: int, what: str, message: str) -> str:
     )
 
 
+def read_ray_token(client: KubeClient, namespace: str, secret: str) -> str:
+    """The Ray token from ``secret``'s ``auth_token`` key (RBAC: ``get`` on that one Secret).
+
+    Raises :class:`RayAuthError` when the Secret or the key is missing, :class:`KubeAuthError`
+    when RBAC denies the read. Never logs or echoes the value.
+    """
+    path = f"/api/v1/namespaces/{_q(namespace)}/secrets/{_q(secret)}"
+    try:
+        obj = client.get_json(path)
+    except KubeAuthError:
+        raise
+    except KubeApiError as exc:
+        if exc.status == 404:
+            raise RayAuthError(
+                f"the Ray token Secret {namespace}/{secret} does not exist ({exc.reason}); it is "
+                "the one rayClusterConfig.authOptions.secretName names, created with the "
+                "workload stack: redeploy it",
+                status=404,
+                reason=exc.reason,
+            ) from None
+        raise
+    encoded = (obj.get("data") or {}).get(RAY_TOKEN_KEY)
+    try:
+        token = base64.b64decode(encoded or "", validate=True).decode("utf-8").strip()
+    except (binascii.Error, ValueError):
+        token = ""
+    if not token:
+        raise RayAuthError(
+            f"the Ray token Secret {namespace}/{secret} has no usable {RAY_TOKEN_KEY!r} key; the "
+            "workload stack's RayAuthToken resource writes it: redeploy the workload stack",
+            reason=f"no {RAY_TOKEN_KEY}",
+        )
+    return token
+
+
 class RayDashboard:
     """The Ray dashboard (head service, port 8265) reached through the API server proxy.
 
     Only the read endpoints this project needs: Serve application details (replica placement)
     and the state API's node list and log files, which let us read worker logs without
     ``kubectl exec`` (no ``pods/exec`` permission needed).
+
+    ``token_secret`` names the Secret holding the Ray token (Ray token authentication): it is
+    read once, on the first call, and sent as ``X-Ray-Authorization: Bearer <token>``; None
+    sends no token (a cluster without authentication). A refusal by the dashboard raises
+    :class:`RayAuthError`, never a "not running" result.
     """
 
     def __init__(
-        self, client: KubeClient, namespace: str, rayservice: str, *, port: int = 8265
+        self,
+        client: KubeClient,
+        namespace: str,
+        rayservice: str,
+        *,
+        port: int = 8265,
+        token_secret: str | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.service = f"{rayservice}-head-svc"
         self.port = port
+        self.token_secret = token_secret
+        self._token: str | None = None
 
     def serve_applications(self) -> dict[str, Any]:
         """``GET /api/serve/applications/``: apps → deployments → replicas (node_id, node_ip)."""
@@ -477,9 +561,43 @@ class RayDashboard:
         )
         return body.decode("utf-8", errors="replace")
 
+    def _headers(self) -> dict[str, str]:
+        if not self.token_secret:
+            return {}
+        if self._token is None:
+            self._token = read_ray_token(self.client, self.namespace, self.token_secret)
+        return {RAY_AUTH_HEADER: f"Bearer {self._token}"}
+
     def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
-        return self.client.service_proxy(
-            self.namespace, self.service, self.port, path, params=params
+        try:
+            return self.client.service_proxy(
+                self.namespace,
+                self.service,
+                self.port,
+                path,
+                params=params,
+                headers=self._headers(),
+            )
+        except UpstreamAuthError as exc:
+            raise RayAuthError(self._refusal(exc), status=exc.status, reason=exc.reason) from None
+
+    def _refusal(self, exc: UpstreamAuthError) -> str:
+        where = f"the Ray dashboard ({self.namespace}/{self.service}:{self.port})"
+        if not self.token_secret:
+            return (
+                f"{where} requires a Ray token ({exc.status}: {exc.reason}) and none was "
+                "configured; pass the Secret that rayClusterConfig.authOptions.secretName names"
+            )
+        if exc.status == 401:
+            return (
+                f"{where} did not receive the Ray token ({exc.status}: {exc.reason}); a proxy "
+                f"between us and the dashboard dropped the {RAY_AUTH_HEADER} header"
+            )
+        return (
+            f"{where} refused the Ray token from Secret {self.namespace}/{self.token_secret} "
+            f"({exc.status}: {exc.reason}): the Ray pods started with another token; restart "
+            f"them so they read the Secret again (kubectl delete pod -n {self.namespace} -l "
+            "ray-pd-eks/ray-service) or put their token back into the Secret"
         )
 
     def _state_api(self, path: str, params: Mapping[str, str]) -> Any:
@@ -501,7 +619,10 @@ __all__ = [
     "KubeAuthError",
     "KubeClient",
     "KubeTlsError",
+    "RayAuthError",
     "RayDashboard",
+    "UpstreamAuthError",
     "eks_token",
+    "read_ray_token",
     "ssl_context_from_ca_data",
 ]
