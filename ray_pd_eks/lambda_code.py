@@ -62,3 +62,9 @@ def gpu_az_handler() -> ModuleType:
     """``assets/lambda/gpu_az/handler.py``: the GPU AZ chooser and its capacity-reservation
     checks, which ``preflight`` runs before a deploy."""
     return _load("handler", "ray_pd_eks_gpu_az_handler", LAMBDA_DIR / "gpu_az")
+
+
+def ray_token() -> ModuleType:
+    """``assets/lambda/readiness/ray_token.py``: the Ray token writer (custom resource)."""
+    kube()
+    return _load("ray_token", "ray_pd_eks_ray_token")

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from ray_pd_eks import lambda_code
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import RAY_TOKEN, RAY_TOKEN_SECRET, FakeKubeApi, make_secret
@@ -47,7 +48,7 @@ def _load(name: str, alias: str) -> ModuleType:
 
 handler = _load("handler", "readiness_handler")
 kube = importlib.import_module("kube")
-ray_token = _load("ray_token", "ray_token_handler")
+ray_token = lambda_code.ray_token()
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +189,22 @@ def cli(kube_api: FakeKubeApi, tmp_path: Path) -> Harness:
     return cli_harness(kube_api, tmp_path)
 
 
+def _stub_alarms(h: Harness) -> None:
+    """CloudWatch's answer to the one DescribeAlarms a status run ends with."""
+    h.session.stub("cloudwatch").add_response(
+        "describe_alarms",
+        {"MetricAlarms": [], "CompositeAlarms": []},
+        {
+            "AlarmNamePrefix": "ray-llm-multinode-ray-llm-",
+            "StateValue": "ALARM",
+            "AlarmTypes": ["MetricAlarm", "CompositeAlarm"],
+        },
+    )
+
+
 def test_cli_status_sends_the_token(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
+    _stub_alarms(cli)
     result = cli.run("status")
     assert result.code == 0, result.out + result.err
     dashboard = kube_api.requests_to(HEAD_PROXY)
@@ -204,6 +219,7 @@ def test_cli_status_reports_a_refused_token_not_a_missing_app(
 ) -> None:
     kube_api.set_stage("serving")
     kube_api.ray_token = "the-pods-token"
+    _stub_alarms(cli)
     result = cli.run("status")
     text = result.out + result.err
     assert "Ray token: the Ray dashboard (inference/ray-llm-head-svc:8265) refused" in text

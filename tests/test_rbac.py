@@ -26,7 +26,7 @@ import pytest
 from ray_pd_eks import lambda_code
 from tests import rbac
 from tests.cli_fixtures import cli_harness
-from tests.fakes.kube_api import STAGES, FakeKubeApi
+from tests.fakes.kube_api import STAGES, FakeKubeApi, make_secret
 from tests.synth import Synthesized, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -91,12 +91,24 @@ def drive_readiness(server: FakeKubeApi, tmp_path: Path) -> None:
     for stage in STAGES:
         server.set_stage(stage)
         handler.check(props, client, now=time.time(), started=time.time())
-    dashboard = kube.RayDashboard(client, props.namespace, props.rayservice)
+    dashboard = kube.RayDashboard(
+        client, props.namespace, props.rayservice, token_secret=props.ray_auth_secret
+    )
     report = handler.read_nixl_backends(dashboard, None, props.app_name)
     assert report.value() == "LIBFABRIC,LIBFABRIC"  # the fallback really read the logs
     server.rayservice = None
     with pytest.raises(handler.ReadinessError, match="not found"):
         handler.check(props, client, now=time.time())
+
+
+def drive_token_writer(server: FakeKubeApi, tmp_path: Path) -> None:
+    """The Ray token writer on an empty Secret (read, then patch) and on a filled one (read)."""
+    writer = lambda_code.ray_token()
+    client = kube.KubeClient(server.url, server.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: 0)
+    name = next(iter(server.secrets))
+    server.secrets[name] = make_secret(name)
+    assert writer.ensure_token(client, server.namespace, name) == "written"
+    assert writer.ensure_token(client, server.namespace, name) == "kept"
 
 
 def drive_cli(server: FakeKubeApi, tmp_path: Path) -> None:
@@ -132,6 +144,13 @@ IDENTITIES = [
         subject=lambda app: entry_groups(app, "ReadinessAccessEntry"),
         drive=drive_readiness,
         exact=True,
+    ),
+    Identity(
+        "ray-token-writer",
+        subject=lambda app: entry_groups(app, "WorkloadRayAuthToken"),
+        drive=drive_token_writer,
+        exact=True,
+        verbs=frozenset({"get", "patch"}),
     ),
     # The CLI runs as a person in adminPrincipalArns (AmazonEKSClusterAdminPolicy): RBAC cannot
     # narrow that, so this row proves it suffices and that the CLI itself only reads.
