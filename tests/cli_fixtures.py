@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +124,10 @@ class Harness:
     kubectl: str | None = "/usr/local/bin/kubectl"
     process_exit: int = 0
     profiles: list[str | None] = field(default_factory=list)
+    # HTTPS to loopback test servers, and the environment the tool sees (empty: never the
+    # developer's own variables).
+    ssl_context: Callable[[], ssl.SSLContext] = ssl.create_default_context
+    env: dict[str, str] = field(default_factory=dict)
 
     def runtime(self) -> tuple[Runtime, io.StringIO, io.StringIO]:
         out, err = io.StringIO(), io.StringIO()
@@ -143,6 +148,8 @@ class Harness:
             sleep=self.clock.sleep,
             which=lambda name: self.kubectl if name == "kubectl" else None,
             run_process=run_process,
+            ssl_context=self.ssl_context,
+            getenv=self.env.get,
         )
         return runtime, out, err
 

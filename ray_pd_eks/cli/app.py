@@ -8,7 +8,9 @@ without AWS and without a terminal.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -37,6 +39,9 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     which: Callable[[str], str | None] = shutil.which
     run_process: Callable[[Sequence[str], Mapping[str, str] | None], int] = _run_process
+    # HTTPS to the application endpoint and its token endpoint (tests trust a loopback CA).
+    ssl_context: Callable[[], ssl.SSLContext] = ssl.create_default_context
+    getenv: Callable[[str], str | None] = os.environ.get
 
 
 class App:

@@ -1,7 +1,10 @@
 """``endpoint``: how to reach the OpenAI-compatible endpoint from this machine.
 
-The serve service is ClusterIP only (nothing is exposed to the internet), so the way in is a
-``kubectl port-forward``. Printing the lines needs no AWS call; ``--run`` starts the forward.
+With ``endpointExposure`` set, the stack owns an HTTPS load balancer: the URL and the exact
+commands to get a token and call the model come from the workload stack's outputs (one
+``cloudformation:DescribeStacks``). Otherwise the serve service is ClusterIP only, so the way in
+is a ``kubectl port-forward``: printing those lines needs no AWS call; ``--run`` starts the
+forward (in either case).
 """
 
 from __future__ import annotations
@@ -11,17 +14,24 @@ import json
 import os
 import shlex
 
+from ray_pd_eks import endpoint_commands as commands
+from ray_pd_eks.cli import alb
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.errors import EXIT_ACCESS, EXIT_OK, UsageError
 from ray_pd_eks.config import AppConfig
 
 NAME = "endpoint"
-HELP = "print (or --run) the port-forward and curl lines for the model endpoint"
+HELP = "print the endpoint's URL, how to get a token and the curl/OpenAI lines (or --run)"
 DESCRIPTION = """\
-Print the kubectl port-forward to <rayServiceName>-serve-svc:8000 and the curl lines that
-list the models and send one chat completion. With --run, start the port-forward (needs
-kubectl with a kubeconfig for the cluster: `aws eks update-kubeconfig`); stop it with Ctrl-C.
-No AWS call is made unless --run is given."""
+With endpointExposure set: print the application endpoint's URL (from the workload stack's
+outputs), the command that gets an access token (the stack's Cognito client; its secret goes
+from Cognito to curl and is never shown) and the curl and OpenAI Python lines that call it.
+
+Otherwise: print the kubectl port-forward to <rayServiceName>-serve-svc:8000 and the curl
+lines that list the models and send one chat completion; no AWS call is made.
+
+With --run, start the port-forward (needs kubectl with a kubeconfig for the cluster:
+`aws eks update-kubeconfig`); stop it with Ctrl-C."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="local port to forward (default: 8000)",
     )
+    alb.add_stack_argument(parser)
 
 
 def port_forward_argv(config: AppConfig, local_port: int) -> list[str]:
@@ -66,11 +77,67 @@ def update_kubeconfig_line(config: AppConfig, region: str | None, profile: str |
     return line
 
 
+def application_lines(app: App, endpoint: alb.Endpoint) -> list[str]:
+    """The URL, the token step and the calls, with the deployed ids filled in."""
+    config = app.config
+    bearer = endpoint.auth != "none"
+    auth = f' -H "Authorization: Bearer ${alb.TOKEN_ENV}"' if bearer else ""
+    lines = [
+        f"Application endpoint of RayService {config.ray_service_name}: {endpoint.url}",
+        f"({config.endpoint_exposure} load balancer, authentication {endpoint.auth}; stack "
+        f"{endpoint.stack})",
+        "",
+    ]
+    step = 1
+    if endpoint.uses_cognito:
+        token = commands.token_command(
+            token_url=endpoint.token_url,
+            user_pool_id=endpoint.user_pool_id,
+            client_id=endpoint.client_id,
+            region=app.aws.region,
+            scope=endpoint.scope,
+        )
+        lines += [
+            f"{step}. Get an access token (valid one hour; the app client's secret goes from "
+            "Cognito to curl, never to the screen):",
+            f"   {token}",
+        ]
+        step += 1
+    elif bearer:
+        wants = ", ".join(
+            x
+            for x in (
+                f"audience {config.endpoint_jwt_audience}" if config.endpoint_jwt_audience else "",
+                f"scope {endpoint.scope}" if endpoint.scope else "",
+            )
+            if x
+        )
+        lines += [
+            f"{step}. Get an access token from {endpoint.issuer} ({wants}) and:",
+            f"   export {alb.TOKEN_ENV}=<the access token>",
+        ]
+        step += 1
+    lines += [
+        f"{step}. List the models and ask one question:",
+        f"   curl -s {endpoint.url}/v1/models{auth}",
+        f"   {commands.curl_command(endpoint.url, config.model_id, bearer=bearer)}",
+        f"{step + 1}. From Python (pip install openai; the token is the API key):",
+        f"   {commands.openai_python_command(endpoint.url, config.model_id, bearer=bearer)}",
+        "",
+        "docs/endpoint.md has the token flow for applications. Without the load balancer: "
+        "this command's --run starts a kubectl port-forward.",
+    ]
+    return lines
+
+
 def run(app: App) -> int:
     config = app.config
     port = app.args.local_port
     if not 0 < port < 65536:
         raise UsageError(f"--local-port {port}: must be 1..65535")
+    if config.endpoint_exposed and not app.args.run:
+        app.print(*application_lines(app, alb.describe(app, app.args.stack)))
+        return EXIT_OK
     # Print-only mode must work offline: do not create a session just to learn its region.
     region = app.args.region or config.region or None
     forward = port_forward_argv(config, port)
@@ -84,6 +151,9 @@ def run(app: App) -> int:
         f"   {shlex.join(forward)}",
         "3. In another terminal, list the models and ask one question:",
         *(f"   {line}" for line in curl_lines(config, port)),
+        "",
+        "For applications: an HTTPS endpoint with tokens, owned by the stack "
+        "(-c endpointExposure=internal|internet-facing): docs/endpoint.md",
     )
     if not app.args.run:
         return EXIT_OK

@@ -31,9 +31,9 @@ needed)."""
 _TYPICAL = (
     ("preflight", f"before `{DEPLOY_COMMAND}`"),
     ("status --watch", "while the deploy waits for the model"),
-    ("smoke", "one chat completion through the API server proxy"),
+    ("smoke", "one chat completion (load balancer or API server)"),
     ("efa-check", "LIBFABRIC (EFA) or UCX (TCP fallback)?"),
-    ("endpoint", "port-forward and curl lines"),
+    ("endpoint", "the URL, how to get a token, curl lines"),
     ("bench", "TTFT, ITL, throughput and cost per token"),
 )
 EPILOG = (

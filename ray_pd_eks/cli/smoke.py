@@ -1,4 +1,10 @@
-"""``smoke``: one real request to the model, through the Kubernetes API server's service proxy.
+"""``smoke``: one real request to the model, through the application endpoint when the stack
+has one (``endpointExposure``), else through the Kubernetes API server's service proxy.
+
+Through the endpoint the request takes the path an application takes: an access token (from
+the stack's Cognito app client, or ``$TOKEN`` for an existing identity provider), HTTPS to the
+load balancer, JWT validation, the target group. The stream is read as it arrives, so the time
+to the first token is measured.
 
 The proxy path needs no port-forward and no route to pod IPs, only the same access as
 ``status``. The price: the API server buffers a proxied response, and the client here reads it
@@ -13,20 +19,25 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ray_pd_eks.cli import alb, https
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed, UsageError
 
 NAME = "smoke"
-HELP = "list the models and send one chat completion through the API server proxy"
+HELP = "list the models and send one chat completion (through the endpoint, or the API server)"
 DESCRIPTION = """\
-Send GET /v1/models and one streamed POST /v1/chat/completions (temperature 0) to
-<rayServiceName>-serve-svc:8000 through the Kubernetes API server's service proxy, and print
-the answer, the latency and the tokens per second as measured from this machine.
+Send GET /v1/models and one streamed POST /v1/chat/completions (temperature 0) and print the
+answer, the latency and the tokens per second as measured from this machine.
 
-The proxy delivers the stream in one piece, so "first token" is an upper bound (the time until
-the whole answer arrived). For true streaming latency use `endpoint` and `curl -N`.
-Exit 1 if the model is not listed or no text comes back."""
+With endpointExposure set, the requests go to the application endpoint (the URL from the
+workload stack's outputs) with an access token: from the stack's Cognito app client (its
+secret is read with cognito-idp:DescribeUserPoolClient and never printed), or from $TOKEN for
+an existing identity provider. The time to first token is measured on the stream.
+
+Otherwise (or with --via-api-server) they go to <rayServiceName>-serve-svc:8000 through the
+Kubernetes API server's service proxy, which delivers the stream in one piece, so "first token"
+is an upper bound there. Exit 1 if the model is not listed or no text comes back."""
 
 DEFAULT_PROMPT = "In one sentence: why separate prefill and decode onto different GPUs?"
 COMPLETION_TIMEOUT_SECONDS = 180.0
@@ -41,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="completion length limit (default: 64)",
     )
+    parser.add_argument(
+        "--via-api-server",
+        action="store_true",
+        help="use the API server proxy even when the stack has an application endpoint",
+    )
+    alb.add_stack_argument(parser)
 
 
 @dataclass(frozen=True)
@@ -106,10 +123,113 @@ def _proxy(cluster: Cluster, path: str, **kwargs: Any) -> tuple[int, bytes]:
             ) from None
 
 
+def chat_request(app: App) -> dict[str, Any]:
+    return {
+        "model": app.config.model_id,
+        "messages": [{"role": "user", "content": app.args.prompt}],
+        "max_tokens": app.args.max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def listed_models(body: bytes) -> list[str]:
+    try:
+        return [str(m.get("id")) for m in json.loads(body).get("data", [])]
+    except (json.JSONDecodeError, AttributeError):
+        raise CheckFailed(f"/v1/models did not return a model list: {body[:200]!r}") from None
+
+
+def require_model(app: App, listed: list[str]) -> None:
+    model_id = app.config.model_id
+    if model_id not in listed:
+        raise CheckFailed(
+            f"/v1/models does not list '{model_id}' "
+            f"(it lists: {', '.join(listed) or 'none'}): the app may still be deploying, "
+            "or modelId differs from the deployed one"
+        )
+
+
+def require_text(completion: Completion, body: bytes) -> None:
+    if not completion.text.strip():
+        raise CheckFailed(
+            f"the chat completion returned no text ({len(body)} bytes: {body[:200]!r}); "
+            "look at the worker logs (`python -m ray_pd_eks status`, then kubectl logs)"
+        )
+
+
+def report_rate(app: App, completion: Completion, seconds: float) -> None:
+    tokens, source = completion.completion_tokens, "usage.completion_tokens"
+    if tokens is None and completion.streamed:
+        tokens, source = completion.chunks, "streamed chunks"  # one token per chunk in vLLM
+    if tokens is None or seconds <= 0:
+        app.print("  tokens/s    n/a  (no token count or no measurable time)")
+    else:
+        app.print(
+            f"  tokens/s    {tokens / seconds:.1f}  ({tokens} tokens from {source} in "
+            f"{seconds:.2f} s, end to end)"
+        )
+
+
+def run_through_endpoint(app: App) -> int:
+    """The application's path: token, HTTPS to the load balancer, JWT check, Serve."""
+    config = app.config
+    endpoint = alb.describe(app, app.args.stack)
+    app.print(
+        f"Smoke test of {config.model_id} via the application endpoint {endpoint.url} "
+        f"({config.endpoint_exposure} load balancer, auth {endpoint.auth})"
+    )
+    token = alb.bearer_token(app, endpoint)
+    if endpoint.uses_cognito:
+        app.print(
+            f"  token       from Cognito app client {endpoint.client_id} (scope "
+            f"{endpoint.scope}); secret and token not shown"
+        )
+    elif token is not None:
+        app.print(f"  token       from ${alb.TOKEN_ENV} (issuer {endpoint.issuer})")
+    headers = {"Accept": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    context = app.runtime.ssl_context()
+    clock = app.runtime.clock
+
+    models = https.request(
+        "GET", f"{endpoint.url}/v1/models", context=context, clock=clock, headers=headers
+    )
+    alb.check_status("/v1/models", models)
+    listed = listed_models(models.body)
+    require_model(app, listed)
+    app.print(f"  models      {', '.join(listed)}  ({models.total_seconds:.2f} s)")
+
+    answer = https.request(
+        "POST",
+        f"{endpoint.url}/v1/chat/completions",
+        context=context,
+        clock=clock,
+        headers={**headers, "Content-Type": "application/json", "Accept": "text/event-stream"},
+        body=json.dumps(chat_request(app)).encode(),
+        timeout=COMPLETION_TIMEOUT_SECONDS,
+        stream=True,
+    )
+    alb.check_status("/v1/chat/completions", answer)
+    completion = parse_completion(answer.body)
+    require_text(completion, answer.body)
+    app.print(f"  answer      {completion.text.strip()[:300]!r}")
+    if answer.first_text_seconds is not None:
+        app.print(f"  first token {answer.first_text_seconds:.2f} s  (measured on the stream)")
+    app.print(f"  latency     {answer.total_seconds:.2f} s  (whole answer)")
+    report_rate(app, completion, answer.total_seconds)
+    app.print("OK: the endpoint answers")
+    return EXIT_OK
+
+
 def run(app: App) -> int:
     config = app.config
     if app.args.max_tokens < 1:
         raise UsageError("--max-tokens must be at least 1")
+    if config.endpoint_exposed and not app.args.via_api_server:
+        return run_through_endpoint(app)
     cluster = Cluster(app)
     cluster.rayservice()  # a missing RayService is exit 3 with its own fix, not a proxy 404
     clock = app.runtime.clock
@@ -121,42 +241,22 @@ def run(app: App) -> int:
     started = clock()
     _, body = _proxy(cluster, "v1/models")
     models_seconds = clock() - started
-    try:
-        listed = [str(m.get("id")) for m in json.loads(body).get("data", [])]
-    except (json.JSONDecodeError, AttributeError):
-        raise CheckFailed(f"/v1/models did not return a model list: {body[:200]!r}") from None
-    if config.model_id not in listed:
-        raise CheckFailed(
-            f"/v1/models does not list '{config.model_id}' "
-            f"(it lists: {', '.join(listed) or 'none'}): the app may still be deploying, "
-            "or modelId differs from the deployed one"
-        )
+    listed = listed_models(body)
+    require_model(app, listed)
     app.print(f"  models      {', '.join(listed)}  ({models_seconds:.2f} s)")
 
-    request = {
-        "model": config.model_id,
-        "messages": [{"role": "user", "content": app.args.prompt}],
-        "max_tokens": app.args.max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
     started = clock()
     _, body = _proxy(
         cluster,
         "v1/chat/completions",
         method="POST",
-        json_body=request,
+        json_body=chat_request(app),
         timeout=COMPLETION_TIMEOUT_SECONDS,
         retries=0,  # never send a completion twice
     )
     seconds = clock() - started
     completion = parse_completion(body)
-    if not completion.text.strip():
-        raise CheckFailed(
-            f"the chat completion returned no text ({len(body)} bytes: {body[:200]!r}); "
-            "look at the worker logs (`python -m ray_pd_eks status`, then kubectl logs)"
-        )
+    require_text(completion, body)
     app.print(f"  answer      {completion.text.strip()[:300]!r}")
     if completion.streamed:
         app.print(
@@ -165,15 +265,6 @@ def run(app: App) -> int:
         )
     else:
         app.print(f"  latency     {seconds:.2f} s  (the server did not stream)")
-    tokens, source = completion.completion_tokens, "usage.completion_tokens"
-    if tokens is None and completion.streamed:
-        tokens, source = completion.chunks, "streamed chunks"  # one token per chunk in vLLM
-    if tokens is None or seconds <= 0:
-        app.print("  tokens/s    n/a  (no token count or no measurable time)")
-    else:
-        app.print(
-            f"  tokens/s    {tokens / seconds:.1f}  ({tokens} tokens from {source} in "
-            f"{seconds:.2f} s, end to end)"
-        )
+    report_rate(app, completion, seconds)
     app.print("OK: the endpoint answers")
     return EXIT_OK
