@@ -296,6 +296,8 @@ def test_nothing_is_created_while_the_app_is_not_running(
         (["--concurrency", "a"], "expected numbers"),
         (["--input-len", "4000", "--output-len", "97"], "exceeds the deployed maxModelLen 4096"),
         (["--prompts", "0"], "--prompts must be at least 1"),
+        (["--concurrency", "1,1025"], "each level must be 1..1024"),
+        (["--tokenizer", "not a repo"], "expected a Hugging Face repo"),
     ],
 )
 def test_bad_options_are_usage_errors(
@@ -304,6 +306,13 @@ def test_bad_options_are_usage_errors(
     result = cli.run("bench", *argv)
     assert result.code == 2 and message in result.err
     assert kube_api.requests_to(JOBS) == []
+
+
+def test_concurrency_limits_and_order() -> None:
+    from ray_pd_eks.cli.bench import parse_concurrency
+
+    assert parse_concurrency("32,1,1024") == (32, 1, 1024)  # as given, up to the limit
+    assert parse_concurrency("1") == (1,)
 
 
 def test_longest_prompt_that_fits_is_accepted(kube_api: FakeKubeApi, cli: Harness) -> None:
@@ -337,9 +346,14 @@ def test_price_falls_back_to_the_dated_table_when_the_api_is_denied(
 
     cli.clock.on_sleep = [ends]
     out = tmp_path / "agg"
-    result = cli.run("bench", "--concurrency", "1", "--out", str(out))
+    result = cli.run(
+        "bench", "--concurrency", "1", "--out", str(out), "--tokenizer", "Qwen/Qwen3-8B"
+    )
     assert result.code == 0, result.err
+    (argv,) = _script_args(_the_job(kube_api))
+    assert argv[argv.index("--tokenizer") + 1] == "Qwen/Qwen3-8B"
     config = json.loads((out / "bench-meta.json").read_text())["config"]
+    assert config["tokenizer"] == "Qwen/Qwen3-8B"
     assert config["servingMode"] == "aggregated" and config["engines"] == 2
     assert config["kvBackend"] is None
     assert config["gpuPricePerHourUsd"] == pricing.ON_DEMAND_USD_PER_HOUR["g6.8xlarge"]

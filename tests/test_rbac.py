@@ -127,6 +127,32 @@ def drive_cli(server: FakeKubeApi, tmp_path: Path) -> None:
         assert result.code in (0, 1), (command, result.out, result.err)
 
 
+def drive_bench(server: FakeKubeApi, tmp_path: Path) -> None:
+    """``bench``: create the Job, follow its pod and log, delete it (the Job controller's part
+    played here as the fake's helpers do)."""
+    from tests.fakes.kube_api import finish_job, make_job_pod
+
+    server.set_stage("serving")
+    harness = cli_harness(server, tmp_path)
+    harness.session.stub("pricing").add_client_error("get_products", "AccessDeniedException")
+
+    def ends() -> None:
+        job = next(iter(server.jobs.values()))
+        pod = make_job_pod(job, state="terminated")
+        server.pods.append(pod)
+        server.pod_logs[pod["metadata"]["name"]] = "[bench] level concurrency=1: started\n"
+        finish_job(job, succeeded=True)
+
+    harness.clock.on_sleep = [ends]
+    assert server.rayservice is not None
+    server.rayservice["spec"]["rayClusterConfig"] = {
+        "headGroupSpec": {"template": {"spec": {"containers": [{"image": "img:1"}]}}}
+    }
+    result = harness.run("bench", "--concurrency", "1", "--out", str(tmp_path / "out"))
+    # 1: the Job ended without results (this driver's log has none); 3 would be access.
+    assert result.code == 1 and "no results" in result.err, (result.out, result.err)
+
+
 @dataclass(frozen=True)
 class Identity:
     name: str
@@ -161,6 +187,15 @@ IDENTITIES = [
         exact=False,
         extra=admin_grants,
         verbs=frozenset({"get", "list"}),
+    ),
+    # `bench` is the one command that writes: it creates and deletes its Job.
+    Identity(
+        "operator-cli-bench",
+        subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
+        drive=drive_bench,
+        exact=False,
+        extra=admin_grants,
+        verbs=frozenset({"get", "list", "create", "delete"}),
     ),
 ]
 
@@ -214,6 +249,21 @@ def test_the_proxy_posts_of_the_readiness_check_are_creates_on_the_serve_service
         str(rbac.attributes(r.method, r.path, r.query)) for r in kube_api.requests_to("", "POST")
     }
     assert posts == {"create services/proxy 'ray-llm-serve-svc:8000' in namespace inference"}
+
+
+def test_the_only_writes_of_bench_are_its_job(
+    app: Synthesized, kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    drive_bench(kube_api, tmp_path)
+    writes = {
+        (a.verb, a.api_group, a.resource, a.namespace)
+        for r in kube_api.requests
+        if (a := rbac.attributes(r.method, r.path, r.query)).verb in ("create", "delete")
+    }
+    assert writes == {
+        ("create", "batch", "jobs", "inference"),
+        ("delete", "batch", "jobs", "inference"),
+    }
 
 
 # --- the evaluator's own semantics ---------------------------------------------------------

@@ -81,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="random prompt seed (default: 0)")
     parser.add_argument(
+        "--tokenizer",
+        metavar="ORG/NAME",
+        help="Hugging Face repo whose tokenizer builds the prompts (default: modelSource; give "
+        "an ungated repo with the same tokenizer when the model is gated)",
+    )
+    parser.add_argument(
         "--label",
         help="name of this run in reports (default: the serving mode, e.g. pd-LIBFABRIC)",
     )
@@ -420,6 +426,8 @@ def run(app: App) -> int:
             raise UsageError(f"{flag} must be at least 1")
     if args.prompts is not None and args.prompts < 1:
         raise UsageError("--prompts must be at least 1")
+    if args.tokenizer is not None and not _HF_REPO.match(args.tokenizer):
+        raise UsageError(f"--tokenizer {args.tokenizer!r}: expected a Hugging Face repo org/name")
     if args.poll_interval <= 0:
         raise UsageError("--poll-interval must be a positive number of seconds")
     if args.price_per_hour is not None and args.price_per_hour <= 0:
@@ -452,7 +460,7 @@ def run(app: App) -> int:
     sweep = bench_job.Sweep(
         base_url=f"http://{config.ray_service_name}-serve-svc.{config.namespace}:8000",
         model=str(deployed["modelId"]),
-        tokenizer=str(deployed["modelSource"]),
+        tokenizer=args.tokenizer or str(deployed["modelSource"]),
         concurrency=levels,
         prompts=bench_job.prompts_per_level(levels, args.prompts),
         input_len=args.input_len,
@@ -489,6 +497,7 @@ def run(app: App) -> int:
             "inputLen": args.input_len,
             "outputLen": args.output_len,
             "seed": args.seed,
+            "tokenizer": sweep.tokenizer,
             "concurrency": list(levels),
             "promptsPerLevel": list(sweep.prompts),
         },
