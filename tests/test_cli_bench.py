@@ -20,6 +20,7 @@ from tests.fakes.kube_api import (
     SYSTEM_NODE,
     FakeKubeApi,
     finish_job,
+    make_event,
     make_job_pod,
     make_rayservice,
 )
@@ -190,7 +191,11 @@ def test_sweep_runs_as_a_job_is_collected_and_deleted(
     assert written["label"] == "pd-LIBFABRIC"
     config = written["config"]
     assert (config["servingMode"], config["kvBackend"]) == ("pd", "LIBFABRIC")
-    assert (config["gpuNodeType"], config["gpuNodeCount"]) == ("g6.8xlarge", 2)
+    assert (config["gpuNodeType"], config["gpuNodeCount"], config["gpuCount"]) == (
+        "g6.8xlarge",
+        2,
+        2,
+    )
     assert config["gpuPricePerHourUsd"] == 2.0144
     assert config["priceSource"] == "AWS Price List API (On-Demand, Linux, us-west-2)"
     assert config["image"] == IMAGE
@@ -235,6 +240,30 @@ def test_unschedulable_pod_waits_out_the_grace_then_fails(
     result = cli.run("bench", "--out", str(tmp_path / "x"))
     assert result.code == 1
     assert "cannot be scheduled on the system node: 0/3 nodes are available" in result.err
+
+
+def test_a_job_that_cannot_create_its_pod_fails_with_the_controllers_reason(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    def rejected() -> None:
+        (name,) = kube_api.jobs
+        event = make_event(
+            name,
+            "FailedCreate",
+            f'Error creating: pods "{name}-x7k2p" is forbidden: violates PodSecurity '
+            '"restricted:latest": runAsNonRoot != true',
+        )
+        event["involvedObject"]["kind"] = "Job"
+        kube_api.events = [event]
+
+    # No pod for six polls (60 s): then the controller's event is the answer.
+    _run_through(kube_api, cli, rejected, *([lambda: None] * 6))
+    result = cli.run("bench", "--out", str(tmp_path / "x"))
+    assert result.code == 1
+    assert "the Job controller cannot create its pod: Error creating: pods" in result.err
+    assert 'violates PodSecurity "restricted:latest"' in result.err
+    assert cli.clock.sleeps.count(10.0) == 6
+    assert kube_api.jobs == {}
 
 
 def test_job_killed_without_results_reports_the_pods_ending(

@@ -47,6 +47,9 @@ Exit 1 when a level's requests all failed or the Job failed (the pod's reason is
 DEFAULT_CONCURRENCY = "1,4,16,32"
 MAX_CONCURRENCY = 1024
 UNSCHEDULABLE_GRACE_SECONDS = 120
+# A Job whose controller has not created a pod after this long, with a FailedCreate event (Pod
+# Security admission, a quota), will not create one.
+NO_POD_GRACE_SECONDS = 60
 # Container waiting reasons that will not clear by themselves.
 _STUCK = frozenset(
     {
@@ -384,6 +387,21 @@ class _Watch:
     def job(self) -> dict[str, Any]:
         return self.cluster.get(self.job_path)
 
+    def failed_create(self) -> str | None:
+        """The Job controller's latest FailedCreate event (why it made no pod), if any."""
+        events = self.cluster.get(
+            f"/api/v1/namespaces/{self.cluster.namespace}/events",
+            {"fieldSelector": f"involvedObject.kind=Job,involvedObject.name={self.name}"},
+        )
+        found = [
+            e
+            for e in events.get("items") or []
+            if e.get("reason") == "FailedCreate"
+            and (e.get("involvedObject") or {}).get("name") == self.name
+        ]
+        found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return str(found[-1].get("message") or "FailedCreate") if found else None
+
     def refresh(self) -> None:
         pods = self.cluster.get(
             self.pods_path, {"labelSelector": f"{bench_job.JOB_NAME_LABEL}={self.name}"}
@@ -487,6 +505,7 @@ def run(app: App) -> int:
             "gpuModel": spec.gpu_model if spec else None,
             "gpusPerNode": spec.gpus if spec else None,
             "gpuNodeCount": node_count,
+            "gpuCount": node_count * spec.gpus if spec else None,
             "gpuPricePerHourUsd": price.usd_per_hour,
             "priceSource": price.source,
             "region": app.aws.region,
@@ -535,6 +554,9 @@ def _wait(app: App, watch: _Watch, limit_seconds: float) -> tuple[str, str]:
         if outcome:
             return outcome
         stuck = pod_failure(watch.pod, runtime.now())
+        if watch.pod is None and runtime.clock() - started >= NO_POD_GRACE_SECONDS:
+            why = watch.failed_create()
+            stuck = f"the Job controller cannot create its pod: {why}" if why else None
         if stuck:
             raise CheckFailed(f"the benchmark Job cannot run: {stuck}")
         if runtime.clock() - started > limit_seconds:
