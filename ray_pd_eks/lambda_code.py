@@ -68,3 +68,9 @@ def ray_token() -> ModuleType:
     """``assets/lambda/readiness/ray_token.py``: the Ray token writer (custom resource)."""
     kube()
     return _load("ray_token", "ray_pd_eks_ray_token")
+
+
+def recreate() -> ModuleType:
+    """``assets/lambda/readiness/recreate.py``: the RayService recreate on a cluster change."""
+    kube()
+    return _load("recreate", "ray_pd_eks_recreate_handler")

@@ -26,7 +26,7 @@ import pytest
 from ray_pd_eks import lambda_code
 from tests import rbac
 from tests.cli_fixtures import cli_harness
-from tests.fakes.kube_api import STAGES, FakeKubeApi, make_secret
+from tests.fakes.kube_api import RAY_CLUSTER, STAGES, FakeKubeApi, make_raycluster, make_secret
 from tests.synth import Synthesized, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -153,6 +153,33 @@ def drive_bench(server: FakeKubeApi, tmp_path: Path) -> None:
     assert result.code == 1 and "no results" in result.err, (result.out, result.err)
 
 
+def drive_recreate(server: FakeKubeApi, tmp_path: Path) -> None:
+    """A Ray cluster change from start to end: read the RayService and the running RayCluster,
+    delete the RayService, wait for its pods; then a Serve-only change (nothing deleted)."""
+    recreate = lambda_code.recreate()
+    server.set_stage("serving")
+    server.rayclusters = {RAY_CLUSTER: make_raycluster(spec_hash="old")}
+    client = kube.KubeClient(server.url, server.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: 0)
+    props = recreate.Props.from_properties(
+        {
+            "ClusterName": server.cluster_name,
+            "ClusterEndpoint": server.url,
+            "ClusterCertificateAuthorityData": server.ca_data,
+            "Namespace": server.namespace,
+            "RayServiceName": server.rayservice_name,
+            "ClusterSpecHash": "new",
+        }
+    )
+    assert recreate.poll(props, client)[0] is None  # deleted, waiting
+    server.rayservice = None
+    assert recreate.poll(props, client)[0] is None  # its pods are still there
+    server.pods = []
+    assert recreate.poll(props, client)[0] == "absent"
+    server.set_stage("serving")
+    server.rayclusters = {RAY_CLUSTER: make_raycluster(spec_hash="new")}
+    assert recreate.poll(props, client)[0] == "unchanged"
+
+
 @dataclass(frozen=True)
 class Identity:
     name: str
@@ -177,6 +204,14 @@ IDENTITIES = [
         drive=drive_token_writer,
         exact=True,
         verbs=frozenset({"get", "patch"}),
+    ),
+    # Deletes exactly the one RayService, nothing else; reads what tells a cluster change.
+    Identity(
+        "recreate-lambda",
+        subject=lambda app: entry_groups(app, "WorkloadRecreateAccessEntry"),
+        drive=drive_recreate,
+        exact=True,
+        verbs=frozenset({"get", "list", "delete"}),
     ),
     # The CLI runs as a person in adminPrincipalArns (AmazonEKSClusterAdminPolicy): RBAC cannot
     # narrow that, so this row proves it suffices and that the CLI itself only reads.
