@@ -459,11 +459,12 @@ _CHECKS: list[_Check] = []
 
 
 def _check(fn: _Check) -> _Check:
+    """Register a rule. The rules below are registered in one list at the end instead: a
+    decorated function is one that mutation testing (scripts/mutation.sh) cannot mutate."""
     _CHECKS.append(fn)
     return fn
 
 
-@_check
 def _environment(c: AppConfig) -> list[str]:
     out = []
     if c.account and not _ACCOUNT.match(c.account):
@@ -475,7 +476,6 @@ def _environment(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _kubernetes(c: AppConfig) -> list[str]:
     v = c.kubernetes_version
     allowed = " or ".join(KUBECTL_LAYER_PACKAGES)
@@ -503,7 +503,6 @@ def _name(key: str, value: str, pattern: re.Pattern[str], max_len: int, kind: st
     return []
 
 
-@_check
 def _names(c: AppConfig) -> list[str]:
     label = "Kubernetes name (lowercase letters, digits and '-', starting and ending alphanumeric)"
     eks = "EKS name (letters, digits, '-' and '_', starting with a letter or digit)"
@@ -522,7 +521,6 @@ def _names(c: AppConfig) -> list[str]:
     ]
 
 
-@_check
 def _model_source(c: AppConfig) -> list[str]:
     if _MODEL_SOURCE.match(c.model_source):
         return []
@@ -537,7 +535,6 @@ def _model_source(c: AppConfig) -> list[str]:
     return [_problem("modelSource", c.model_source, why)]
 
 
-@_check
 def _gpu_nodes(c: AppConfig) -> list[str]:
     out = []
     t = c.gpu_node_type
@@ -569,7 +566,6 @@ def _gpu_nodes(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _gpu_storage(c: AppConfig) -> list[str]:
     out: list[str] = []
     if c.gpu_local_storage not in GPU_LOCAL_STORAGE:
@@ -613,7 +609,6 @@ def _gpu_storage(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _capacity(c: AppConfig) -> list[str]:
     out = []
     cr = c.gpu_capacity_reservation_id
@@ -634,7 +629,6 @@ def _capacity(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _model_access(c: AppConfig) -> list[str]:
     out = []
     if c.model_s3_uri and not _S3_URI.match(c.model_s3_uri):
@@ -660,7 +654,6 @@ def _model_access(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _gpu_az(c: AppConfig) -> list[str]:
     if not c.gpu_az:
         return []
@@ -674,7 +667,6 @@ def _gpu_az(c: AppConfig) -> list[str]:
     return []
 
 
-@_check
 def _system_nodes(c: AppConfig) -> list[str]:
     out = []
     spec = instance_types.system_spec(c.system_node_type)
@@ -699,7 +691,6 @@ def _system_nodes(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _software(c: AppConfig) -> list[str]:
     out = []
     for key, image in (("dlcImage", c.dlc_image), ("awsCliImage", c.aws_cli_image)):
@@ -739,7 +730,6 @@ def _software(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _serving(c: AppConfig) -> list[str]:
     out = []
     if not 1 <= c.max_model_len <= 1_048_576:
@@ -773,7 +763,6 @@ def _serving(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _access(c: AppConfig) -> list[str]:
     out = []
     for arn in c.admin_principal_arns:
@@ -819,7 +808,6 @@ def _cidr_problems(key: str, cidrs: tuple[str, ...]) -> tuple[list[str], list[st
     return out, opened
 
 
-@_check
 def _endpoint(c: AppConfig) -> list[str]:
     """The application endpoint's settings, and the combinations that would expose the model
     without authentication or that cannot deploy."""
@@ -950,7 +938,6 @@ def _endpoint(c: AppConfig) -> list[str]:
     return out
 
 
-@_check
 def _endpoint_timeout(c: AppConfig) -> list[str]:
     t = c.endpoint_idle_timeout_seconds
     if MIN_IDLE_TIMEOUT_SECONDS <= t <= MAX_IDLE_TIMEOUT_SECONDS:
@@ -962,7 +949,6 @@ def _endpoint_timeout(c: AppConfig) -> list[str]:
     return [_problem("endpointIdleTimeoutSeconds", t, why)]
 
 
-@_check
 def _teardown(c: AppConfig) -> list[str]:
     if c.log_retention_days in LOG_RETENTION_DAYS:
         return []
@@ -977,7 +963,6 @@ def _range(key: str, value: float, bounds: tuple[float, float], unit: str) -> li
     return [_problem(key, value, f"must be {low:g}..{high:g} {unit}")]
 
 
-@_check
 def _observability(c: AppConfig) -> list[str]:
     out = []
     if c.observability not in OBSERVABILITY:
@@ -1007,6 +992,28 @@ def _observability(c: AppConfig) -> list[str]:
     out += _range("alarmKvCachePercent", c.alarm_kv_cache_percent, ALARM_KV_CACHE_PERCENT, "%")
     return out
 
+
+_CHECKS.extend(
+    [
+        _environment,
+        _kubernetes,
+        _names,
+        _model_source,
+        _gpu_nodes,
+        _gpu_storage,
+        _capacity,
+        _model_access,
+        _gpu_az,
+        _system_nodes,
+        _software,
+        _serving,
+        _access,
+        _endpoint,
+        _endpoint_timeout,
+        _teardown,
+        _observability,
+    ]
+)
 
 DEFAULTS = AppConfig()
 __all__ = ["DEFAULTS", "AppConfig", "ConfigError"]

@@ -634,3 +634,19 @@ def test_describe_stacks_denied_treats_the_update_as_a_deploy(at: Any) -> None:
     started = handler.on_event(_update("3", "2"), None, cloudformation=cfn)
     assert handler.ROLLBACK_KEY not in started
     assert handler.STARTED_AT_KEY in started
+
+
+@pytest.mark.parametrize("kind", ["quota", "other", "capacity"])
+def test_judge_quotes_the_newest_failure_of_the_deciding_kind(kind: str) -> None:
+    props = handler.Props.from_properties(_props())
+    failures = [
+        handler.Failure(kind, STARTED + 10.0, "older failure"),
+        handler.Failure(kind, STARTED + 30.0, "newest failure"),
+        handler.Failure(kind, STARTED + 20.0, "middle failure"),
+    ]
+    with pytest.raises(RuntimeError) as raised:
+        handler.judge(props, failures, STARTED + 10.0 + 600)  # capacity: exactly the wait
+    assert "newest failure" in str(raised.value)
+    assert "older failure" not in str(raised.value) and "middle" not in str(raised.value)
+    if kind == "capacity":
+        assert "for 10 min (3 failed launches; last: newest failure)" in str(raised.value)

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Mutation testing of the code that decides: configuration validation, the readiness checks and
+# handler, the capacity watch, and the CLI's verdicts. Not part of CI (it takes ~15 minutes on
+# two cores); run it before resolving work that touches those modules. docs/testing.md has the
+# current score and the survivors judged equivalent.
+#
+#   scripts/mutation.sh                 the whole scope below
+#   scripts/mutation.sh 'GLOB' ...      only the mutants matching these mutmut names, e.g.
+#                                       'assets.lambda.capacity.handler.x_judge__mutmut_*'
+#   JOBS=1 scripts/mutation.sh          fewer parallel workers (default: 2)
+#
+# Afterwards: `.venv/bin/mutmut show NAME` prints a mutant's diff, `.venv/bin/mutmut browse`
+# walks the survivors. Results are kept in ./mutants/ (git-ignored); delete it for a clean run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/node_modules/.bin:$PATH"
+
+# mutmut names a mutant <module>.<function>__mutmut_<n>; methods are xǁClassǁmethod. The scope
+# is the functions whose result is a decision (accept/reject, pending/terminal, OK/WARN/FAIL,
+# the exit code); rendering and plumbing around them are left out.
+SCOPE=(
+  # configuration: the parsers and every validation rule
+  'ray_pd_eks.config.x__*'
+  'ray_pd_eks.config.xǁAppConfigǁfrom_context__*'
+  'ray_pd_eks.config.xǁAppConfigǁvalidate__*'
+  # readiness: the pure evaluations of Kubernetes and Ray JSON
+  'assets.lambda.readiness.checks.x_gpu_nodes__*'
+  'assets.lambda.readiness.checks.x_rayservice_state__*'
+  'assets.lambda.readiness.checks.x_pod_problems__*'
+  'assets.lambda.readiness.checks.x_ray_object_warnings__*'
+  'assets.lambda.readiness.checks.x_placement__*'
+  'assets.lambda.readiness.checks.x__engine_placement__*'
+  'assets.lambda.readiness.checks.x__pod_gpus__*'
+  'assets.lambda.readiness.checks.x_event_*'
+  'assets.lambda.readiness.checks.x__is_pull_failure__*'
+  'assets.lambda.readiness.checks.x_quantity__*'
+  'assets.lambda.readiness.checks.x_parse_time__*'
+  'assets.lambda.readiness.checks.x_nixl_backend__*'
+  'assets.lambda.readiness.checks.xǁKvBackendReportǁfallbacks__*'
+  # readiness: the handler's verdicts
+  'assets.lambda.readiness.handler.x_terminal_failure__*'
+  'assets.lambda.readiness.handler.x__object_warning_is_terminal__*'
+  'assets.lambda.readiness.handler.x__unschedulable_is_terminal__*'
+  'assets.lambda.readiness.handler.x__chat_completion__*'
+  'assets.lambda.readiness.handler.x__give_up_after__*'
+  'assets.lambda.readiness.handler.x_check__*'
+  'assets.lambda.readiness.handler.x_is_complete__*'
+  'assets.lambda.readiness.handler.x_stack_rolling_back__*'
+  # capacity watch
+  'assets.lambda.capacity.handler.x_judge__*'
+  'assets.lambda.capacity.handler.x_classify__*'
+  'assets.lambda.capacity.handler.x_poll__*'
+  'assets.lambda.capacity.handler.x_failed_launches__*'
+  'assets.lambda.capacity.handler.x__give_up_after__*'
+  'assets.lambda.capacity.handler.x_is_complete__*'
+  # CLI verdicts
+  'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
+  'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'
+  'ray_pd_eks.cli.status.x_warmup_pod_state__*'
+  'ray_pd_eks.cli.status.x__container_failure__*'
+  'ray_pd_eks.cli.preflight.xǁPreflightǁquota__*'
+  'ray_pd_eks.cli.preflight.xǁPreflightǁbootstrap__*'
+)
+if [ "$#" -gt 0 ]; then SCOPE=("$@"); fi
+
+start=$(date +%s)
+# mutmut's progress line redraws itself; keep the log readable.
+.venv/bin/mutmut run --max-children "${JOBS:-2}" "${SCOPE[@]}" 2>&1 | tr '\r' '\n' | grep -v '^\s*$' \
+  | grep -v -E '^[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]' || true
+echo "run took $(( $(date +%s) - start )) s"
+
+# The score over the scope: killed (or timed out) / every mutant that ran.
+.venv/bin/mutmut results --all true 2>/dev/null | .venv/bin/python -c '
+import fnmatch, sys
+from collections import Counter
+scope = sys.argv[1:]
+rows = [line.strip().rsplit(": ", 1) for line in sys.stdin if ": " in line]
+rows = [(n, s) for n, s in rows if any(fnmatch.fnmatch(n, p) for p in scope)]
+counts = Counter(s for _, s in rows)
+ran = sum(v for k, v in counts.items() if k in ("killed", "survived", "timeout", "suspicious"))
+killed = counts["killed"] + counts["timeout"]
+print("mutants:", dict(sorted(counts.items())))
+if ran:
+    print(f"score: {killed}/{ran} killed = {100 * killed / ran:.1f} %")
+survivors = sorted(n for n, s in rows if s == "survived")
+print(f"{len(survivors)} survivors" + ("; `.venv/bin/mutmut show NAME` for each:" if survivors else ""))
+for name in survivors:
+    print("  " + name)
+' "${SCOPE[@]}"

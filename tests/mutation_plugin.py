@@ -1,0 +1,47 @@
+"""pytest plugin for mutation testing only (``scripts/mutation.sh`` loads it with ``-p``).
+
+mutmut's trampolines activate a mutant only in the module whose ``__name__`` matches the mutated
+file's path (``assets.lambda.readiness.checks``). The Lambda assets are not packages: the tests
+and the CLI load them as top-level modules (``checks``, ``kube``) or under private names
+(``readiness_handler``), so no mutant of theirs would ever run. While a file under
+``assets/lambda/`` executes, this gives it its path-derived name, so the functions it defines
+carry that ``__module__``; the module keeps its own name in ``sys.modules`` afterwards. Normal
+test runs never load this plugin.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parents[1]
+_LAMBDA = _ROOT / "assets" / "lambda"
+_exec_module = importlib.machinery.SourceFileLoader.exec_module
+
+
+def _path_named_exec(self: Any, module: ModuleType) -> None:
+    path = Path(self.path).resolve()
+    if _LAMBDA not in path.parents:
+        _exec_module(self, module)
+        return
+    own_name = module.__name__
+    code = self.get_code(own_name)
+    assert code is not None, path
+    path_name = ".".join(path.relative_to(_ROOT).with_suffix("").parts)
+    module.__name__ = path_name
+    previous = sys.modules.get(path_name)
+    sys.modules[path_name] = module  # dataclasses look the module up while building classes
+    try:
+        exec(code, module.__dict__)
+    finally:
+        module.__name__ = own_name
+        if previous is None:
+            del sys.modules[path_name]
+        else:
+            sys.modules[path_name] = previous
+
+
+importlib.machinery.SourceFileLoader.exec_module = _path_named_exec  # type: ignore[method-assign]
