@@ -337,6 +337,26 @@ def test_bad_options_are_usage_errors(
     assert kube_api.requests_to(JOBS) == []
 
 
+def test_default_out_folder_is_named_after_a_safe_label(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def ends() -> None:
+        job = next(iter(kube_api.jobs.values()))
+        pod = make_job_pod(job, state="terminated")
+        kube_api.pods.append(pod)
+        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
+        finish_job(job, succeeded=True)
+
+    _run_through(kube_api, cli, ends)
+    result = cli.run("bench", "--concurrency", "1", "--label", "pd/EFA run 1")
+    assert result.code == 0, result.err
+    (folder,) = (tmp_path / "bench-results").iterdir()
+    assert folder.name.startswith("pd-EFA-run-1-2")  # then the UTC time
+    assert json.loads((folder / "results.json").read_text())["label"] == "pd/EFA run 1"
+
+
 def test_concurrency_limits_and_order() -> None:
     from ray_pd_eks.cli.bench import parse_concurrency
 

@@ -474,7 +474,8 @@ def run(app: App) -> int:
     label = args.label or (f"pd-{deployed['kvBackend']}" if mode == "pd" else mode)
     now = app.runtime.now()
     stamp = now.astimezone(UTC).strftime("%Y%m%d-%H%M%S")
-    out: Path = args.out or Path("bench-results") / f"{label}-{stamp}"
+    safe = re.sub(r"[^\w.-]+", "-", label).strip("-.") or "run"
+    out: Path = args.out or Path("bench-results") / f"{safe}-{stamp}"
     sweep = bench_job.Sweep(
         base_url=f"http://{config.ray_service_name}-serve-svc.{config.namespace}:8000",
         model=str(deployed["modelId"]),
