@@ -296,7 +296,8 @@ def _launch_template_data(
 
 class SystemNodeGroup(Construct):
     """CPU nodes (AL2023) for system pods, the KubeRay operator and the Ray head;
-    labelled ``role=system``; fixed size."""
+    labelled ``role=system``; fixed size. The gp3 root volume gets ``root_volume_iops`` and
+    ``root_volume_throughput`` (default: gp3's baseline), since the head's image lands there."""
 
     def __init__(
         self,
@@ -307,12 +308,18 @@ class SystemNodeGroup(Construct):
         instance_type: str,
         node_count: int,
         root_volume_gib: int,
+        root_volume_iops: int | None = None,
+        root_volume_throughput: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         template = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
-            launch_template_data=_launch_template_data(root_volume_gib),
+            launch_template_data=_launch_template_data(
+                root_volume_gib,
+                root_volume_iops=root_volume_iops,
+                root_volume_throughput=root_volume_throughput,
+            ),
         )
         self.nodegroup = eks.Nodegroup(
             self,

@@ -18,7 +18,7 @@ from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import acknowledge
-from pd_constructs.templates import render
+from pd_constructs.templates import ASSETS, render
 from ray_pd_eks.config import AppConfig
 
 MODEL_CACHE = "/data/model-cache"  # where pods mount the node's model cache
@@ -26,6 +26,7 @@ HF_HOME = f"{MODEL_CACHE}/hf"
 VLLM_CACHE_ROOT = f"{MODEL_CACHE}/vllm"
 TOKEN_DIR = "/var/run/secrets/huggingface"
 SERVICE_ACCOUNT = "model-fetch"
+PREFETCH_REQUIREMENTS = "prefetch/hf-requirements.txt"  # under assets/
 # What the prefetch downloads from Hugging Face: config, tokenizer, chat template and the
 # safetensors weights (not the duplicate .bin/.pt/.gguf files some repositories also carry).
 ALLOW_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
@@ -77,12 +78,12 @@ def _secret_region(arn: str) -> str:
     return arn.split(":")[3]
 
 
-def hf_token_container(config: AppConfig) -> dict[str, Any]:
+def hf_token_container(config: AppConfig, *, aws_cli_image: str) -> dict[str, Any]:
     return dict(
         render(
             "manifests/containers/hf-token.yaml",
             {
-                "AWS_CLI_IMAGE": config.aws_cli_image,
+                "AWS_CLI_IMAGE": aws_cli_image,
                 "SECRET_ARN": config.hf_token_secret_arn,
                 "SECRET_REGION": _secret_region(config.hf_token_secret_arn),
                 "TOKEN_DIR": TOKEN_DIR,
@@ -91,7 +92,9 @@ def hf_token_container(config: AppConfig) -> dict[str, Any]:
     )
 
 
-def stage_container(config: AppConfig, *, region: str, config_only: bool) -> dict[str, Any]:
+def stage_container(
+    config: AppConfig, *, region: str, config_only: bool, aws_cli_image: str
+) -> dict[str, Any]:
     """``aws s3 sync`` of the model into the cache; ``region`` may be a CloudFormation token."""
     resources = (
         {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
@@ -103,7 +106,7 @@ def stage_container(config: AppConfig, *, region: str, config_only: bool) -> dic
         render(
             "manifests/containers/stage-from-s3.yaml",
             {
-                "AWS_CLI_IMAGE": config.aws_cli_image,
+                "AWS_CLI_IMAGE": aws_cli_image,
                 "MODEL_S3_URI": uri,
                 "DEST": f"{MODEL_CACHE}/{config.staged_model_dir}",
                 "REGION": region,
@@ -114,13 +117,21 @@ def stage_container(config: AppConfig, *, region: str, config_only: bool) -> dic
     )
 
 
+def prefetch_requirements() -> str:
+    """The pinned, hashed requirements the prefetch installs (comments dropped)."""
+    text = (ASSETS / PREFETCH_REQUIREMENTS).read_text(encoding="utf-8")
+    return "\n".join(line for line in text.splitlines() if line and not line.startswith("#"))
+
+
 def prefetch_container(config: AppConfig, *, image: str) -> dict[str, Any]:
-    """Hugging Face download into the cache with the DLC's own ``huggingface_hub``."""
+    """Hugging Face download into the cache in ``image`` (``prefetchImage``, small), with the
+    pinned ``huggingface_hub`` of :func:`prefetch_requirements`."""
     container = dict(
         render(
             "manifests/containers/prefetch-from-hf.yaml",
             {
                 "IMAGE": image,
+                "REQUIREMENTS": prefetch_requirements(),
                 "MODEL_SOURCE": config.model_source,
                 "HF_HOME": HF_HOME,
                 "ALLOW_PATTERNS": ",".join(ALLOW_PATTERNS),
@@ -134,14 +145,22 @@ def prefetch_container(config: AppConfig, *, image: str) -> dict[str, Any]:
 
 
 def fetch_init_containers(
-    config: AppConfig, *, region: str, config_only: bool = False
+    config: AppConfig,
+    *,
+    region: str,
+    config_only: bool = False,
+    aws_cli_image: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Init containers of a Ray pod: the token first, then the staged copy (never both)."""
+    """Init containers of a Ray pod: the token first, then the staged copy (never both).
+    ``aws_cli_image`` defaults to ``awsCliImage`` as configured."""
+    cli = aws_cli_image or config.aws_cli_image
     containers: list[dict[str, Any]] = []
     if config.hf_token_secret_arn:
-        containers.append(hf_token_container(config))
+        containers.append(hf_token_container(config, aws_cli_image=cli))
     if config.model_s3_uri:
-        containers.append(stage_container(config, region=region, config_only=config_only))
+        containers.append(
+            stage_container(config, region=region, config_only=config_only, aws_cli_image=cli)
+        )
     return containers
 
 

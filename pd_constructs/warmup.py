@@ -39,16 +39,26 @@ def render_image_prepull(*, image: str) -> dict[str, Any]:
     )
 
 
-def render_model_prefetch(config: AppConfig, *, image: str, region: str) -> dict[str, Any]:
+def render_model_prefetch(
+    config: AppConfig,
+    *,
+    region: str,
+    prefetch_image: str | None = None,
+    aws_cli_image: str | None = None,
+) -> dict[str, Any]:
     """DaemonSet on GPU nodes that fills the node's model cache: the S3 copy when
-    ``modelS3Uri`` is set, else a Hugging Face download (with the token when configured)."""
+    ``modelS3Uri`` is set, else a Hugging Face download (with the token when configured).
+
+    Neither runs in the ~20 GB Ray image: the S3 copy uses the AWS CLI image and the Hugging
+    Face download a small Python image (``prefetch_image``, default ``prefetchImage``), so the
+    weights download beside the image pull instead of after it. ``aws_cli_image`` defaults to
+    ``awsCliImage``."""
+    fetch = fetch_init_containers(config, region=region, aws_cli_image=aws_cli_image)
     if config.model_s3_uri:
-        init = fetch_init_containers(config, region=region)
+        init = fetch
     else:
-        init = [
-            *fetch_init_containers(config, region=region),
-            prefetch_container(config, image=image),
-        ]
+        image = prefetch_image or config.prefetch_image
+        init = [*fetch, prefetch_container(config, image=image)]
     volumes = [node_cache_volume(config)]
     if config.hf_token_secret_arn:
         volumes.append(token_volume())
@@ -88,7 +98,7 @@ class NodeWarmup(Construct):
         )
         self.manifests = [
             render_image_prepull(image=image),
-            render_model_prefetch(config, image=image, region=region),
+            render_model_prefetch(config, region=region),
         ]
         self.daemon_sets = eks.KubernetesManifest(
             self, "DaemonSets", cluster=as_icluster(cluster), manifest=self.manifests

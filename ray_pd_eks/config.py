@@ -81,6 +81,9 @@ ALARM_TTFT_P95_SECONDS = (0.05, 600.0)
 ALARM_ITL_P95_SECONDS = (0.001, 60.0)
 ALARM_ERROR_PERCENT = (0.1, 100.0)
 ALARM_KV_CACHE_PERCENT = (1.0, 100.0)
+# The model prefetch's small image: CPython 3.12 (the pinned huggingface_hub wheels are cp312),
+# Docker's official image as mirrored on ECR Public.
+PREFETCH_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
 
 # Context keys that are not settings of AppConfig but are read elsewhere (pipeline, CDK itself).
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
@@ -215,6 +218,10 @@ class AppConfig:
     system_node_type: str = "m7i.xlarge"
     system_node_count: int = 1
     system_root_volume_gib: int = 100
+    # The Ray head's ~20 GB image is written here: above gp3's 125 MiB/s baseline it arrives in
+    # half the time (docs/deploy-timeline.md), for ~$15/month of provisioned throughput.
+    system_root_volume_iops: int = 3000
+    system_root_volume_throughput: int = 500  # MiB/s
     gpu_node_type: str = "g6.8xlarge"
     gpu_node_count: int = 2
     gpu_nodegroup_name: str = "gpu-workers"
@@ -231,6 +238,7 @@ class AppConfig:
     # Software.
     dlc_image: str = ""  # empty = the Ray LLM DLC in account 763104351884 of the deploy region
     aws_cli_image: str = AWS_CLI_IMAGE  # fetches staged weights and the token (when configured)
+    prefetch_image: str = PREFETCH_IMAGE  # downloads the weights from Hugging Face on each node
     kuberay_version: str = "1.7.0"
     ray_version: str = "2.58.0"
     # The managed vpc-cni add-on (network-policy enforcement); `aws eks describe-addon-versions`.
@@ -593,19 +601,9 @@ def _gpu_storage(c: AppConfig) -> list[str]:
         return out
     if c.uses_local_nvme:
         return out  # the root volume keeps gp3's baseline; IOPS/throughput are not used
-    iops, mibps = c.gpu_root_volume_iops, c.gpu_root_volume_throughput
-    if not GP3_IOPS[0] <= iops <= GP3_IOPS[1]:
-        why = f"gp3 allows {GP3_IOPS[0]}..{GP3_IOPS[1]} IOPS"
-        out.append(_problem("gpuRootVolumeIops", iops, why))
-    elif iops > 500 * c.gpu_root_gib:
-        why = f"gp3 allows at most 500 IOPS per GiB: raise gpuRootVolumeGib to {-(-iops // 500)}"
-        out.append(_problem("gpuRootVolumeIops", iops, why))
-    if not GP3_THROUGHPUT[0] <= mibps <= GP3_THROUGHPUT[1]:
-        why = f"gp3 allows {GP3_THROUGHPUT[0]}..{GP3_THROUGHPUT[1]} MiB/s"
-        out.append(_problem("gpuRootVolumeThroughput", mibps, why))
-    elif GP3_IOPS[0] <= iops and mibps * 4 > iops:
-        why = f"gp3 allows 0.25 MiB/s per IOPS: raise gpuRootVolumeIops to {mibps * 4}"
-        out.append(_problem("gpuRootVolumeThroughput", mibps, why))
+    out += _gp3_performance(
+        "gpuRoot", c.gpu_root_gib, c.gpu_root_volume_iops, c.gpu_root_volume_throughput
+    )
     return out
 
 
@@ -688,12 +686,43 @@ def _system_nodes(c: AppConfig) -> list[str]:
     if not MIN_SYSTEM_ROOT_GIB <= c.system_root_volume_gib <= 16384:
         why = f"must be {MIN_SYSTEM_ROOT_GIB}..16384 GiB: the Ray head's DLC image is ~20 GB"
         out.append(_problem("systemRootVolumeGib", c.system_root_volume_gib, why))
+        return out
+    out += _gp3_performance(
+        "systemRoot",
+        c.system_root_volume_gib,
+        c.system_root_volume_iops,
+        c.system_root_volume_throughput,
+    )
+    return out
+
+
+def _gp3_performance(prefix: str, gib: int, iops: int, mibps: int) -> list[str]:
+    """gp3's limits on provisioned IOPS and throughput, for settings ``<prefix>VolumeIops`` and
+    ``<prefix>VolumeThroughput`` of a ``gib``-sized volume."""
+    out = []
+    if not GP3_IOPS[0] <= iops <= GP3_IOPS[1]:
+        why = f"gp3 allows {GP3_IOPS[0]}..{GP3_IOPS[1]} IOPS"
+        out.append(_problem(f"{prefix}VolumeIops", iops, why))
+    elif iops > 500 * gib:
+        why = f"gp3 allows at most 500 IOPS per GiB: raise {prefix}VolumeGib to {-(-iops // 500)}"
+        out.append(_problem(f"{prefix}VolumeIops", iops, why))
+    if not GP3_THROUGHPUT[0] <= mibps <= GP3_THROUGHPUT[1]:
+        why = f"gp3 allows {GP3_THROUGHPUT[0]}..{GP3_THROUGHPUT[1]} MiB/s"
+        out.append(_problem(f"{prefix}VolumeThroughput", mibps, why))
+    elif GP3_IOPS[0] <= iops and mibps * 4 > iops:
+        why = f"gp3 allows 0.25 MiB/s per IOPS: raise {prefix}VolumeIops to {mibps * 4}"
+        out.append(_problem(f"{prefix}VolumeThroughput", mibps, why))
     return out
 
 
 def _software(c: AppConfig) -> list[str]:
     out = []
-    for key, image in (("dlcImage", c.dlc_image), ("awsCliImage", c.aws_cli_image)):
+    images = (
+        ("dlcImage", c.dlc_image),
+        ("awsCliImage", c.aws_cli_image),
+        ("prefetchImage", c.prefetch_image),
+    )
+    for key, image in images:
         if not image and key == "dlcImage":
             continue
         if not _IMAGE.match(image):

@@ -84,7 +84,7 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
                 render_warmup_namespace(),
                 *render_warmup_network_policies(config),
                 render_image_prepull(image=image),
-                render_model_prefetch(config, image=image, region=region),
+                render_model_prefetch(config, region=region),
             ],
         ),
         ("20-namespace.yaml", "# kubectl apply -f 20-namespace.yaml\n", render_namespace(config)),

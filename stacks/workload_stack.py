@@ -41,6 +41,8 @@ class WorkloadStack(Stack):
             instance_type=config.system_node_type,
             node_count=config.system_node_count,
             root_volume_gib=config.system_root_volume_gib,
+            root_volume_iops=config.system_root_volume_iops,
+            root_volume_throughput=config.system_root_volume_throughput,
         )
         self.workload = PdWorkload(
             self,

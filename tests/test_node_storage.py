@@ -73,6 +73,8 @@ def test_system_nodes_have_room_for_the_head_image(default_app: Synthesized) -> 
     lt = resources[system["Properties"]["LaunchTemplate"]["Id"]["Ref"]]["Properties"]
     (disk,) = lt["LaunchTemplateData"]["BlockDeviceMappings"]
     assert disk["Ebs"]["VolumeSize"] == 100
+    # The head's ~20 GB image is written here: above gp3's 125 MiB/s baseline.
+    assert (disk["Ebs"]["Iops"], disk["Ebs"]["Throughput"]) == (3000, 500)
 
 
 def test_user_data_round_trips_through_a_mime_parser() -> None:

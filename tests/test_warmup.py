@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR
+from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR, prefetch_requirements
 from pd_constructs.warmup import WARMUP_NAMESPACE
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
@@ -124,7 +124,8 @@ def test_image_is_pinned_and_pulled_if_not_present_everywhere(default_app: Synth
     assert len(containers) == 5
     for c in containers:
         assert c["imagePullPolicy"] == "IfNotPresent", c["name"]
-        assert c["image"] == IMAGE and not c["image"].endswith(":latest")
+        expected = DEFAULTS.prefetch_image if c["name"] in ("prefetch-model", "done") else IMAGE
+        assert c["image"] == expected and not c["image"].endswith(":latest")
 
 
 # -- the node's model cache ------------------------------------------------------------------
@@ -153,8 +154,13 @@ def test_prefetch_fills_the_same_cache_from_hugging_face(default_app: Synthesize
     assert pod["serviceAccountName"] == "default"
     assert pod["automountServiceAccountToken"] is False
     (fetch,) = pod["initContainers"]
-    assert fetch["name"] == "prefetch-model" and fetch["image"] == IMAGE
+    # A small Python image, not the ~20 GB Ray image: the download starts beside its pull.
+    assert fetch["name"] == "prefetch-model" and fetch["image"] == DEFAULTS.prefetch_image
+    assert pod["containers"][0]["image"] == DEFAULTS.prefetch_image
     env = _env(fetch)
+    requirements = env["REQUIREMENTS"].splitlines()
+    assert "--require-hashes" in fetch["args"][0] and "--no-deps" in fetch["args"][0]
+    assert any(r.startswith("huggingface-hub==") for r in requirements)
     assert env["MODEL_SOURCE"] == "Qwen/Qwen3.5-9B"
     assert env["HF_HOME"] == _env(_workers(default_app)["containers"][0])["HF_HOME"]
     assert "*.safetensors" in env["ALLOW_PATTERNS"].split(",")
@@ -324,3 +330,18 @@ def test_daemon_set_pod_templates_validate_against_the_kubernetes_pod_schema(
     with pytest.raises(jsonschema.ValidationError):
         bad = _daemon_set(app, "image-prepull")["spec"]["template"]
         jsonschema.validate({**bad, "spec": {**bad["spec"], "nodeSelectors": {}}}, pod_template)
+
+
+def test_prefetch_requirements_pin_every_package_to_a_version_and_a_wheel_hash() -> None:
+    lines = prefetch_requirements().splitlines()
+    assert len(lines) >= 10
+    for line in lines:
+        name, _, rest = line.partition("==")
+        version, hash_option = rest.split(" ")
+        assert name and version and not version.endswith("*"), line
+        assert hash_option.startswith("--hash=sha256:") and len(hash_option) == 14 + 64, line
+    names = [line.split("==")[0] for line in lines]
+    assert len(names) == len(set(names))
+    # huggingface_hub's own dependencies are all there (from its wheel's Requires-Dist).
+    assert {"huggingface-hub", "filelock", "fsspec", "hf-xet", "packaging", "pyyaml"} <= set(names)
+    assert {"tqdm", "typing-extensions", "httpx2"} <= set(names)
