@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import ArnFormat, CustomResource, Duration, Stack, Token
+from aws_cdk import ArnFormat, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
-from pd_constructs.nag import LAMBDA_BASIC, acknowledge
+from pd_constructs.nag import LAMBDA_BASIC, acknowledge, nag_flatten
 from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
@@ -168,36 +168,8 @@ class GpuCapacityWatch(Construct):
             "autoscaling:DescribeScalingActivities has no resource-level permissions (read-only); "
             "eks:DescribeNodegroup is limited to the one node group, whose ARN ends in an id "
             "EKS assigns at creation (hence the trailing *).",
-            findings=["Resource::*", "Resource::" + _nag_flatten(Stack.of(self), nodegroup_arn)],
+            findings=["Resource::*", "Resource::" + nag_flatten(Stack.of(self), nodegroup_arn)],
         )
 
     def attribute(self, name: str) -> str:
         return self.resource.get_att_string(name)
-
-
-def _nag_flatten(stack: Stack, value: str) -> str:
-    """``value`` as cdk-nag names it in a finding (its ``flattenCfnReference``): ``<Ref>``,
-    ``<Resource.Attribute>``, joins concatenated. Tokens are resolved now, so they must refer
-    to this stack (a cross-stack reference would become an import only at synthesis)."""
-    if not Token.is_unresolved(value):
-        return value
-
-    def visit(node: Any) -> str:
-        if isinstance(node, str):
-            return node.replace("${", "<").replace("}", ">")
-        if isinstance(node, dict) and len(node) == 1:
-            ((key, arg),) = node.items()
-            if key == "Fn::Join":
-                delimiter, items = arg
-                return str(delimiter).join(visit(i) for i in items)
-            if key == "Fn::Sub":
-                return visit(arg)
-            if key == "Fn::GetAtt":
-                return f"<{visit(arg[0])}.{visit(arg[1])}>"
-            if key == "Fn::ImportValue":
-                return visit(arg)
-            if key == "Ref":
-                return f"<{visit(arg)}>"
-        raise ValueError(f"cannot name {node!r} as cdk-nag does")
-
-    return visit(stack.resolve(value))

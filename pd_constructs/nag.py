@@ -4,8 +4,9 @@ suppressed with ``Validations.of(construct).acknowledge``, for that construct an
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from aws_cdk import Acknowledgment, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
 from constructs import IConstruct
 
 MANAGED_POLICY = "Policy::arn:<AWS::Partition>:iam::aws:policy/"
@@ -26,3 +27,31 @@ def function_versions_finding(function: IConstruct) -> str:
     cfn = function.node.default_child
     assert isinstance(cfn, CfnResource)
     return f"Resource::<{Stack.of(function).get_logical_id(cfn)}.Arn>:*"
+
+
+def nag_flatten(stack: Stack, value: str) -> str:
+    """``value`` as cdk-nag names it in a finding (its ``flattenCfnReference``): ``<Ref>``,
+    ``<Resource.Attribute>``, joins concatenated. Tokens are resolved now, so they must refer
+    to this stack (a cross-stack reference would become an import only at synthesis)."""
+    if not Token.is_unresolved(value):
+        return value
+
+    def visit(node: Any) -> str:
+        if isinstance(node, str):
+            return node.replace("${", "<").replace("}", ">")
+        if isinstance(node, dict) and len(node) == 1:
+            ((key, arg),) = node.items()
+            if key == "Fn::Join":
+                delimiter, items = arg
+                return str(delimiter).join(visit(i) for i in items)
+            if key == "Fn::Sub":
+                return visit(arg)
+            if key == "Fn::GetAtt":
+                return f"<{visit(arg[0])}.{visit(arg[1])}>"
+            if key == "Fn::ImportValue":
+                return visit(arg)
+            if key == "Ref":
+                return f"<{visit(arg)}>"
+        raise ValueError(f"cannot name {node!r} as cdk-nag does")
+
+    return visit(stack.resolve(value))

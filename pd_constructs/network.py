@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy
+from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -15,8 +15,8 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
-from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_finding
-from pd_constructs.rollback import grant_describe_own_stack
+from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_finding, nag_flatten
+from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 
 
 def subnet_plan(vpc_cidr: str) -> dict[str, str]:
@@ -39,8 +39,82 @@ def gpu_subnet_blocks(vpc_cidr: str) -> tuple[str, str]:
     return first, second
 
 
+class GpuAvailabilityZoneProvider(Construct):
+    """The GPU AZ chooser's function and its CDK ``Provider`` (handler: ``assets/lambda/gpu_az``).
+
+    Nothing here depends on the AZ, so it can live in an earlier stack than the custom resource
+    (:class:`GpuAvailabilityZone`) it serves: the GPU stack's deploy then starts with the choice
+    itself, seconds, instead of first creating roles and functions (docs/deploy-timeline.md).
+    The function may read EC2's offerings and reservations, and call
+    ``cloudformation:DescribeStacks`` (to tell a rollback from a deploy) only on the stack that
+    holds the resource: by default its own, else the one given to :meth:`serve_stack`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=log_retention,
+            removal_policy=log_removal_policy,
+        )
+        self.function = fn = lambda_.Function(
+            self,
+            "Function",
+            runtime=PYTHON_RUNTIME,
+            handler="handler.on_event",
+            code=lambda_code("gpu_az"),
+            timeout=Duration.minutes(1),
+            log_group=log_group,
+            description="Chooses the Availability Zone of the EFA GPU node group",
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:DescribeInstanceTypeOfferings", "ec2:DescribeCapacityReservations"],
+                resources=["*"],
+            )
+        )
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        self.service_token = provider.service_token
+        self._describe_findings: list[str] = []
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM4",
+            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+            findings=[LAMBDA_BASIC],
+        )
+        suppress_provider_framework(provider, fn)
+
+    def serve_stack(self, stack: Stack) -> None:
+        """Let the function tell a rollback of ``stack`` (which holds the custom resource)
+        from a deploy: DescribeStacks on that one stack (docs/lifecycle.md)."""
+        if stack is Stack.of(self):
+            grant_describe_own_stack(self.function)
+            findings: list[str] = []
+        else:
+            arn = grant_describe_named_stack(self.function, stack.stack_name)
+            findings = [f"Resource::{nag_flatten(Stack.of(self), arn)}"]
+        acknowledge(
+            self.function,
+            "AwsSolutions-IAM5",
+            "ec2:DescribeInstanceTypeOfferings and ec2:DescribeCapacityReservations have no "
+            "resource-level permissions; both are read-only. DescribeStacks is on the one "
+            "stack of the GPU AZ's custom resource (its ARN ends in an id CloudFormation "
+            "assigns, hence the trailing *).",
+            findings=["Resource::*", *findings],
+        )
+
+
 class GpuAvailabilityZone(Construct):
-    """The single AZ of the GPU node group, resolved at deploy time (see the handler's docstring).
+    """The single AZ of the GPU node group, resolved at deploy time (see the handler's docstring)
+    by ``provider`` (created with it, in this construct's stack, when not given).
 
     ``requested_az`` empty means "the first AZ that offers ``instance_type``"; a requested AZ is
     checked, so a wrong one fails in seconds instead of after a 20-minute node-group timeout.
@@ -69,6 +143,7 @@ class GpuAvailabilityZone(Construct):
         placement_group_name: str = "",
         subnet_cidrs: Sequence[str],
         instance_count: int = 2,
+        provider: GpuAvailabilityZoneProvider | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if len(subnet_cidrs) != 2:
@@ -77,31 +152,15 @@ class GpuAvailabilityZone(Construct):
             raise ValueError(
                 f"GpuAvailabilityZone instance_count={instance_count}: needs at least 1 node"
             )
-        log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention,
-            removal_policy=log_removal_policy,
-        )
-        fn = lambda_.Function(
-            self,
-            "Function",
-            runtime=PYTHON_RUNTIME,
-            handler="handler.on_event",
-            code=lambda_code("gpu_az"),
-            timeout=Duration.minutes(1),
-            log_group=log_group,
-            description="Chooses the Availability Zone of the EFA GPU node group",
-        )
-        fn.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["ec2:DescribeInstanceTypeOfferings", "ec2:DescribeCapacityReservations"],
-                resources=["*"],
+        if provider is None:
+            provider = GpuAvailabilityZoneProvider(
+                self,
+                "Chooser",
+                log_retention=log_retention,
+                log_removal_policy=log_removal_policy,
             )
-        )
         # Tells CloudFormation's rollback Update (answered at once, no EC2 call) from a deploy.
-        grant_describe_own_stack(fn)
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        provider.serve_stack(Stack.of(self))
         self.resource = CustomResource(
             self,
             "Resource",
@@ -118,20 +177,6 @@ class GpuAvailabilityZone(Construct):
         )
         self.az_name = self.resource.get_att_string("AvailabilityZone")
         self.subnet_cidr = self.resource.get_att_string("SubnetCidr")
-        acknowledge(
-            fn,
-            "AwsSolutions-IAM5",
-            "ec2:DescribeInstanceTypeOfferings and ec2:DescribeCapacityReservations have no "
-            "resource-level permissions; both are read-only.",
-            findings=["Resource::*"],
-        )
-        acknowledge(
-            fn,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-            findings=[LAMBDA_BASIC],
-        )
-        suppress_provider_framework(provider, fn)
 
 
 def _framework_functions(provider: cr.Provider) -> list[lambda_.Function]:
@@ -169,13 +214,17 @@ def suppress_provider_framework(provider: cr.Provider, *handlers: lambda_.IFunct
 
 
 class PdNetwork(Construct):
-    """VPC with NAT egress, flow logs, an S3 gateway endpoint, and the route table of the GPU
-    subnet (the subnet itself lives with the GPU node group: see :class:`GpuSubnet`).
+    """VPC with flow logs and the route table of the GPU subnet (the subnet itself lives with
+    the GPU node group: see :class:`GpuSubnet`). The NAT gateway and the S3 endpoint are not
+    here: :class:`NatEgress` adds them in the cluster's stack, so their minutes run beside the
+    control plane's creation, which needs no egress, instead of before it
+    (docs/deploy-timeline.md).
 
     By default: the VPC CIDR's first half holds two /18 private subnets (for a /16) in the first
-    two AZs of the region, public /24 subnets for the one NAT gateway follow, and the last
-    quarter is kept for the GPU subnet. Everything here is independent of the GPU AZ, so the
-    values other stacks import never change when the GPU subnet moves.
+    two AZs of the region, public /24 subnets for the NAT gateway follow, and the last quarter
+    is kept for the GPU subnet. Everything here is independent of the GPU AZ, so the values
+    other stacks import never change when the GPU subnet moves. ``egress_route_table_ids`` are
+    the route tables that need a default route through the NAT gateway.
 
     The S3 gateway endpoint (no charge) carries the nodes' S3 traffic (ECR serves image layers
     from S3, and staged weights come from S3) instead of the NAT gateway, in every private
@@ -198,7 +247,9 @@ class PdNetwork(Construct):
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(vpc_cidr),
             max_azs=2,
-            nat_gateways=1,
+            # The private subnets keep their type (and so every selection by type); their
+            # default route to the NAT gateway comes from NatEgress.
+            nat_gateways=0,
             enable_dns_hostnames=True,
             enable_dns_support=True,
             subnet_configuration=[
@@ -223,28 +274,58 @@ class PdNetwork(Construct):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
-        nat = self.vpc.public_subnets[0].node.find_child("NATGateway")
-        assert isinstance(nat, ec2.CfnNatGateway)
         # Not tied to an AZ: every GPU subnet, in whichever AZ, is associated with it.
         self.gpu_route_table = ec2.CfnRouteTable(self, "GpuRouteTable", vpc_id=self.vpc.vpc_id)
-        ec2.CfnRoute(
-            self,
-            "GpuDefaultRoute",
-            route_table_id=self.gpu_route_table.ref,
-            destination_cidr_block="0.0.0.0/0",
-            nat_gateway_id=nat.ref,
-        )
+        self.egress_route_table_ids = [
+            *(s.route_table.route_table_id for s in self.vpc.private_subnets),
+            self.gpu_route_table.ref,
+        ]
+
+
+class NatEgress(Construct):
+    """The private subnets' way out: one NAT gateway (with its Elastic IP) in ``public_subnet``
+    with a default route through it in each of ``route_table_ids`` (container registries,
+    Hugging Face, the AWS APIs), and an S3 gateway endpoint (no charge) in the same route
+    tables, so S3 traffic (ECR serves image layers from S3; staged weights) bypasses the NAT
+    gateway. Nodes, and the kubectl and readiness functions, need it only once they run, so it
+    can be created beside the cluster.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        public_subnet: ec2.ISubnet,
+        route_table_ids: Sequence[str],
+    ) -> None:
+        super().__init__(scope, construct_id)
         self.s3_endpoint = ec2.CfnVPCEndpoint(
             self,
             "S3Endpoint",
-            vpc_id=self.vpc.vpc_id,
+            vpc_id=vpc.vpc_id,
             service_name=ec2.GatewayVpcEndpointAwsService.S3.name,
             vpc_endpoint_type="Gateway",
-            route_table_ids=[
-                *(s.route_table.route_table_id for s in self.vpc.private_subnets),
-                self.gpu_route_table.ref,
-            ],
+            route_table_ids=list(route_table_ids),
         )
+        eip = ec2.CfnEIP(self, "Eip", domain="vpc")
+        self.nat_gateway = ec2.CfnNatGateway(
+            self,
+            "Resource",
+            subnet_id=public_subnet.subnet_id,
+            allocation_id=eip.attr_allocation_id,
+        )
+        self.routes = [
+            ec2.CfnRoute(
+                self,
+                f"DefaultRoute{i}",
+                route_table_id=table_id,
+                destination_cidr_block="0.0.0.0/0",
+                nat_gateway_id=self.nat_gateway.ref,
+            )
+            for i, table_id in enumerate(route_table_ids)
+        ]
 
 
 class GpuSubnet(Construct):

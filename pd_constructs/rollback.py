@@ -11,7 +11,7 @@ must not be failed (``UPDATE_ROLLBACK_FAILED``) by the very state that failed th
 
 from __future__ import annotations
 
-from aws_cdk import Stack
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 
@@ -24,3 +24,20 @@ def grant_describe_own_stack(fn: lambda_.Function) -> None:
             actions=["cloudformation:DescribeStacks"], resources=[Stack.of(fn).stack_id]
         )
     )
+
+
+def grant_describe_named_stack(fn: lambda_.Function, stack_name: str) -> str:
+    """``cloudformation:DescribeStacks`` on one other stack of the same account and region, by
+    name, for a function that serves a custom resource in that stack; returns the ARN (which
+    ends in ``/*``: the stack id CloudFormation assigns)."""
+    stack = Stack.of(fn)
+    arn = stack.format_arn(
+        service="cloudformation",
+        resource="stack",
+        resource_name=f"{stack_name}/*",
+        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+    )
+    fn.add_to_role_policy(
+        iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[arn])
+    )
+    return arn

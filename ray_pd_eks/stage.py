@@ -43,14 +43,15 @@ class RayPdEksStage(Stage):
             self,
             "Network",
             config=config,
-            description="ray-pd-eks: VPC, NAT gateway, S3 endpoint",
+            description="ray-pd-eks: VPC and subnets",
         )
         self.cluster = ClusterStack(
             self,
             "Cluster",
             config=config,
             vpc=self.network.vpc,
-            description="ray-pd-eks: EKS control plane and node warm-up",
+            egress_route_table_ids=self.network.egress_route_table_ids,
+            description="ray-pd-eks: EKS control plane, add-ons, NAT gateway, S3 endpoint",
         )
         self.gpu_nodes = GpuNodesStack(
             self,
@@ -59,6 +60,7 @@ class RayPdEksStage(Stage):
             vpc=self.network.vpc,
             gpu_route_table_id=self.network.gpu_route_table_id,
             cluster=self.cluster.cluster,
+            gpu_az_chooser=self.cluster.gpu_az_chooser,
             description="ray-pd-eks: GPU AZ and subnet, EFA GPU node group, device plugins",
         )
         self.workload = WorkloadStack(
@@ -66,7 +68,7 @@ class RayPdEksStage(Stage):
             "Workload",
             config=config,
             cluster=self.cluster.cluster,
-            description="ray-pd-eks: system nodes, KubeRay and the prefill/decode RayService",
+            description="ray-pd-eks: node warm-up, system nodes, KubeRay, the RayService",
         )
         self.readiness = ReadinessStack(
             self,

@@ -1,23 +1,25 @@
-"""Cluster layer: the EKS control plane and the node warm-up DaemonSets.
+"""Cluster layer: the EKS control plane, its add-ons, and the NAT gateway the nodes need.
 
-Deliberately nothing that waits for a node: the system node group (with the workload that
-runs on it) and the GPU node group (with its subnet, capacity watch and device plugins) are in
-their own stacks, which deploy side by side once this one is done (docs/architecture.md).
+Deliberately nothing that waits for a node or calls the Kubernetes API (that needs the NAT
+gateway created here): the system node group with the workload and the node warm-up, and the
+GPU node group with its subnet, capacity watch and device plugins, are in their own stacks,
+which deploy side by side once this one is done (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import Aws, CfnOutput, Stack
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from pd_constructs.cluster import PdCluster
+from pd_constructs.network import GpuAvailabilityZoneProvider, NatEgress
 from pd_constructs.vpc_cni import VpcCniAddon
-from pd_constructs.warmup import NodeWarmup
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy
+from ray_pd_eks.logs import log_removal_policy, log_retention
 
 
 class ClusterStack(Stack):
@@ -28,9 +30,19 @@ class ClusterStack(Stack):
         *,
         config: AppConfig,
         vpc: ec2.IVpc,
+        egress_route_table_ids: Sequence[str],
         **kwargs: Any,
     ):
         super().__init__(scope, construct_id, **kwargs)
+        # Beside the control plane, which needs no egress: nodes and the kubectl functions do,
+        # and they come in the stacks after this one.
+        self.egress = NatEgress(
+            self,
+            "Egress",
+            vpc=vpc,
+            public_subnet=vpc.public_subnets[0],
+            route_table_ids=egress_route_table_ids,
+        )
         self.eks = PdCluster(
             self,
             "Cluster",
@@ -43,21 +55,19 @@ class ClusterStack(Stack):
             log_removal_policy=log_removal_policy(config),
         )
         self.cluster = self.eks.cluster
+        # The GPU AZ chooser's function, created beside the control plane; its custom resource
+        # is in the GPU node stack (the choice changes with the AZ, so it is never exported).
+        self.gpu_az_chooser = GpuAvailabilityZoneProvider(
+            self,
+            "GpuAzChooser",
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
         # Before any node joins (the node groups' stacks deploy after this one): nodes come up
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
         # they go before it.
         self.vpc_cni = VpcCniAddon(
             self, "VpcCni", cluster=self.cluster, addon_version=config.vpc_cni_addon_version
-        )
-        # Needs only the cluster: each node starts pulling the image and the weights as it
-        # joins, while the node groups, the device plugins and the workload deploy.
-        self.warmup = NodeWarmup(
-            self,
-            "Warmup",
-            cluster=self.cluster,
-            config=config,
-            image=config.image_uri(Aws.REGION),
-            region=Aws.REGION,
         )
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)

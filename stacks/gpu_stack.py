@@ -24,7 +24,12 @@ from pd_constructs.cluster import (
     gpu_node_config,
     gpu_nodegroup_name,
 )
-from pd_constructs.network import GpuAvailabilityZone, GpuSubnet, gpu_subnet_blocks
+from pd_constructs.network import (
+    GpuAvailabilityZone,
+    GpuAvailabilityZoneProvider,
+    GpuSubnet,
+    gpu_subnet_blocks,
+)
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.logs import log_removal_policy, log_retention
 
@@ -39,6 +44,7 @@ class GpuNodesStack(Stack):
         vpc: ec2.IVpc,
         gpu_route_table_id: str,
         cluster: eks.Cluster,
+        gpu_az_chooser: GpuAvailabilityZoneProvider,
         **kwargs: Any,
     ):
         super().__init__(scope, construct_id, **kwargs)
@@ -53,6 +59,7 @@ class GpuNodesStack(Stack):
             subnet_cidrs=gpu_subnet_blocks(config.vpc_cidr),
             log_retention=log_retention(config),
             log_removal_policy=log_removal_policy(config),
+            provider=gpu_az_chooser,
         )
         self.gpu_subnet = GpuSubnet(
             self,

@@ -1,4 +1,5 @@
-"""Network layer: VPC, NAT egress, flow logs, the S3 gateway endpoint and the GPU route table.
+"""Network layer: VPC, flow logs, the S3 gateway endpoint and the GPU route table (the NAT
+gateway deploys with the cluster: see ``NatEgress``).
 
 Nothing here depends on the GPU AZ: the GPU subnet and its AZ chooser live in the GPU node
 stack, so a move to another AZ never changes a value this stack exports.
@@ -34,3 +35,4 @@ class NetworkStack(Stack):
         )
         self.vpc = self.network.vpc
         self.gpu_route_table_id = self.network.gpu_route_table.ref
+        self.egress_route_table_ids = self.network.egress_route_table_ids

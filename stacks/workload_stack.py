@@ -1,5 +1,6 @@
-"""Workload layer: the system node group, then namespace, KubeRay operator and the RayService,
-and (when ``endpointExposure`` is set) the application endpoint in front of it.
+"""Workload layer: the node warm-up, the system node group, then namespace, KubeRay operator
+and the RayService, and (when ``endpointExposure`` is set) the application endpoint in front of
+it.
 
 It needs the cluster and the system node only (the operator and the Ray head run there), so
 it deploys beside the GPU node stack instead of after it; the Ray workers wait in Pending for
@@ -17,6 +18,7 @@ from constructs import Construct
 from pd_constructs.cluster import SystemNodeGroup
 from pd_constructs.endpoint import ApplicationEndpoint
 from pd_constructs.observability import PdObservability
+from pd_constructs.warmup import NodeWarmup
 from pd_constructs.workload import PdWorkload
 from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.config import AppConfig
@@ -43,6 +45,17 @@ class WorkloadStack(Stack):
             root_volume_gib=config.system_root_volume_gib,
             root_volume_iops=config.system_root_volume_iops,
             root_volume_throughput=config.system_root_volume_throughput,
+        )
+        # Needs only the cluster: each node starts pulling the image and the weights as it
+        # joins (the GPU nodes join while this stack deploys), while the operator and the
+        # RayService are installed.
+        self.warmup = NodeWarmup(
+            self,
+            "Warmup",
+            cluster=cluster,
+            config=config,
+            image=config.image_uri(Aws.REGION),
+            region=Aws.REGION,
         )
         self.workload = PdWorkload(
             self,

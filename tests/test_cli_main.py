@@ -133,4 +133,6 @@ def test_deploy_command_selects_the_apps_stage() -> None:
     from ray_pd_eks.cli.errors import DEPLOY_COMMAND
 
     assert 'STAGE_ID = "RayPdEks"' in (REPO_ROOT / "app.py").read_text(encoding="utf-8")
-    assert DEPLOY_COMMAND == "npx cdk deploy 'RayPdEks/*'"
+    # --concurrency: the GPU node and workload stacks deploy side by side (docs/architecture.md).
+    assert DEPLOY_COMMAND == "npx cdk deploy 'RayPdEks/*' --concurrency 4"
+    assert DEPLOY_COMMAND in (REPO_ROOT / "README.md").read_text(encoding="utf-8")

@@ -228,7 +228,7 @@ def test_happy_path_is_all_ok_and_recommends_a_pinned_az(harness: Harness) -> No
     assert f"WARN  access        {USER_ARN} is not in adminPrincipalArns" in result.out
     assert "WARN  api endpoint  private only: status/smoke/efa-check and kubectl work" in result.out
     assert result.out.rstrip().endswith(
-        "0 FAIL, 2 WARN: ready to deploy: npx cdk deploy 'RayPdEks/*'"
+        "0 FAIL, 2 WARN: ready to deploy: npx cdk deploy 'RayPdEks/*' --concurrency 4"
     )
     harness.session.assert_no_pending_responses()
 

@@ -81,14 +81,14 @@ class World:
         # A pod of the Ray namespace that is not part of the Ray cluster, and one elsewhere.
         self.neighbour = Pod("debug", ns, {"app": "debug"}, ip="10.0.1.30", node="sys-1")
         self.stranger = Pod("web", "default", {"app": "web"}, ip="10.0.65.40", node="sys-2")
-        daemon_sets = [o for _, o in _objects(app, "Cluster") if o["kind"] == "DaemonSet"]
+        daemon_sets = [o for _, o in _objects(app, "Workload") if o["kind"] == "DaemonSet"]
         self.warmup = [
             pods_from_template(
                 d["spec"]["template"], namespace=WARMUP_NAMESPACE, name=d["metadata"]["name"]
             )
             for d in daemon_sets
         ]
-        objects = [o for _, o in _objects(app, "Workload") + _objects(app, "Cluster")]
+        objects = [o for _, o in _objects(app, "Workload")]
         self.cluster = Cluster(
             namespaces={ns: {}, WARMUP_NAMESPACE: {}, OPERATOR_NAMESPACE: {}, "default": {}},
             policies=policies_in(objects),
@@ -131,8 +131,17 @@ def test_policies_are_applied_after_the_namespace_and_before_the_pods(
 ) -> None:
     resources = default_app.templates["Workload"]["Resources"]
     objects = _objects(default_app, "Workload")
-    (policy_id,) = {lid for lid, o in objects if o["kind"] == "NetworkPolicy"}
-    (namespace_id,) = {lid for lid, o in objects if o["kind"] == "Namespace"}
+    ns = default_app.config.namespace
+
+    def in_ray_namespace(o: dict[str, Any]) -> bool:
+        return ns in (o["metadata"].get("namespace"), o["metadata"]["name"])
+
+    (policy_id,) = {
+        lid for lid, o in objects if o["kind"] == "NetworkPolicy" and in_ray_namespace(o)
+    }
+    (namespace_id,) = {
+        lid for lid, o in objects if o["kind"] == "Namespace" and in_ray_namespace(o)
+    }
     (rayservice_id,) = {lid for lid, o in objects if o["kind"] == "RayService"}
     assert namespace_id in resources[policy_id]["DependsOn"]
     assert policy_id in resources[rayservice_id]["DependsOn"]
@@ -140,15 +149,18 @@ def test_policies_are_applied_after_the_namespace_and_before_the_pods(
     assert names[0] == "default-deny-ingress"
     # Every policy of the config (setting-dependent ones, such as the endpoint's, only with it).
     assert names == [p["metadata"]["name"] for p in render_ray_network_policies(default_app.config)]
-    warm = [(lid, o) for lid, o in _objects(default_app, "Cluster") if o["kind"] == "NetworkPolicy"]
-    assert [o["metadata"]["namespace"] for _, o in warm] == [WARMUP_NAMESPACE]
+    warm = [
+        (lid, o)
+        for lid, o in _objects(default_app, "Workload")
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == WARMUP_NAMESPACE
+    ]
+    assert len({lid for lid, _ in warm}) == 1
     (warm_ns_id,) = {
         lid
-        for lid, o in _objects(default_app, "Cluster")
+        for lid, o in _objects(default_app, "Workload")
         if o["kind"] == "Namespace" and o["metadata"]["name"] == WARMUP_NAMESPACE
     }
-    cluster_resources = default_app.templates["Cluster"]["Resources"]
-    assert warm_ns_id in cluster_resources[warm[0][0]]["DependsOn"]
+    assert warm_ns_id in resources[warm[0][0]]["DependsOn"]
 
 
 def test_both_namespaces_deny_ingress_by_default(world: World) -> None:

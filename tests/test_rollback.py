@@ -89,16 +89,32 @@ def _policies_allowing(template: dict[str, Any], action: str) -> list[dict[str, 
 
 
 def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesized) -> None:
-    # The GPU AZ chooser and the capacity watch (GpuNodes), the RayService recreate
-    # (Workload), the readiness check (Readiness).
-    per_stack = {"Network": 0, "Cluster": 0, "GpuNodes": 2, "Workload": 1, "Readiness": 1}
+    # The capacity watch (GpuNodes), the RayService recreate (Workload), the readiness check
+    # (Readiness): their own stack. The GPU AZ chooser's function is created early, in the
+    # cluster stack, and serves a resource of the GpuNodes stack: that one stack, by name.
+    per_stack = {"Network": 0, "Cluster": 1, "GpuNodes": 1, "Workload": 1, "Readiness": 1}
+    gpu_stack = {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":cloudformation:",
+                {"Ref": "AWS::Region"},
+                ":",
+                {"Ref": "AWS::AccountId"},
+                f":stack/{default_app.stage.gpu_nodes.stack_name}/*",
+            ],
+        ]
+    }
     for stack, expected in per_stack.items():
         policies = _policies_allowing(default_app.templates[stack], "cloudformation:DescribeStacks")
         assert len(policies) == expected, stack
         for policy in policies:
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
                 if statement["Action"] == "cloudformation:DescribeStacks":
-                    assert statement["Resource"] == {"Ref": "AWS::StackId"}
+                    own = {"Ref": "AWS::StackId"}
+                    assert statement["Resource"] == (gpu_stack if stack == "Cluster" else own)
                     assert statement["Effect"] == "Allow"
 
 

@@ -34,7 +34,7 @@ def _objects(app: Synthesized, stack: str) -> dict[tuple[str, str], tuple[str, d
 
 
 def _daemon_set(app: Synthesized, name: str) -> dict[str, Any]:
-    return _objects(app, "Cluster")[("DaemonSet", name)][1]
+    return _objects(app, "Workload")[("DaemonSet", name)][1]
 
 
 def _pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -82,10 +82,10 @@ def test_image_prepull_targets_system_and_gpu_nodes_and_holds_the_image(
 
 
 def test_warmup_waits_for_nothing_but_the_cluster(default_app: Synthesized) -> None:
-    """Created in the cluster stack beside the node groups, depending on neither them nor the
-    device plugins; the operator and the RayService are in the later workload stack."""
-    resources = default_app.templates["Cluster"]["Resources"]
-    objects = _objects(default_app, "Cluster")
+    """Created in the workload stack, which deploys beside the GPU node stack, depending on
+    neither the system node group nor the operator: applied while the GPU nodes boot."""
+    resources = default_app.templates["Workload"]["Resources"]
+    objects = _objects(default_app, "Workload")
     ds_id, _ = objects[("DaemonSet", "image-prepull")]
     assert objects[("DaemonSet", "model-prefetch")][0] == ds_id
     ns_id, ns = objects[("Namespace", WARMUP_NAMESPACE)]
@@ -105,8 +105,8 @@ def test_warmup_waits_for_nothing_but_the_cluster(default_app: Synthesized) -> N
     assert "Custom::AWSCDK-EKS-HelmChart" not in waits_for
     assert ns_id in closure(ds_id)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    # Nothing in the workload stack: its operator and RayService come after the cluster stack.
-    assert ("DaemonSet", "image-prepull") not in _objects(default_app, "Workload")
+    # Not after the GPU nodes: the workload stack deploys beside the GPU node stack.
+    assert default_app.stage.gpu_nodes not in default_app.stage.workload.dependencies
 
 
 def test_image_is_pinned_and_pulled_if_not_present_everywhere(default_app: Synthesized) -> None:
@@ -205,33 +205,34 @@ def test_s3_staging_renders_only_when_configured(variant_app: Synthesized) -> No
     assert pod["automountServiceAccountToken"] is True  # Pod Identity needs the SA token
 
 
-def _model_fetch_association(app: Synthesized, stack: str) -> dict[str, Any]:
-    """The Pod Identity association of ``model-fetch`` (the endpoint's load balancer controller
-    has one of its own in the workload stack when the endpoint is exposed)."""
+def _model_fetch_association(app: Synthesized, namespace: str) -> dict[str, Any]:
+    """The Pod Identity association of ``model-fetch`` in ``namespace`` (both are in the
+    workload stack; the endpoint's load balancer controller has one of its own there when the
+    endpoint is exposed)."""
     (assoc,) = [
         a
-        for a in app.resources(stack, "AWS::EKS::PodIdentityAssociation").values()
+        for a in app.resources("Workload", "AWS::EKS::PodIdentityAssociation").values()
         if a["Properties"]["ServiceAccount"] == "model-fetch"
+        and a["Properties"]["Namespace"] == namespace
     ]
     return assoc
 
 
-def _pod_identity_policies(app: Synthesized, stack: str) -> list[dict[str, Any]]:
-    """The policies of the ``model-fetch`` service account's role."""
-    role = _model_fetch_association(app, stack)["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+def _pod_identity_policies(app: Synthesized, namespace: str) -> list[dict[str, Any]]:
+    """The policies of the ``model-fetch`` service account's role in ``namespace``."""
+    role = _model_fetch_association(app, namespace)["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     statements = []
-    for policy in app.resources(stack, "AWS::IAM::Policy").values():
+    for policy in app.resources("Workload", "AWS::IAM::Policy").values():
         if {r["Ref"] for r in policy["Properties"]["Roles"]} == {role}:
             statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
     return statements
 
 
 def test_staging_access_is_read_only_on_exactly_the_prefix(variant_app: Synthesized) -> None:
-    for stack, namespace in (("Cluster", WARMUP_NAMESPACE), ("Workload", "inference")):
-        assoc = _model_fetch_association(variant_app, stack)
-        assert assoc["Properties"]["Namespace"] == namespace
+    for namespace in (WARMUP_NAMESPACE, "inference"):
+        assoc = _model_fetch_association(variant_app, namespace)
         assert assoc["Properties"]["ServiceAccount"] == "model-fetch"
-        statements = _pod_identity_policies(variant_app, stack)
+        statements = _pod_identity_policies(variant_app, namespace)
         by_action = {s["Action"]: s for s in statements}
         assert set(by_action) == {"s3:GetObject", "s3:ListBucket"}
         get = json.dumps(by_action["s3:GetObject"]["Resource"])
@@ -289,8 +290,8 @@ def test_token_reaches_pods_through_a_file_never_a_template(token_app: Synthesiz
 
 
 def test_token_access_is_read_only_on_exactly_the_secret(token_app: Synthesized) -> None:
-    for stack in ("Cluster", "Workload"):
-        (statement,) = _pod_identity_policies(token_app, stack)
+    for namespace in (WARMUP_NAMESPACE, "inference"):
+        (statement,) = _pod_identity_policies(token_app, namespace)
         assert statement["Action"] == "secretsmanager:GetSecretValue"
         assert statement["Resource"] == TOKEN_SECRET + "-??????"  # partial ARN, documented form
 

@@ -13,8 +13,9 @@ EXIT_USAGE = 2  # bad flags or settings, or a local prerequisite (kubectl) is mi
 EXIT_ACCESS = 3  # cannot reach or read AWS or the cluster: credentials, access, missing resource
 
 # The app is one Stage (app.py: STAGE_ID = "RayPdEks") with no top-level stacks, so
-# `cdk deploy --all` selects nothing; the Stage's stacks are selected by this pattern.
-DEPLOY_COMMAND = "npx cdk deploy 'RayPdEks/*'"
+# `cdk deploy --all` selects nothing; the Stage's stacks are selected by this pattern, and
+# --concurrency lets the GPU node and workload stacks deploy side by side.
+DEPLOY_COMMAND = "npx cdk deploy 'RayPdEks/*' --concurrency 4"
 
 EXIT_CODES_HELP = """\
 exit codes:

@@ -1,0 +1,130 @@
+"""The deploy-time model (ray_pd_eks/timeline.py): its scheduling rules on small templates, and
+what it says about the synthesized app, which the docs and the README state."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from ray_pd_eks import timeline
+from ray_pd_eks.timeline import Deploy, Timeline, schedule
+from tests.synth import ROOT, Synthesized
+
+
+def _role(name: str) -> dict[str, Any]:
+    return {"Type": "AWS::IAM::Role", "Properties": {"RoleName": name}}
+
+
+def _two_stacks() -> Deploy:
+    """A: role -> function (by GetAtt) and a log group (by DependsOn); B and C depend on A."""
+    a = {
+        "Resources": {
+            "Role": _role("r"),
+            "Fn": {
+                "Type": "AWS::Lambda::Function",
+                "Properties": {"Role": {"Fn::GetAtt": ["Role", "Arn"]}},
+            },
+            "Logs": {"Type": "AWS::Logs::LogGroup", "DependsOn": ["Fn"], "Properties": {}},
+        }
+    }
+    b = {"Resources": {"Key": {"Type": "AWS::KMS::Key", "Properties": {}}}}
+    c = {"Resources": {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {}}}}
+    return Deploy({"A": a, "B": b, "C": c}, {"A": set(), "B": {"A"}, "C": {"A"}})
+
+
+def test_a_resource_starts_when_what_it_references_is_done() -> None:
+    steps = schedule(_two_stacks()).steps
+    role, fn, logs = steps["A/Role"], steps["A/Fn"], steps["A/Logs"]
+    assert role.start == timeline.STACK_OVERHEAD
+    assert fn.start == pytest.approx(role.end) and fn.after == "A/Role"
+    assert logs.start == pytest.approx(fn.end) and logs.after == "A/Fn"
+    assert fn.minutes == pytest.approx(timeline.DURATIONS["AWS::Lambda::Function"])
+
+
+def test_independent_stacks_run_side_by_side_only_with_concurrency() -> None:
+    side_by_side = schedule(_two_stacks(), concurrency=4)
+    a_end = side_by_side.stacks["stack A"].end
+    assert side_by_side.steps["B/Key"].start == side_by_side.steps["C/Vpc"].start
+    assert side_by_side.steps["B/Key"].start == pytest.approx(a_end + timeline.STACK_OVERHEAD)
+    one_by_one = schedule(_two_stacks(), concurrency=1)
+    b_end = one_by_one.stacks["stack B"].end
+    assert one_by_one.steps["C/Vpc"].start == pytest.approx(b_end + timeline.STACK_OVERHEAD)
+
+
+def test_a_dependency_cycle_between_stacks_is_reported() -> None:
+    deploy = _two_stacks()
+    deploy.dependencies["A"] = {"C"}
+    with pytest.raises(ValueError, match="cycle"):
+        schedule(deploy)
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model(default_app: Synthesized) -> Timeline:
+    return schedule(Deploy.from_assembly(default_app.outdir))
+
+
+def _step(model: Timeline, pattern: str) -> timeline.Step:
+    (found,) = [s for name, s in model.steps.items() if re.search(pattern, name)]
+    return found
+
+
+def test_the_stacks_and_their_dependencies_are_read_from_the_assembly(
+    default_app: Synthesized,
+) -> None:
+    deploy = Deploy.from_assembly(default_app.outdir)
+    assert set(deploy.templates) == {"Network", "Cluster", "GpuNodes", "Workload", "Readiness"}
+    assert deploy.dependencies["Workload"] == {"Network", "Cluster"}
+    assert {"GpuNodes", "Workload"} <= deploy.dependencies["Readiness"]
+
+
+def test_the_weights_download_beside_the_image_pull_not_after_it(model: Timeline) -> None:
+    pull = _step(model, r"^pull Ray image on the gpu-worker node")
+    weights = _step(model, r"^download weights")
+    assert weights.start < pull.end
+    assert weights.end < pull.end  # off the critical path
+
+
+def test_the_operator_and_rayservice_do_not_wait_for_the_gpu_nodes(model: Timeline) -> None:
+    gpu_nodes = _step(model, r"^GpuNodes/GpuNodes[0-9A-F]{8}$")
+    rayservice = _step(model, r"^Workload/WorkloadRayService")
+    operator = _step(model, r"^Workload/WorkloadKubeRayOperator")
+    assert operator.start < gpu_nodes.end and rayservice.end < gpu_nodes.end
+
+
+def test_the_nat_gateway_does_not_hold_the_control_plane_back(model: Timeline) -> None:
+    nat = _step(model, r"^Cluster/Egress[0-9A-F]{8}$")
+    cluster = _step(model, r"^Cluster/Cluster9EE0221C$")
+    assert nat.start < cluster.start < nat.end
+
+
+def test_the_head_keeps_slack_thanks_to_the_faster_system_root(model: Timeline) -> None:
+    head = _step(model, r"^Ray head up")
+    engines = _step(model, r"^vLLM engines up")
+    assert engines.end - head.end >= 2.0
+
+
+def test_the_critical_path_runs_through_the_gpu_nodes_to_the_proof(model: Timeline) -> None:
+    names = [s.name for s in model.critical_path()]
+    assert names[-1].startswith("Readiness/Readiness")
+    assert any(re.match(r"GpuNodes/GpuNodes[0-9A-F]{8}$", n) for n in names)
+    assert "vLLM engines up" in names and "serve app RUNNING" in names
+
+
+def test_the_docs_and_the_readme_state_the_modelled_time(
+    model: Timeline, default_app: Synthesized
+) -> None:
+    """One deploy time everywhere, taken from the model: change the graph, update the docs."""
+    minutes = model.endpoint_minutes
+    assert minutes == pytest.approx(25.8, abs=0.05)
+    doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
+    assert f"| this version | **{minutes:.1f} min** |" in doc
+    assert f"after about **{round(minutes)} minutes**" in doc
+    readme = (ROOT / "README.md").read_text()
+    assert f"A fresh deploy takes **about {round(minutes)} minutes**" in readme
+    one_by_one = schedule(Deploy.from_assembly(default_app.outdir), concurrency=1)
+    assert f"**{one_by_one.endpoint_minutes:.1f} minutes**" in doc
