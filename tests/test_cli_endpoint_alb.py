@@ -222,7 +222,7 @@ def test_undeployed_stack_is_exit_3_with_the_fix(tmp_path: Path) -> None:
     assert result.code == 3
     assert result.err == (
         f"error: stack {STACK} not found in {REGION}: deploy it (`npx cdk deploy "
-        "'RayPdEks/*'`) or name yours with --stack\n"
+        "'RayPdEks/*' --concurrency 4`) or name yours with --stack\n"
     )
 
 

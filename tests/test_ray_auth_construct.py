@@ -75,9 +75,7 @@ def test_token_writer_runs_after_secret_rbac_and_access_entry_and_before_the_ray
     assert {secret_id, rbac_id, entry_id} <= set(writer["DependsOn"])
     rs_id, _ = _find(default_app, "RayService", "ray-llm")
     assert writer_id in resources[rs_id]["DependsOn"]
-    (namespace_id,) = [
-        lid for lid, o in _objects(default_app, "Workload") if o["kind"] == "Namespace"
-    ]
+    namespace_id, _ = _find(default_app, "Namespace", "inference")
     assert namespace_id in resources[secret_id]["DependsOn"]
 
 
