@@ -37,6 +37,7 @@ from pd_constructs.nag import (
     function_versions_finding,
 )
 from pd_constructs.templates import load_yaml
+from ray_pd_eks import instance_types
 from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX
 
 GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
@@ -294,6 +295,30 @@ def _launch_template_data(
     )
 
 
+def efa_network_interfaces(
+    spec: instance_types.InstanceSpec, groups: Sequence[str]
+) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
+    """Every EFA interface the instance type offers, one per network card, as EC2's guide
+    ("Maximize network bandwidth on Amazon EC2 instances with multiple network cards", the
+    P5/P5e/P5en configuration that keeps one IP address) lays them out: the primary (card 0,
+    device index 0) is EFA with ENA and carries the node's IP address; each further card gets
+    device index 1, EFA-only where the type supports it (``spec.efa_only``), else EFA with ENA.
+    A pod reaches them through the EFA device plugin (``vpc.amazonaws.com/efa``)."""
+    interfaces = []
+    for position, card in enumerate(spec.efa_network_cards):
+        primary = position == 0
+        interfaces.append(
+            ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+                device_index=0 if primary else 1,
+                network_card_index=card,
+                interface_type="efa" if primary or not spec.efa_only else "efa-only",
+                groups=list(groups),
+                delete_on_termination=True,
+            )
+        )
+    return interfaces
+
+
 class SystemNodeGroup(Construct):
     """CPU nodes (AL2023) for system pods, the KubeRay operator and the Ray head;
     labelled ``role=system``; fixed size. The gp3 root volume gets ``root_volume_iops`` and
@@ -341,9 +366,10 @@ class SystemNodeGroup(Construct):
 
 class EfaGpuNodeGroup(Construct):
     """The fixed-size GPU node group: AL2023 NVIDIA AMI, one subnet (one AZ, because EFA does
-    not cross AZs), a cluster placement group, and a launch template whose primary interface is
-    an EFA interface carrying both the cluster security group and an EFA security group that
-    allows all traffic to and from itself (EFA's requirement). Nodes are labelled
+    not cross AZs), a cluster placement group, and a launch template with every EFA interface
+    the instance type offers (:func:`efa_network_interfaces`), each carrying both the cluster
+    security group and an EFA security group that allows all traffic to and from itself
+    (EFA's requirement). Nodes are labelled
     ``role=gpu-worker`` and ``nvidia.com/gpu.present=true`` and tainted
     ``nvidia.com/gpu=true:NoSchedule`` so only GPU workloads land there.
 
@@ -402,21 +428,21 @@ class EfaGpuNodeGroup(Construct):
                 "if it was created in it). Create the reservation in a cluster placement group "
                 "and set -c gpuPlacementGroupName=<name> for the lowest EFA latency.",
             )
+        spec = instance_types.gpu_spec(instance_type)
+        if spec is None:
+            raise ValueError(f"EfaGpuNodeGroup: {instance_type} is not an EFA GPU instance type")
         # With explicit network interfaces EKS no longer adds the cluster security group by
         # itself, so it is listed here beside the EFA group.
-        efa_interface = ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
-            device_index=0,
-            network_card_index=0,
-            interface_type="efa",
-            groups=[cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
-            delete_on_termination=True,
+        self.network_interfaces = efa_network_interfaces(
+            spec,
+            [cluster.cluster_security_group_id, self.efa_security_group.security_group_id],
         )
         template = ec2.CfnLaunchTemplate(
             self,
             "LaunchTemplate",
             launch_template_data=_launch_template_data(
                 root_volume_gib,
-                network_interfaces=[efa_interface],
+                network_interfaces=self.network_interfaces,
                 placement_group=placement,
                 root_volume_iops=None if node_config else root_volume_iops,
                 root_volume_throughput=None if node_config else root_volume_throughput,

@@ -50,6 +50,18 @@ def render_namespace(config: AppConfig) -> dict[str, Any]:
     )
 
 
+def placement_group_config(config: AppConfig) -> dict[str, Any]:
+    """The Ray placement group of one engine replica: one GPU bundle per tensor-parallel rank,
+    ``STRICT_PACK`` so all of them land on one node (one Ray worker pod). Ray Serve LLM 2.58
+    (``VLLMEngineConfig.placement_bundles``/``placement_strategy``) would otherwise build the
+    same bundles with ``PACK``, which spills a replica across nodes when one cannot hold it;
+    here that must fail to schedule instead, because tensor parallelism across nodes would run
+    its all-reduce over the network."""
+    bundles = [{"GPU": 1} for _ in range(config.tensor_parallel_size)]  # no shared dicts:
+    # yaml.safe_dump would write a repeated object as an anchor and aliases
+    return {"bundles": bundles, "strategy": "STRICT_PACK"}
+
+
 def render_serve_config(config: AppConfig) -> dict[str, Any]:
     """The Serve application (``serveConfigV2``) as a mapping: the PD app, or with
     ``servingMode: aggregated`` the same engines without disaggregation (the baseline)."""
@@ -61,6 +73,8 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
         "DTYPE": config.dtype,
         "GPU_MEMORY_UTILIZATION": config.gpu_memory_utilization,
         "ENFORCE_EAGER": config.enforce_eager,
+        "TENSOR_PARALLEL_SIZE": config.tensor_parallel_size,
+        "PLACEMENT_GROUP_CONFIG": placement_group_config(config),
     }
     if not config.is_pd:
         return dict(
@@ -125,17 +139,28 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     return env
 
 
+def worker_efa_interfaces(config: AppConfig) -> int:
+    """EFA interfaces one worker requests when the KV cache moves over EFA: all of the node's
+    when the worker owns the whole node (its replica's GPUs are all the node's GPUs), else
+    one."""
+    spec = config.gpu_spec
+    if not config.uses_efa_transport:
+        return 0
+    return spec.efa_interfaces if config.tensor_parallel_size == spec.gpus else 1
+
+
 def worker_resources(config: AppConfig) -> dict[str, Any]:
-    """Requests = limits per worker: half the node's vCPUs and memory, one GPU, and one EFA NIC
-    when the KV cache moves over EFA."""
+    """Requests = limits per worker: half the node's vCPUs and memory, ``tensorParallelSize``
+    GPUs (one engine replica) and, when the KV cache moves over EFA, the EFA interfaces of
+    :func:`worker_efa_interfaces`."""
     spec = config.gpu_spec
     resources: dict[str, Any] = {
         "cpu": str(spec.vcpus // 2),
         "memory": _gib(spec.memory_gib / 2),
-        "nvidia.com/gpu": 1,
+        "nvidia.com/gpu": config.tensor_parallel_size,
     }
-    if config.uses_efa_transport:
-        resources["vpc.amazonaws.com/efa"] = 1
+    if efa := worker_efa_interfaces(config):
+        resources["vpc.amazonaws.com/efa"] = efa
     return resources
 
 

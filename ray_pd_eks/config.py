@@ -257,6 +257,8 @@ class AppConfig:
     serving_mode: str = "pd"  # "aggregated": build_openai_app, one engine per GPU node
     prefill_replicas: int = 1
     decode_replicas: int = 1
+    # GPUs of one engine replica (vLLM tensor parallelism), all on one node.
+    tensor_parallel_size: int = 1
     readiness_timeout_minutes: int = 60
     # The application endpoint: an HTTPS load balancer in front of the serve service.
     endpoint_exposure: str = "none"  # none | internal | internet-facing
@@ -564,6 +566,18 @@ def _gpu_nodes(c: AppConfig) -> list[str]:
     ):
         if count < 1:
             out.append(_problem(key, count, "must be at least 1"))
+    spec = instance_types.gpu_spec(t)
+    tp = c.tensor_parallel_size
+    if tp < 1:
+        out.append(_problem("tensorParallelSize", tp, "must be at least 1"))
+    elif spec is not None and (tp > spec.gpus or spec.gpus % tp):
+        fits = [n for n in range(1, spec.gpus + 1) if spec.gpus % n == 0]
+        why = (
+            f"one replica's GPUs must sit on one {t} node, which has {spec.gpus} GPU(s), and "
+            f"divide them evenly: use one of {', '.join(map(str, fits))}, or a GPU type with "
+            "more GPUs"
+        )
+        out.append(_problem("tensorParallelSize", tp, why))
     if c.prefill_replicas >= 1 and c.decode_replicas >= 1 and c.worker_replicas > c.gpu_node_count:
         why = (
             f"prefillReplicas + decodeReplicas = {c.worker_replicas} exceeds gpuNodeCount "

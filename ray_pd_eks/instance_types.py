@@ -23,16 +23,42 @@ class InstanceSpec:
     efa_interfaces: int = 0
     gpu_model: str = ""
     nvme_gb: int = 0  # total instance-store NVMe (GB, as EC2 states it); 0 = EBS only
+    # The network card of each EFA interface, in launch-template order (the primary first);
+    # empty = one per card, 0..efa_interfaces-1.
+    efa_network_cards: tuple[int, ...] = ()
+    # Whether the interfaces after the primary may be EFA-only (no ENA, no IP address).
+    efa_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.efa_network_cards:
+            object.__setattr__(self, "efa_network_cards", tuple(range(self.efa_interfaces)))
+        if len(self.efa_network_cards) != self.efa_interfaces:
+            raise ValueError(f"{self.name}: one network card per EFA interface")
 
 
 def _gpu(
-    name: str, vcpus: int, memory_gib: int, gpus: int, efa: int, model: str, nvme_gb: int
+    name: str,
+    vcpus: int,
+    memory_gib: int,
+    gpus: int,
+    efa: int,
+    model: str,
+    nvme_gb: int,
+    *,
+    efa_only: bool = False,
 ) -> InstanceSpec:
-    return InstanceSpec(name, vcpus, memory_gib, gpus, efa, model, nvme_gb)
+    """One EFA interface per network card, cards ``0..efa-1``: EC2 recommends one EFA per
+    network card on the multi-card types (EC2 user guide, "Maximize network bandwidth on
+    Amazon EC2 instances with multiple network cards"); every single-EFA type has card 0."""
+    return InstanceSpec(name, vcpus, memory_gib, gpus, efa, model, nvme_gb, efa_only=efa_only)
 
 
 # EFA-capable GPU instance types (EC2 "EFA supported instance types", x86_64, NVIDIA), with
 # their NVMe instance store in GB (all of them have one: 2 x 450 GB on a g6.8xlarge).
+# Multi-card types: p4d/p4de 4 network cards, p5/p5e 32, p5en 16, g6e.24xlarge 2 and
+# g6e.48xlarge 4, one EFA each. ``efa_only``: the EC2 guide's P5/P5e/P5en and G6e
+# configurations attach EFA-only interfaces (device index 1) on every card but the primary,
+# which keeps one IP address per node; on p4d/p4de the extra interfaces are EFA with ENA.
 EFA_GPU_TYPES: dict[str, InstanceSpec] = {
     s.name: s
     for s in (
@@ -53,13 +79,13 @@ EFA_GPU_TYPES: dict[str, InstanceSpec] = {
         _gpu("g6e.8xlarge", 32, 256, 1, 1, "L40S", 900),
         _gpu("g6e.12xlarge", 48, 384, 4, 1, "L40S", 3800),
         _gpu("g6e.16xlarge", 64, 512, 1, 1, "L40S", 1900),
-        _gpu("g6e.24xlarge", 96, 768, 4, 2, "L40S", 3800),
-        _gpu("g6e.48xlarge", 192, 1536, 8, 4, "L40S", 7600),
+        _gpu("g6e.24xlarge", 96, 768, 4, 2, "L40S", 3800, efa_only=True),
+        _gpu("g6e.48xlarge", 192, 1536, 8, 4, "L40S", 7600, efa_only=True),
         _gpu("p4d.24xlarge", 96, 1152, 8, 4, "A100", 8000),
         _gpu("p4de.24xlarge", 96, 1152, 8, 4, "A100", 8000),
-        _gpu("p5.48xlarge", 192, 2048, 8, 32, "H100", 30720),
-        _gpu("p5e.48xlarge", 192, 2048, 8, 32, "H200", 30720),
-        _gpu("p5en.48xlarge", 192, 2048, 8, 16, "H200", 30720),
+        _gpu("p5.48xlarge", 192, 2048, 8, 32, "H100", 30720, efa_only=True),
+        _gpu("p5e.48xlarge", 192, 2048, 8, 32, "H200", 30720, efa_only=True),
+        _gpu("p5en.48xlarge", 192, 2048, 8, 16, "H200", 30720, efa_only=True),
     )
 }
 

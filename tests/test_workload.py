@@ -134,6 +134,7 @@ def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
                 "dtype": "bfloat16",
                 "gpu_memory_utilization": 0.9,
                 "enforce_eager": True,
+                "tensor_parallel_size": 1,
                 "kv_transfer_config": {
                     "kv_connector": "NixlConnector",
                     "kv_role": "kv_both",
@@ -141,6 +142,7 @@ def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
                     "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
                 },
             },
+            "placement_group_config": {"bundles": [{"GPU": 1}], "strategy": "STRICT_PACK"},
             "deployment_config": {"num_replicas": 1},
         }
 
