@@ -357,6 +357,20 @@ def test_default_out_folder_is_named_after_a_safe_label(
     assert json.loads((folder / "results.json").read_text())["label"] == "pd/EFA run 1"
 
 
+def test_interrupted_sweep_still_deletes_its_job(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    _run_through(kube_api, cli, interrupt)
+    result = cli.run("bench", "--out", str(tmp_path / "x"))
+    assert result.code == 130 and "interrupted" in result.err
+    (delete,) = kube_api.requests_to(JOBS, "DELETE")
+    assert delete.query == {"propagationPolicy": "Background"}
+    assert kube_api.jobs == {}
+
+
 def test_concurrency_limits_and_order() -> None:
     from ray_pd_eks.cli.bench import parse_concurrency
 
