@@ -164,6 +164,25 @@ def fetch_init_containers(
     return containers
 
 
+# EKS Pod Identity's admission webhook (aws/amazon-eks-pod-identity-webhook) gives every
+# container of a pod using an associated service account the credentials' environment
+# (AWS_CONTAINER_CREDENTIALS_FULL_URI, AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE) and the projected
+# token's mount, except the containers this pod annotation names (its "container credentials"
+# path honours it like the IRSA one; see its testdata/containercredentials/rawPodSkip).
+SKIP_CONTAINERS_ANNOTATION = "eks.amazonaws.com/skip-containers"
+# The init containers that call AWS; every other container of their pods is skipped.
+AWS_CONTAINERS = frozenset({"hf-token", "stage-model"})
+
+
+def credential_annotations(config: AppConfig, other_containers: list[str]) -> dict[str, str]:
+    """Pod annotations that keep Pod Identity credentials out of ``other_containers`` (every
+    container but the AWS init containers); none without model access."""
+    if not config.needs_model_access:
+        return {}
+    skipped = [name for name in other_containers if name not in AWS_CONTAINERS]
+    return {SKIP_CONTAINERS_ANNOTATION: ",".join(skipped)}
+
+
 def service_account_name(config: AppConfig) -> str:
     """The pods' service account: the Pod Identity one only when AWS access is needed."""
     return SERVICE_ACCOUNT if config.needs_model_access else "default"

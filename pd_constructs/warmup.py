@@ -16,6 +16,7 @@ from constructs import Construct
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.model_access import (
     ModelFetchServiceAccount,
+    credential_annotations,
     fetch_init_containers,
     node_cache_volume,
     prefetch_container,
@@ -68,7 +69,7 @@ def render_model_prefetch(
             {
                 "NAMESPACE": WARMUP_NAMESPACE,
                 "SERVICE_ACCOUNT": service_account_name(config),
-                "AUTOMOUNT_TOKEN": config.needs_model_access,
+                "ANNOTATIONS": credential_annotations(config, [c["name"] for c in init] + ["done"]),
                 "INIT_CONTAINERS": init,
                 "HOLD_IMAGE": init[-1]["image"],
                 "VOLUMES": volumes,

@@ -22,6 +22,7 @@ from pd_constructs.model_access import (
     VLLM_CACHE_ROOT,
     ModelFetchServiceAccount,
     cache_mount,
+    credential_annotations,
     fetch_init_containers,
     model_env,
     node_cache_volume,
@@ -43,8 +44,14 @@ def _gib(value: float) -> str:
 
 
 def render_namespace(config: AppConfig) -> dict[str, Any]:
-    """The namespace, labelled for Pod Security admission at the level the workers need."""
-    level = "privileged" if config.uses_efa_transport else "baseline"
+    """The namespace, labelled for Pod Security admission at the level the workers need.
+
+    ``privileged`` in every variant: the GPU workers mount the node's model cache as a hostPath
+    volume, which ``baseline`` forbids (so a ``baseline`` namespace rejected the UCX and
+    aggregated workers), and with EFA they also run privileged. ``warn``/``audit`` stay at
+    ``baseline`` so every exception is reported (tests/test_pod_security.py checks each pod).
+    """
+    level = "privileged"
     return dict(
         render("manifests/namespace.yaml", {"NAMESPACE": config.namespace, "PSA_ENFORCE": level})
     )
@@ -244,6 +251,11 @@ def _render_rayservice(config: AppConfig, *, image: str, region: str) -> dict[st
                 "WORKER_START_PARAMS": RAY_PORTS.node_start_params(),
                 "IMAGE": image,
                 "SERVICE_ACCOUNT": service_account_name(config),
+                # KubeRay adds wait-gcs-ready to the workers (it needs no AWS either).
+                "HEAD_ANNOTATIONS": credential_annotations(config, ["ray-head"]),
+                "WORKER_ANNOTATIONS": credential_annotations(
+                    config, ["ray-worker", "wait-gcs-ready"]
+                ),
                 "HEAD_INIT_CONTAINERS": fetch_init_containers(
                     config, region=region, config_only=True
                 ),

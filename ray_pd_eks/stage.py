@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Environment, Stack, Stage
+from aws_cdk import Aspects, Environment, Stack, Stage
 from constructs import Construct
 
+from pd_constructs.eks_types import as_icluster
+from pd_constructs.pod_identity import RestrictPodIdentityTrust
 from ray_pd_eks.config import AppConfig
 from stacks.cluster_stack import ClusterStack
 from stacks.gpu_stack import GpuNodesStack
@@ -77,6 +79,8 @@ class RayPdEksStage(Stage):
             cluster=self.cluster.cluster,
             description="ray-pd-eks: readiness check of the endpoint",
         )
+        # Every Pod Identity role, whoever builds it, trusts this cluster only.
+        Aspects.of(self).add(RestrictPodIdentityTrust(as_icluster(self.cluster.cluster)))
         self.cluster.add_stack_dependency(self.network)
         self.gpu_nodes.add_stack_dependency(self.cluster)
         self.workload.add_stack_dependency(self.cluster)

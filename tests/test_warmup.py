@@ -202,7 +202,9 @@ def test_s3_staging_renders_only_when_configured(variant_app: Synthesized) -> No
     pod = _pod(_daemon_set(variant_app, "model-prefetch"))
     (prefetch,) = pod["initContainers"]
     assert _env(prefetch)["DEST"] == dest and pod["serviceAccountName"] == "model-fetch"
-    assert pod["automountServiceAccountToken"] is True  # Pod Identity needs the SA token
+    # Pod Identity brings its own projected token; the API token stays unmounted, and only
+    # the AWS init containers get credentials.
+    assert pod["automountServiceAccountToken"] is False
 
 
 def _model_fetch_association(app: Synthesized, namespace: str) -> dict[str, Any]:
