@@ -81,7 +81,9 @@ def render_model_prefetch(
 class NodeWarmup(Construct):
     """The warm-up namespace, its default-deny NetworkPolicy, the pre-pull and prefetch
     DaemonSets and, when the prefetch needs AWS access, its Pod Identity service account.
-    ``image`` and ``region`` may hold the deploy region as a CloudFormation token."""
+    ``image`` (the Ray image), ``prefetch_image`` and ``aws_cli_image`` (default: as
+    configured) and ``region`` may be CloudFormation tokens (digests resolved at deploy time,
+    the deploy region)."""
 
     def __init__(
         self,
@@ -92,6 +94,8 @@ class NodeWarmup(Construct):
         config: AppConfig,
         image: str,
         region: str,
+        prefetch_image: str | None = None,
+        aws_cli_image: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = eks.KubernetesManifest(
@@ -99,7 +103,9 @@ class NodeWarmup(Construct):
         )
         self.manifests = [
             render_image_prepull(image=image),
-            render_model_prefetch(config, region=region),
+            render_model_prefetch(
+                config, region=region, prefetch_image=prefetch_image, aws_cli_image=aws_cli_image
+            ),
         ]
         self.daemon_sets = eks.KubernetesManifest(
             self, "DaemonSets", cluster=as_icluster(cluster), manifest=self.manifests

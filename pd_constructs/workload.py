@@ -218,17 +218,22 @@ def cluster_spec_hash(config: AppConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def render_rayservice(config: AppConfig, *, image: str, region: str = "-") -> dict[str, Any]:
+def render_rayservice(
+    config: AppConfig, *, image: str, region: str = "-", aws_cli_image: str | None = None
+) -> dict[str, Any]:
     """The RayService object, its head pod template annotated with :func:`cluster_spec_hash`.
-    ``image`` and ``region`` may hold a CloudFormation token (the deploy region)."""
-    rayservice = _render_rayservice(config, image=image, region=region)
+    ``image``, ``aws_cli_image`` (default ``awsCliImage``) and ``region`` may hold a
+    CloudFormation token (the deploy region, an image digest resolved at deploy time)."""
+    rayservice = _render_rayservice(config, image=image, region=region, aws_cli_image=aws_cli_image)
     head = rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]
     metadata = head.setdefault("metadata", {})
     metadata.setdefault("annotations", {})[CLUSTER_SPEC_ANNOTATION] = cluster_spec_hash(config)
     return rayservice
 
 
-def _render_rayservice(config: AppConfig, *, image: str, region: str) -> dict[str, Any]:
+def _render_rayservice(
+    config: AppConfig, *, image: str, region: str, aws_cli_image: str | None = None
+) -> dict[str, Any]:
     system = config.system_spec
     worker_mounts, worker_vols = worker_volumes(config)
     head_mounts, head_vols = head_volumes(config)
@@ -257,7 +262,7 @@ def _render_rayservice(config: AppConfig, *, image: str, region: str) -> dict[st
                     config, ["ray-worker", "wait-gcs-ready"]
                 ),
                 "HEAD_INIT_CONTAINERS": fetch_init_containers(
-                    config, region=region, config_only=True
+                    config, region=region, config_only=True, aws_cli_image=aws_cli_image
                 ),
                 "HEAD_ENV": [*model_env(config), *metrics_env()],
                 "HEAD_VOLUME_MOUNTS": head_mounts,
@@ -268,7 +273,9 @@ def _render_rayservice(config: AppConfig, *, image: str, region: str) -> dict[st
                 "WORKER_RESOURCES": worker_resources(config),
                 "WORKER_PRIVILEGED": config.uses_efa_transport,
                 "WORKER_ENV": worker_env(config),
-                "WORKER_INIT_CONTAINERS": fetch_init_containers(config, region=region),
+                "WORKER_INIT_CONTAINERS": fetch_init_containers(
+                    config, region=region, aws_cli_image=aws_cli_image
+                ),
                 "WORKER_VOLUME_MOUNTS": worker_mounts,
                 "WORKER_VOLUMES": worker_vols,
             },
@@ -286,7 +293,9 @@ class PdWorkload(Construct):
     (and torn down in the reverse order).
     Objects are created in this construct's stack.
 
-    ``image`` is the worker/head image URI, possibly holding the deploy region as a token.
+    ``image`` is the worker/head image URI and ``aws_cli_image`` (default ``awsCliImage``) the
+    init containers' image, either possibly a CloudFormation token (a digest resolved at
+    deploy time, the deploy region).
     """
 
     def __init__(
@@ -298,6 +307,7 @@ class PdWorkload(Construct):
         config: AppConfig,
         image: str,
         region: str,
+        aws_cli_image: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = eks.KubernetesManifest(
@@ -334,7 +344,9 @@ class PdWorkload(Construct):
                 self, "ModelFetch", cluster=cluster, config=config, namespace=config.namespace
             )
             self.service_account.node.add_dependency(self.namespace)
-        self.rayservice_manifest = render_rayservice(config, image=image, region=region)
+        self.rayservice_manifest = render_rayservice(
+            config, image=image, region=region, aws_cli_image=aws_cli_image
+        )
         self.rayservice = eks.KubernetesManifest(
             self,
             "RayService",

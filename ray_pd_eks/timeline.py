@@ -135,6 +135,10 @@ def _text(value: Any) -> str:
     if isinstance(value, dict) and "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
         return str(sep).join(_text(p) for p in parts)
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{value['Ref']}>"
     return "<token>"
 
 

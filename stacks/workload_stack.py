@@ -17,6 +17,7 @@ from constructs import Construct
 
 from pd_constructs.cluster import SystemNodeGroup
 from pd_constructs.endpoint import ApplicationEndpoint
+from pd_constructs.images import ImageDigests
 from pd_constructs.observability import PdObservability
 from pd_constructs.warmup import NodeWarmup
 from pd_constructs.workload import PdWorkload
@@ -46,6 +47,19 @@ class WorkloadStack(Stack):
             root_volume_iops=config.system_root_volume_iops,
             root_volume_throughput=config.system_root_volume_throughput,
         )
+        # Every pod references its image by digest, resolved once here (pd_constructs/images.py):
+        # the Ray pods and the pre-pull on every node run the same build.
+        self.images = ImageDigests(
+            self,
+            "Images",
+            images={
+                "Ray": config.image_uri(Aws.REGION),
+                "AwsCli": config.aws_cli_image,
+                "Prefetch": config.prefetch_image,
+            },
+            log_retention=log_retention(config),
+            log_removal_policy=log_removal_policy(config),
+        )
         # Needs only the cluster: each node starts pulling the image and the weights as it
         # joins (the GPU nodes join while this stack deploys), while the operator and the
         # RayService are installed.
@@ -54,16 +68,19 @@ class WorkloadStack(Stack):
             "Warmup",
             cluster=cluster,
             config=config,
-            image=config.image_uri(Aws.REGION),
+            image=self.images.reference("Ray"),
             region=Aws.REGION,
+            prefetch_image=self.images.reference("Prefetch"),
+            aws_cli_image=self.images.reference("AwsCli"),
         )
         self.workload = PdWorkload(
             self,
             "Workload",
             cluster=cluster,
             config=config,
-            image=config.image_uri(Aws.REGION),
+            image=self.images.reference("Ray"),
             region=Aws.REGION,
+            aws_cli_image=self.images.reference("AwsCli"),
         )
         # The operator's Helm release waits for its pod, which needs a node.
         self.workload.operator.node.add_dependency(self.system_nodes)

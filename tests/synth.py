@@ -81,3 +81,11 @@ def resolve(value: Any) -> str:
         return "<import:{}>".format(value["Fn::ImportValue"])
     assert isinstance(value, str), value
     return value
+
+
+def image_refs(app: Synthesized) -> dict[str, str]:
+    """How the synthesized manifests name each pinned image (``resolve`` renders the deploy-time
+    digest as ``<ImageDigests logical id>.<key>``): key (``Ray``, ``AwsCli``, ``Prefetch``) ->
+    that text."""
+    ((logical_id, resource),) = app.resources("Workload", "Custom::ImageDigests").items()
+    return {k: f"<{logical_id}.{k}>" for k in resource["Properties"] if k != "ServiceToken"}

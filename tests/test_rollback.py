@@ -92,7 +92,8 @@ def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesiz
     # The capacity watch (GpuNodes), the RayService recreate (Workload), the readiness check
     # (Readiness): their own stack. The GPU AZ chooser's function is created early, in the
     # cluster stack, and serves a resource of the GpuNodes stack: that one stack, by name.
-    per_stack = {"Network": 0, "Cluster": 1, "GpuNodes": 1, "Workload": 1, "Readiness": 1}
+    # The image digests (Workload) too.
+    per_stack = {"Network": 0, "Cluster": 1, "GpuNodes": 1, "Workload": 2, "Readiness": 1}
     gpu_stack = {
         "Fn::Join": [
             "",

@@ -12,9 +12,8 @@ import pytest
 from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR, prefetch_requirements
 from pd_constructs.warmup import WARMUP_NAMESPACE
 from pd_constructs.workload import render_rayservice
-from ray_pd_eks.config import DEFAULTS
 from tests.conftest import S3_URI, TOKEN_SECRET
-from tests.synth import TEST_REGION, Synthesized, resolve
+from tests.synth import TEST_REGION, Synthesized, image_refs, resolve
 
 REGION = TEST_REGION
 IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/ray:serve-llm-cuda-v1.0"
@@ -73,7 +72,8 @@ def test_image_prepull_targets_system_and_gpu_nodes_and_holds_the_image(
         "tolerations"
     ]
     (c,) = pod["containers"]
-    assert (c["image"], c["imagePullPolicy"]) == (IMAGE, "IfNotPresent")
+    # The Ray image by digest, resolved at deploy time (tests/test_images.py).
+    assert (c["image"], c["imagePullPolicy"]) == (image_refs(default_app)["Ray"], "IfNotPresent")
     assert c["command"] == ["sleep", "infinity"]
     assert c["resources"]["limits"] == {"memory": "64Mi"}
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -122,10 +122,11 @@ def test_image_is_pinned_and_pulled_if_not_present_everywhere(default_app: Synth
         + _pod(_daemon_set(default_app, name))["containers"]
     ]
     assert len(containers) == 5
+    refs = image_refs(default_app)
     for c in containers:
         assert c["imagePullPolicy"] == "IfNotPresent", c["name"]
-        expected = DEFAULTS.prefetch_image if c["name"] in ("prefetch-model", "done") else IMAGE
-        assert c["image"] == expected and not c["image"].endswith(":latest")
+        small = c["name"] in ("prefetch-model", "done")
+        assert c["image"] == refs["Prefetch" if small else "Ray"], c["name"]
 
 
 # -- the node's model cache ------------------------------------------------------------------
@@ -155,8 +156,9 @@ def test_prefetch_fills_the_same_cache_from_hugging_face(default_app: Synthesize
     assert pod["automountServiceAccountToken"] is False
     (fetch,) = pod["initContainers"]
     # A small Python image, not the ~20 GB Ray image: the download starts beside its pull.
-    assert fetch["name"] == "prefetch-model" and fetch["image"] == DEFAULTS.prefetch_image
-    assert pod["containers"][0]["image"] == DEFAULTS.prefetch_image
+    prefetch_image = image_refs(default_app)["Prefetch"]
+    assert fetch["name"] == "prefetch-model" and fetch["image"] == prefetch_image
+    assert pod["containers"][0]["image"] == prefetch_image
     env = _env(fetch)
     requirements = env["REQUIREMENTS"].splitlines()
     assert "--require-hashes" in fetch["args"][0] and "--no-deps" in fetch["args"][0]
@@ -182,7 +184,8 @@ def test_s3_staging_renders_only_when_configured(variant_app: Synthesized) -> No
     dest = f"{MODEL_CACHE}/{config.staged_model_dir}"
     spec = _workers(variant_app)
     (stage,) = spec["initContainers"]
-    assert stage["image"] == DEFAULTS.aws_cli_image and stage["imagePullPolicy"] == "IfNotPresent"
+    assert stage["image"] == image_refs(variant_app)["AwsCli"]
+    assert stage["imagePullPolicy"] == "IfNotPresent"
     env = _env(stage)
     assert (env["MODEL_S3_URI"], env["DEST"], env["SYNC_ARGS"]) == (S3_URI, dest, "")
     assert env["REGION"] == REGION
@@ -275,7 +278,7 @@ def test_defaults_create_no_aws_identity_for_workload_pods(default_app: Synthesi
 def test_token_reaches_pods_through_a_file_never_a_template(token_app: Synthesized) -> None:
     spec = _workers(token_app)
     (fetch,) = spec["initContainers"]
-    assert fetch["name"] == "hf-token" and fetch["image"] == DEFAULTS.aws_cli_image
+    assert fetch["name"] == "hf-token" and fetch["image"] == image_refs(token_app)["AwsCli"]
     env = _env(fetch)
     assert env["SECRET_ARN"] == TOKEN_SECRET and env["SECRET_REGION"] == REGION
     assert "get-secret-value" in fetch["args"][0] and f"{TOKEN_DIR}" == env["TOKEN_DIR"]
@@ -310,7 +313,10 @@ def test_no_secret_value_in_any_template(app_name: str, request: pytest.FixtureR
 
 def test_render_matches_what_the_template_applies(token_app: Synthesized) -> None:
     rs = _objects(token_app, "Workload")[("RayService", "ray-llm")][1]
-    expected = render_rayservice(token_app.config, image=IMAGE, region=REGION)
+    refs = image_refs(token_app)
+    expected = render_rayservice(
+        token_app.config, image=refs["Ray"], region=REGION, aws_cli_image=refs["AwsCli"]
+    )
     labels = {k: v for k, v in rs["metadata"]["labels"].items() if "prune" not in k}
     assert {**rs, "metadata": {**rs["metadata"], "labels": labels}} == expected
 

@@ -15,7 +15,7 @@ import yaml
 from pd_constructs.templates import TemplateError, render
 from pd_constructs.workload import render_rayservice, render_serve_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
-from tests.synth import TEST_REGION, Synthesized, resolve
+from tests.synth import TEST_REGION, Synthesized, image_refs, resolve
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 REGION = TEST_REGION
@@ -58,7 +58,8 @@ def _serve(rs: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_template_carries_exactly_the_rendered_rayservice(default_app: Synthesized) -> None:
-    expected = render_rayservice(DEFAULTS, image=DEFAULTS.image_uri(REGION))
+    refs = image_refs(default_app)
+    expected = render_rayservice(DEFAULTS, image=refs["Ray"], aws_cli_image=refs["AwsCli"])
     rs = _kind(default_app, "RayService")
     # KubernetesManifest adds its own prune label; everything else must match exactly.
     rs_labels = {k: v for k, v in rs["metadata"]["labels"].items() if "aws.cdk.eks/prune" not in k}

@@ -1,0 +1,104 @@
+"""One image, the same on every node: the images the pods run, pinned to digests at deploy time
+(handler: ``assets/lambda/image_digest/``).
+
+Every Ray container, init container and warm-up container references the attribute of
+:class:`ImageDigests` for its image, ``repository@sha256:<digest>``, never a tag. The digest is
+resolved when the configured reference first deploys and kept until it changes (like the GPU
+AZ choice), so nodes that join later (a replaced node, a scale-up) pull exactly the build the
+others run. A reference the user gives by digest is used as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from aws_cdk import Aws, CustomResource, Duration, RemovalPolicy, Token
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs.nag import LAMBDA_BASIC, acknowledge
+from pd_constructs.network import suppress_provider_framework
+from pd_constructs.rollback import grant_describe_own_stack
+
+# <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>; the region may be a token.
+_ECR = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[^/]+)\.amazonaws\.com/(?P<repo>[^:@]+):"
+)
+
+
+def ecr_repository_arn(reference: str) -> str | None:
+    """The ECR repository a tagged reference is read from (``BatchGetImage``), or None for a
+    digest or another registry. The deploy region may stand in the reference as a token."""
+    if "@sha256:" in reference:
+        return None
+    resolved = reference
+    if Token.is_unresolved(reference):
+        resolved = reference.replace(Aws.REGION, "${AWS::Region}")
+    m = _ECR.match(resolved)
+    if not m:
+        return None
+    region = Aws.REGION if m["region"] == "${AWS::Region}" else m["region"]
+    return f"arn:{Aws.PARTITION}:ecr:{region}:{m['account']}:repository/{m['repo']}"
+
+
+class ImageDigests(Construct):
+    """Resolves ``images`` (key -> reference by tag or digest) to ``repository@sha256:...``;
+    :meth:`reference` gives the pinned reference of a key. The function may call ECR's
+    ``BatchGetImage`` on exactly the ECR repositories the tagged references name, and reaches
+    other registries (ECR Public, ...) over HTTPS without credentials; it runs outside the VPC.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        images: Mapping[str, str],
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        fn = lambda_.Function(
+            self,
+            "Function",
+            runtime=PYTHON_RUNTIME,
+            handler="handler.on_event",
+            code=lambda_code("image_digest"),
+            timeout=Duration.minutes(2),
+            log_group=log_group,
+            description="Pins the pods' images to digests at deploy time",
+        )
+        repositories = sorted({a for a in map(ecr_repository_arn, images.values()) if a})
+        if repositories:
+            fn.add_to_role_policy(
+                iam.PolicyStatement(actions=["ecr:BatchGetImage"], resources=repositories)
+            )
+        # Tells CloudFormation's rollback Update (answered at once, no registry call).
+        grant_describe_own_stack(fn)
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        self.resource = CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type="Custom::ImageDigests",
+            properties=dict(images),
+        )
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM4",
+            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+            findings=[LAMBDA_BASIC],
+        )
+        suppress_provider_framework(provider, fn)
+
+    def reference(self, key: str) -> str:
+        """``repository@sha256:<digest>`` of the image configured under ``key``."""
+        return self.resource.get_att_string(key)
