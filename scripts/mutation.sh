@@ -19,32 +19,33 @@ export PATH="$PWD/node_modules/.bin:$PATH"
 # is the functions whose result is a decision (accept/reject, pending/terminal, OK/WARN/FAIL,
 # the exit code); rendering and plumbing around them are left out.
 SCOPE=(
-  # configuration: the parsers and every validation rule
-  'ray_pd_eks.config.x__*'
+  # configuration: the parsers and the validation rules of the core settings
+  'ray_pd_eks.config.x__as_*'
   'ray_pd_eks.config.xǁAppConfigǁfrom_context__*'
   'ray_pd_eks.config.xǁAppConfigǁvalidate__*'
-  # readiness: the pure evaluations of Kubernetes and Ray JSON
+  'ray_pd_eks.config.x__kubernetes__*'
+  'ray_pd_eks.config.x__name__*'
+  'ray_pd_eks.config.x__names__*'
+  'ray_pd_eks.config.x__gpu_nodes__*'
+  'ray_pd_eks.config.x__gpu_storage__*'
+  'ray_pd_eks.config.x__capacity__*'
+  'ray_pd_eks.config.x__serving__*'
+  'ray_pd_eks.config.x__system_nodes__*'
+  # readiness: the pure evaluations of Kubernetes JSON
   'assets.lambda.readiness.checks.x_gpu_nodes__*'
   'assets.lambda.readiness.checks.x_rayservice_state__*'
   'assets.lambda.readiness.checks.x_pod_problems__*'
-  'assets.lambda.readiness.checks.x_ray_object_warnings__*'
   'assets.lambda.readiness.checks.x_placement__*'
-  'assets.lambda.readiness.checks.x__engine_placement__*'
   'assets.lambda.readiness.checks.x__pod_gpus__*'
-  'assets.lambda.readiness.checks.x_event_*'
   'assets.lambda.readiness.checks.x__is_pull_failure__*'
   'assets.lambda.readiness.checks.x_quantity__*'
   'assets.lambda.readiness.checks.x_parse_time__*'
-  'assets.lambda.readiness.checks.x_nixl_backend__*'
-  'assets.lambda.readiness.checks.xǁKvBackendReportǁfallbacks__*'
   # readiness: the handler's verdicts
   'assets.lambda.readiness.handler.x_terminal_failure__*'
   'assets.lambda.readiness.handler.x__object_warning_is_terminal__*'
   'assets.lambda.readiness.handler.x__unschedulable_is_terminal__*'
   'assets.lambda.readiness.handler.x__chat_completion__*'
   'assets.lambda.readiness.handler.x__give_up_after__*'
-  'assets.lambda.readiness.handler.x_check__*'
-  'assets.lambda.readiness.handler.x_is_complete__*'
   'assets.lambda.readiness.handler.x_stack_rolling_back__*'
   # capacity watch
   'assets.lambda.capacity.handler.x_judge__*'
@@ -52,7 +53,7 @@ SCOPE=(
   'assets.lambda.capacity.handler.x_poll__*'
   'assets.lambda.capacity.handler.x_failed_launches__*'
   'assets.lambda.capacity.handler.x__give_up_after__*'
-  'assets.lambda.capacity.handler.x_is_complete__*'
+  'assets.lambda.capacity.handler.x_stack_rolling_back__*'
   # CLI verdicts
   'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'

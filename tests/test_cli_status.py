@@ -792,3 +792,15 @@ def test_status_with_observability_none_asks_cloudwatch_nothing(
     result = h.run("status", "-c", "observability=none")
     assert result.code == 0
     assert "Dashboard:" not in result.out and "Alarms" not in result.out
+
+
+def test_watch_times_out_waiting_for_a_rayservice_never_created(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = None
+    result = cli.run("status", "--watch", "--interval", "30", "--timeout", "60")
+    assert result.code == 1
+    assert (
+        "Verdict: TIMEOUT after 1m00s: still waiting for: RayService not created yet" in result.out
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -205,6 +206,24 @@ def test_bad_value_fails_with_key_value_and_fix(overrides, key, text) -> None:
     assert "(set it with -c " in mine[0]
     if text:
         assert text in mine[0]
+    if key in overrides:  # the line shows the bad value as it was read
+        assert any(f"= {shown}: " in line for line in mine for shown in _shown(key, overrides[key]))
+
+
+def _shown(key: str, raw: object) -> list[str]:
+    """How a problem line may show ``raw``: parsed to the field's type, a list entry by entry."""
+    if isinstance(raw, list):
+        return [json.dumps(entry) for entry in raw]
+    field = AppConfig.__dataclass_fields__.get(AppConfig.context_keys().get(key, ""))
+    ftype = str(field.type) if field else ""
+    if isinstance(raw, int) and not isinstance(raw, bool) and ftype == "float":
+        return [json.dumps(float(raw))]
+    if isinstance(raw, str) and ftype in ("int", "float"):
+        try:
+            return [json.dumps({"int": int, "float": float}[ftype](raw)), json.dumps(raw)]
+        except ValueError:
+            return [json.dumps(raw)]
+    return [json.dumps(raw.strip() if isinstance(raw, str) else raw)]
 
 
 def test_every_problem_is_reported_at_once_one_line_each() -> None:
