@@ -479,3 +479,13 @@ def test_application_name_is_shared_with_the_serve_config() -> None:
     config = AppConfig.from_context({"modelId": "mistral-7b", "modelSource": "mistralai/M-7B"})
     (app,) = render_serve_config(config)["applications"]
     assert app["name"] == config.application_name == "mistral"
+
+
+def test_the_checks_tell_the_modes_apart_on_the_rendered_rayservice() -> None:
+    # checks.serving_mode searches serveConfigV2's text (the Lambda has no YAML parser): it must
+    # read the YAML this app renders for both modes.
+    from ray_pd_eks import lambda_code
+
+    checks = lambda_code.checks()
+    assert checks.serving_mode(render_rayservice(DEFAULTS, image="img:1")) == "pd"
+    assert checks.serving_mode(render_rayservice(AGGREGATED, image="img:1")) == "aggregated"
