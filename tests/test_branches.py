@@ -510,3 +510,56 @@ def test_chat_completion_error_is_final_only_for_a_client_error(
         assert text == "" and "POST /v1/chat/completions via ray-llm-serve-svc:8000" in why
     # One attempt per poll: the next poll is the retry.
     assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1
+
+
+# --- rollback detection: only CloudFormation's rollback Update answers at once ----------------
+
+
+class _Stacks:
+    """``describe_stacks`` answering one status, no stack ("" ), or raising ``error``."""
+
+    def __init__(self, status: str, error: Exception | None = None) -> None:
+        self.status, self.error = status, error
+        self.calls: list[dict[str, Any]] = []
+
+    def describe_stacks(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        if self.error is not None:
+            raise self.error
+        stacks = [{"StackName": "RayPdEks-Workload", "StackStatus": self.status}]
+        return {"Stacks": stacks if self.status else []}
+
+
+STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Workload/1"
+CAPACITY = lambda_code._load(
+    "handler", "ray_pd_eks_capacity_handler", lambda_code.LAMBDA_DIR / "capacity"
+)
+
+
+@pytest.mark.parametrize("module", [handler, CAPACITY], ids=["readiness", "capacity"])
+@pytest.mark.parametrize(
+    ("status", "rolling_back"),
+    [
+        ("UPDATE_ROLLBACK_IN_PROGRESS", True),
+        ("UPDATE_IN_PROGRESS", False),
+        ("UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS", False),
+        ("ROLLBACK_IN_PROGRESS", False),  # a failed create rolls back with Deletes, not Updates
+        ("", False),  # no such stack
+    ],
+)
+def test_stack_rolling_back(module: Any, status: str, rolling_back: bool) -> None:
+    stacks = _Stacks(status)
+    assert module.stack_rolling_back({"StackId": STACK_ID}, stacks) is rolling_back
+    assert stacks.calls == [{"StackName": STACK_ID}]
+
+
+@pytest.mark.parametrize("module", [handler, CAPACITY], ids=["readiness", "capacity"])
+def test_stack_rolling_back_without_a_stack_id_or_on_an_error_is_a_deploy(module: Any) -> None:
+    from botocore.exceptions import ClientError
+
+    stacks = _Stacks("UPDATE_ROLLBACK_IN_PROGRESS")
+    assert module.stack_rolling_back({}, stacks) is False
+    assert stacks.calls == []  # nothing to ask about
+    throttled = ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "Op")
+    failing = _Stacks("UPDATE_ROLLBACK_IN_PROGRESS", error=throttled)
+    assert module.stack_rolling_back({"StackId": STACK_ID}, failing) is False
