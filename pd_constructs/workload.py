@@ -212,9 +212,13 @@ def cluster_spec_hash(config: AppConfig) -> str:
     count, resources, init containers, service account, env...), everything but
     ``serveConfigV2``. It changes exactly when the running Ray cluster must be recreated, and
     never for a Serve-only change (``maxModelLen``, ``dtype``, ...), which KubeRay applies in
-    place. Rendered with the region left symbolic, so it is a literal at synth."""
+    place. Rendered with the region left symbolic, so it is a literal at synth. A nonzero
+    ``rayClusterRevision`` is part of it, to force a recreate."""
     spec = _render_rayservice(config, image=config.image_uri("-"), region="-")["spec"]
     text = json.dumps(spec["rayClusterConfig"], sort_keys=True, default=str)
+    if config.ray_cluster_revision:
+        # rayClusterRevision forces a recreate of an unchanged spec; 0 leaves the hash as is.
+        text += f"#revision={config.ray_cluster_revision}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -35,6 +35,7 @@ KV_BACKENDS = ("LIBFABRIC", "UCX")
 # aggregated: ordinary engines doing both phases on the same GPU nodes (the baseline to beat).
 SERVING_MODES = ("pd", "aggregated")
 MAX_READINESS_MINUTES = 60  # CloudFormation custom resources wait at most one hour.
+MAX_RAY_CLUSTER_REVISION = 999_999
 RAYSERVICE_NAME_MAX = 47  # KubeRay derives longer object names from it.
 # The GPU node group is named <gpuNodegroupName>-<AZ>-<8 hex> (so it can be replaced when it
 # moves AZ); EKS allows 63 characters, and AZ names stay within 20.
@@ -260,6 +261,9 @@ class AppConfig:
     # GPUs of one engine replica (vLLM tensor parallelism), all on one node.
     tensor_parallel_size: int = 1
     readiness_timeout_minutes: int = 60
+    # Part of the Ray cluster spec hash: raising it makes the next deploy recreate the
+    # RayService with an unchanged spec (docs/lifecycle.md).
+    ray_cluster_revision: int = 0
     # The application endpoint: an HTTPS load balancer in front of the serve service.
     endpoint_exposure: str = "none"  # none | internal | internet-facing
     endpoint_allowed_cidrs: tuple[str, ...] = ()  # who may reach the load balancer on 443
@@ -803,6 +807,12 @@ def _serving(c: AppConfig) -> list[str]:
             "at most one hour"
         )
         out.append(_problem("readinessTimeoutMinutes", c.readiness_timeout_minutes, why))
+    if not 0 <= c.ray_cluster_revision <= MAX_RAY_CLUSTER_REVISION:
+        why = (
+            f"must be a whole number 0..{MAX_RAY_CLUSTER_REVISION}; raise it by one to make "
+            "the next deploy recreate the Ray cluster"
+        )
+        out.append(_problem("rayClusterRevision", c.ray_cluster_revision, why))
     return out
 
 

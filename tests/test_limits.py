@@ -56,6 +56,9 @@ IDP = {
 GP3_ROOT = {"gpuLocalStorage": "none", "gpuRootVolumeThroughput": 750}  # 3000 IOPS allow 750
 
 LIMITS: list[Edge] = [
+    # -- the Ray cluster revision (forces a recreate) ------------------------------------------
+    Edge("rayClusterRevision", 0, -1, "must be a whole number 0..999999", why="min"),
+    Edge("rayClusterRevision", 999_999, 1_000_000, "must be a whole number 0..999999", why="max"),
     # -- the examples ------------------------------------------------------------------
     Edge("gpuMemoryUtilization", 1.0, 1.01, "(0, 1]", why="max"),
     Edge("gpuMemoryUtilization", 0.01, 0, "(0, 1]", why="min-exclusive"),

@@ -227,6 +227,8 @@ def _config(**overrides: Any) -> AppConfig:
         ({"dlcImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray:custom"}, True),
         ({"gpuNodeCount": 3, "decodeReplicas": 2}, True),
         ({"kvBackend": "UCX"}, True),
+        ({"rayClusterRevision": 1}, True),
+        ({"rayClusterRevision": 0}, False),
         ({"maxModelLen": 8192}, False),
         ({"gpuMemoryUtilization": 0.85}, False),
     ],
