@@ -14,26 +14,46 @@ finding fails `cdk synth`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from ray_pd_eks.config import AppConfig, ConfigError
-from ray_pd_eks.pipeline_config import pipeline_from_context
+from ray_pd_eks.context import LOCAL_SETTINGS_FILE, SettingsFileError, with_local_settings
+from ray_pd_eks.pipeline_config import PipelineConfig, pipeline_from_context
 from ray_pd_eks.render import write_rendered
 from ray_pd_eks.stage import RayPdEksStage
 from stacks.pipeline_stack import PipelineStack
 
 STAGE_ID = "RayPdEks"
 PIPELINE_STACK_ID = "RayPdEksPipeline"
+PROJECT_DIR = Path(__file__).resolve().parent  # cdk.json, cdk.context.json, settings.local.json
+USER_HOME: Path | None = Path.home()  # ~/.cdk.json
+
+
+def configure(cli_context: Mapping[str, Any]) -> tuple[AppConfig, PipelineConfig | None]:
+    """The app's configuration, and its pipeline if one is declared, from the CDK CLI's context.
+
+    The user's ``settings.local.json`` is applied below ``-c`` (``ray_pd_eks/context.py``), as
+    the operations CLI does. A declared pipeline is built without it: the pipeline's own synth,
+    in CodeBuild, has no such file. Raises ConfigError on an invalid configuration.
+    """
+    context = with_local_settings(cli_context, PROJECT_DIR, USER_HOME)
+    config = AppConfig.from_context(context)
+    pipeline = pipeline_from_context(context, config)
+    if pipeline is not None and context != dict(cli_context):
+        print(f"note: {LOCAL_SETTINGS_FILE} is not used for the pipeline", file=sys.stderr)
+        config = AppConfig.from_context(cli_context)
+        pipeline = pipeline_from_context(cli_context, config)
+    return config, pipeline
 
 
 def build(app: cdk.App) -> RayPdEksStage | PipelineStack:
     """Add the app's contents to ``app``; raises ConfigError on an invalid configuration."""
-    context = app.node.get_all_context()
-    config = AppConfig.from_context(context)
-    pipeline = pipeline_from_context(context, config)
+    config, pipeline = configure(app.node.get_all_context())
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     if pipeline is None:
         return RayPdEksStage(app, STAGE_ID, config=config)
@@ -45,7 +65,7 @@ def main(app: cdk.App | None = None) -> None:
     app = app or cdk.App()
     try:
         built = build(app)
-    except ConfigError as err:
+    except (ConfigError, SettingsFileError) as err:
         sys.exit(f"Invalid configuration, nothing synthesized:\n{err}")
     app.synth()
     if isinstance(built, RayPdEksStage):

@@ -127,9 +127,24 @@ class ConfigError(ValueError):
     """One or more context values are invalid; each line names the key, the value and the fix."""
 
 
-def _problem(key: str, value: Any, why: str) -> str:
+def derive_model_id(model_source: str) -> str:
+    """The id clients use for a model when ``modelId`` is empty: the source's name, lowercased
+    (``Qwen/Qwen3.5-9B`` -> ``qwen3.5-9b``, the walkthrough's id)."""
+    return model_source.rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+LOCAL_SETTINGS_FILE = "settings.local.json"  # see ray_pd_eks/context.py
+
+
+def _problem(key: str, value: Any, why: str, *, fix_key: str | None = None) -> str:
+    """One line: the key and value as given, why they are wrong, and where to set the fix
+    (``fix_key``: the setting to set instead, for an unknown key)."""
     shown = json.dumps(value)
-    return f"context key '{key}' = {shown}: {why} (set it with -c {key}=... or in cdk.json)"
+    fix = fix_key or key
+    return (
+        f"context key '{key}' = {shown}: {why} "
+        f"(set it with -c {fix}=... or in {LOCAL_SETTINGS_FILE})"
+    )
 
 
 # -- parsing of context values (cdk.json gives typed JSON, -c gives strings) -----------------
@@ -246,7 +261,7 @@ class AppConfig:
     vpc_cni_addon_version: str = VPC_CNI_ADDON_VERSION
     # Serving.
     ray_service_name: str = "ray-llm"
-    model_id: str = "qwen3.5-9b"
+    model_id: str = ""  # empty = derived from model_source (see derive_model_id)
     model_source: str = "Qwen/Qwen3.5-9B"
     model_s3_uri: str = ""  # s3://bucket/prefix holding the model: staged to the node's NVMe
     hf_token_secret_arn: str = ""  # Secrets Manager secret with a Hugging Face token
@@ -286,6 +301,12 @@ class AppConfig:
     alarm_inter_token_p95_seconds: float = 0.2
     alarm_error_percent: float = 5.0
     alarm_kv_cache_percent: float = 90.0
+
+    def __post_init__(self) -> None:
+        # An empty model id means "the source's": resolved here, once, so every consumer
+        # (serveConfigV2, the readiness check, the CLI) sees the id clients must use.
+        if not self.model_id:
+            object.__setattr__(self, "model_id", derive_model_id(self.model_source))
 
     # Derived values -----------------------------------------------------------------------
 
@@ -435,27 +456,58 @@ class AppConfig:
         for key, raw in context.items():
             if key.startswith("@") or ":" in key or key in OTHER_CONTEXT_KEYS:
                 continue
-            if key not in keys:
-                close = difflib.get_close_matches(key, keys, n=1)
-                hint = f"did you mean '{close[0]}'?" if close else "see the README for the keys"
-                problems.append(_problem(key, raw, f"unknown setting; {hint}"))
-                continue
-            name = keys[key]
-            ftype = str(cls.__dataclass_fields__[name].type)
             try:
-                values[name] = _PARSERS[ftype](raw)
-            except (TypeError, ValueError) as err:
-                problems.append(_problem(key, raw, str(err)))
+                values[keys[key]] = cls.parse_value(key, raw)
+            except ConfigError as err:
+                problems.append(str(err))
         if problems:
             raise ConfigError("\n".join(problems))
         config = cls(**values)
         config.validate()
         return config
 
+    @classmethod
+    def parse_value(cls, key: str, raw: Any) -> Any:
+        """One context value as its setting's type (``-c`` strings and JSON values alike).
+
+        Raises :class:`ConfigError` for an unknown key (suggesting the setting meant, or
+        listing them all) or a value of the wrong type.
+        """
+        keys = cls.context_keys()
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            if close:
+                why = f"unknown setting; did you mean '{close[0]}'?"
+                raise ConfigError(_problem(key, raw, why, fix_key=close[0]))
+            raise ConfigError(
+                f"context key '{key}' = {json.dumps(raw)}: unknown setting; the settings are "
+                f"{', '.join(sorted(keys, key=str.lower))} (README.md, Settings)"
+            )
+        ftype = str(cls.__dataclass_fields__[keys[key]].type)
+        try:
+            return _PARSERS[ftype](raw)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(_problem(key, raw, str(err))) from None
+
+    @classmethod
+    def field_defaults(cls) -> dict[str, Any]:
+        """Context key -> the default as cdk.json states it (lists as lists, "" = derived)."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            value = f.default
+            out[_camel(f.name)] = list(value) if isinstance(value, tuple) else value
+        return out
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> AppConfig:
-        """A copy with some context keys replaced, validated like the original."""
+        """A copy with some context keys replaced, validated like the original.
+
+        A model id that is the one derived from ``modelSource`` follows a new ``modelSource``
+        (as an unset ``modelId`` does), rather than naming the new model after the old one.
+        """
         merged = {_camel(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
         merged = {k: list(v) if isinstance(v, tuple) else v for k, v in merged.items()}
+        if self.model_id == derive_model_id(self.model_source) and "modelId" not in overrides:
+            merged["modelId"] = ""
         merged.update(overrides)
         return AppConfig.from_context(merged)
 
@@ -531,8 +583,14 @@ def _names(c: AppConfig) -> list[str]:
             GPU_NODEGROUP_PREFIX_MAX,
             eks + ", to which the AZ and a hash are appended",
         ),
-        *_name("modelId", c.model_id, _MODEL_ID, 128, "model id (letters, digits, '.', '_', '-')"),
+        *_model_id(c),
     ]
+
+
+def _model_id(c: AppConfig) -> list[str]:
+    if c.model_id == derive_model_id(c.model_source) and not _MODEL_SOURCE.match(c.model_source):
+        return []  # derived from an invalid modelSource, whose own line says what to fix
+    return _name("modelId", c.model_id, _MODEL_ID, 128, "model id (letters, digits, '.', '_', '-')")
 
 
 def _model_source(c: AppConfig) -> list[str]:
@@ -582,7 +640,12 @@ def _gpu_nodes(c: AppConfig) -> list[str]:
             "more GPUs"
         )
         out.append(_problem("tensorParallelSize", tp, why))
-    if c.prefill_replicas >= 1 and c.decode_replicas >= 1 and c.worker_replicas > c.gpu_node_count:
+    if (
+        2 <= c.gpu_node_count <= 64  # else gpuNodeCount's own line says what to fix
+        and c.prefill_replicas >= 1
+        and c.decode_replicas >= 1
+        and c.worker_replicas > c.gpu_node_count
+    ):
         why = (
             f"prefillReplicas + decodeReplicas = {c.worker_replicas} exceeds gpuNodeCount "
             f"{c.gpu_node_count}; each replica needs its own GPU node: raise gpuNodeCount "

@@ -49,7 +49,7 @@ _CONNECTION_ARN = re.compile(
 _REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _BRANCH = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]+(?<![/.])$")
 # config.py's suffix tells the user to use -c; inside an environment the fix is its overrides.
-_CONTEXT_HINT = re.compile(r" \(set it with -c \S+=\.\.\. or in cdk\.json\)$")
+_CONTEXT_HINT = re.compile(r" \(set it with -c \S+=\.\.\. or in \S+\)$")
 
 
 class PipelineConfigError(ConfigError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,21 @@ def token_app() -> Synthesized:
             "alarmKvCachePercent": 95,
         }
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_user_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """app.py reads the user's settings.local.json and ~/.cdk.json; tests must not. The project
+    directory it reads becomes a copy holding only cdk.json (tests that need the files write
+    their own)."""
+    import app as app_module
+
+    project = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "cdk.json", project / "cdk.json")
+    monkeypatch.setattr(app_module, "PROJECT_DIR", project)
+    monkeypatch.setattr(app_module, "USER_HOME", None)
 
 
 @pytest.fixture(scope="session")

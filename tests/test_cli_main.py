@@ -102,11 +102,15 @@ def test_overrides_before_and_after_the_command_add_up(tmp_path: Path) -> None:
     assert "kubectl port-forward -n before svc/after-serve-svc 8000:8000" in result.out
 
 
-def test_command_line_wins_over_cdk_json_and_cdk_context_json(tmp_path: Path) -> None:
+def test_command_line_wins_over_cdk_json_which_wins_over_cdk_context_json(tmp_path: Path) -> None:
+    """The CDK CLI's order (tests/test_settings_sources.py checks it against the CLI itself)."""
     cdk_json = write_cdk_json(tmp_path, namespace="from-file", rayServiceName="from-file")
-    (tmp_path / "cdk.context.json").write_text('{"rayServiceName": "from-context-json"}')
+    (tmp_path / "cdk.context.json").write_text(
+        '{"rayServiceName": "from-context-json", "clusterName": "only-in-context-json"}'
+    )
     result = Harness(cdk_json).run("endpoint", "-c", "namespace=from-flag")
-    assert "-n from-flag svc/from-context-json-serve-svc" in result.out
+    assert "-n from-flag svc/from-file-serve-svc" in result.out
+    assert "--name only-in-context-json" in result.out
 
 
 def test_default_cdk_json_is_the_repositorys() -> None:

@@ -285,7 +285,10 @@ def test_access_denied_names_the_access_entry_fix(kube_api: FakeKubeApi, cli: Ha
     assert result.code == 3
     (line,) = result.err.splitlines()
     assert line.startswith(f"error: the cluster rejected {USER_ARN} (401: Unauthorized)")
-    assert f"-c adminPrincipalArns={USER_ARN}" in line
+    assert (
+        f"add it with `.venv/bin/python -m ray_pd_eks settings --set adminPrincipalArns={USER_ARN}`"
+        " and `npx cdk deploy 'RayPdEks/*'`" in line
+    )
     assert (
         f"aws eks create-access-entry --cluster-name ray-llm-multinode --principal-arn {USER_ARN} "
         f"--region {REGION}" in line
@@ -337,7 +340,8 @@ def test_private_endpoint_unreachable_explains_why(tmp_path: Path) -> None:
         rf"error: cannot reach the Kubernetes API at {re.escape(url)} "
         r"\(ConnectionRefusedError: .*\): "
         r"the API endpoint is private: run the tool from inside the VPC, or open it to your "
-        r"address with -c endpointPublicCidrs=<your-ip>/32 and redeploy\n$",
+        r"address with `\.venv/bin/python -m ray_pd_eks settings --set "
+        r"endpointPublicCidrs=<your-ip>/32` and `npx cdk deploy 'RayPdEks/\*'`\n$",
         result.err,
     ), result.err
     assert len(harness.clock.sleeps) == 2  # the client's retries, through the fake clock

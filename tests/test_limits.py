@@ -292,7 +292,10 @@ def test_value_one_past_the_limit_is_rejected_naming_the_key(edge: Edge) -> None
     assert any(edge.text in line for line in lines), lines
     if not edge.named:  # the line shows the bad value as parsed (one entry of a list)
         assert any(f"= {json.dumps(_parsed(edge, edge.past_limit))}:" in line for line in lines)
-    assert all(line.endswith("(set it with -c " + named + "=... or in cdk.json)") for line in lines)
+    assert all(
+        line.endswith("(set it with -c " + named + "=... or in settings.local.json)")
+        for line in lines
+    )
 
 
 def test_every_numeric_setting_has_its_edges() -> None:

@@ -61,6 +61,7 @@ class App:
                 profile=self.args.profile,
                 region=self.args.region,
                 session_factory=self.runtime.session_factory,
+                getenv=self.runtime.getenv,
             )
         return self._aws
 

@@ -102,6 +102,7 @@ class Aws:
         profile: str | None,
         region: str | None,
         session_factory: SessionFactory,
+        getenv: Callable[[str], str | None],
     ) -> None:
         self.config = config
         self.profile = profile
@@ -115,8 +116,15 @@ class Aws:
             self.region, self.region_source = region, "--region"
         elif config.region:
             self.region, self.region_source = config.region, "context key 'region'"
+        elif aws_region := getenv("AWS_REGION"):
+            # The CDK CLI's first choice (botocore reads only AWS_DEFAULT_REGION).
+            self.region, self.region_source = aws_region, "AWS_REGION"
         elif getattr(self.session, "region_name", None):
-            self.region, self.region_source = str(self.session.region_name), "AWS profile/env"
+            # botocore: AWS_DEFAULT_REGION, then the profile's region.
+            self.region, self.region_source = (
+                str(self.session.region_name),
+                "AWS_DEFAULT_REGION" if getenv("AWS_DEFAULT_REGION") else "AWS profile",
+            )
         else:
             raise UsageError(
                 "no AWS region: pass --region, set -c region=..., or export AWS_REGION"

@@ -16,6 +16,8 @@ EXIT_ACCESS = 3  # cannot reach or read AWS or the cluster: credentials, access,
 # `cdk deploy --all` selects nothing; the Stage's stacks are selected by this pattern, and
 # --concurrency lets the GPU node and workload stacks deploy side by side.
 DEPLOY_COMMAND = "npx cdk deploy 'RayPdEks/*' --concurrency 4"
+# Settings that must stick (access, the AZ) go where every later command reads them.
+SET_COMMAND = ".venv/bin/python -m ray_pd_eks settings --set"
 
 EXIT_CODES_HELP = """\
 exit codes:

@@ -13,22 +13,39 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from ray_pd_eks.cli import bench, efa_check, endpoint, preflight, smoke, status
+from ray_pd_eks.cli import (
+    bench,
+    efa_check,
+    endpoint,
+    preflight,
+    settings_command,
+    smoke,
+    status,
+)
 from ray_pd_eks.cli.app import App, Runtime
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CODES_HELP, CliError
 from ray_pd_eks.cli.settings import DEFAULT_CDK_JSON, load_config
 
-COMMANDS: tuple[ModuleType, ...] = (preflight, status, endpoint, smoke, efa_check, bench)
+COMMANDS: tuple[ModuleType, ...] = (
+    settings_command,
+    preflight,
+    status,
+    endpoint,
+    smoke,
+    efa_check,
+    bench,
+)
 PROG = "python -m ray_pd_eks"
 
 DESCRIPTION = """\
 Operate the prefill/decode LLM endpoint that this CDK app deploys on EKS: check an account
 before a deploy, watch the RayService come up, reach the endpoint, smoke-test it, prove the
-KV cache moves over EFA and benchmark it. Reads the same settings as `cdk synth` (cdk.json
-context plus -c key=value) and talks to the cluster with your AWS credentials (no kubectl
-needed)."""
+KV cache moves over EFA and benchmark it. Reads the same settings as `cdk synth` (-c key=value
+over settings.local.json over cdk.json) and talks to the cluster with your AWS credentials (no
+kubectl needed)."""
 
 _TYPICAL = (
+    ("settings --set KEY=VALUE", "once: your admins, IP, region (settings.local.json)"),
     ("preflight", f"before `{DEPLOY_COMMAND}`"),
     ("status --watch", "while the deploy waits for the model"),
     ("smoke", "one chat completion (load balancer or API server)"),
@@ -107,7 +124,7 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
     args.context = [*args.context, *getattr(args, "context_after", [])]
     handler: Callable[[App], int] = args.handler
     try:
-        config = load_config(args.cdk_json, args.context)
+        config = load_config(args.cdk_json, args.context, runtime.getenv)
         return handler(App(args, config, runtime))
     except CliError as err:
         if args.debug:

@@ -22,7 +22,13 @@ from botocore import exceptions as bce
 from ray_pd_eks import lambda_code
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import Aws, error_code
-from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CHECK_FAILED, EXIT_OK, AccessError
+from ray_pd_eks.cli.errors import (
+    DEPLOY_COMMAND,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    SET_COMMAND,
+    AccessError,
+)
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
 from ray_pd_eks.monitoring import (
@@ -621,7 +627,9 @@ class Preflight:
                 WARN,
                 "access",
                 f"{principal} is not in adminPrincipalArns: status/smoke/efa-check will be denied "
-                f"by the cluster; add -c adminPrincipalArns={principal} (comma-separate several)",
+                "by the cluster; add it with `"
+                f"{SET_COMMAND} adminPrincipalArns="
+                f"{','.join([*self.config.admin_principal_arns, principal])}`",
             )
         cidrs = self.config.endpoint_public_cidrs
         if cidrs:
@@ -631,7 +639,7 @@ class Preflight:
                 WARN,
                 "api endpoint",
                 "private only: status/smoke/efa-check and kubectl work from inside the VPC; to "
-                "use them from here, add -c endpointPublicCidrs=<your-ip>/32",
+                f"use them from here, `{SET_COMMAND} endpointPublicCidrs=<your-ip>/32`",
             )
 
     def endpoint_certificate(self) -> Iterator[Finding]:

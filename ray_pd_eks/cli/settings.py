@@ -1,19 +1,20 @@
 """Reading the CDK app's configuration exactly as ``cdk synth`` does.
 
-The tool must check and talk to the deployment the app would create, so it reads the same
-``cdk.json`` context block and the same ``-c key=value`` overrides, and validates them with the
-same :meth:`AppConfig.from_context`. A value that would fail synth fails here with the same line.
+The tool must check and talk to the deployment the app would create, so it builds the context
+the CDK CLI would hand the app (``-c`` over ``cdk.json`` over ``cdk.context.json`` over
+``~/.cdk.json``), applies ``settings.local.json`` through the same function as ``app.py``
+(:mod:`ray_pd_eks.context`), and validates the result with the same
+:meth:`AppConfig.from_context`. A value that would fail synth fails here with the same line.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ray_pd_eks.cli.errors import UsageError
 from ray_pd_eks.config import AppConfig, ConfigError
+from ray_pd_eks.context import SettingsFileError, cdk_cli_context, with_local_settings
 
 # The repository root: this file is <root>/ray_pd_eks/cli/settings.py.
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -31,31 +32,32 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _read_object(path: Path) -> dict[str, Any]:
+def home_dir(getenv: Callable[[str], str | None]) -> Path | None:
+    """Where the CDK CLI looks for ``~/.cdk.json`` (Node's ``os.homedir()``: ``$HOME``)."""
+    home = getenv("HOME") or getenv("USERPROFILE")
+    return Path(home) if home else None
+
+
+def load_context(
+    cdk_json: Path, overrides: Sequence[str], getenv: Callable[[str], str | None]
+) -> dict[str, object]:
+    """The context ``cdk synth`` would build the app from, in the directory of ``cdk_json``."""
+    if not cdk_json.is_file():
+        raise UsageError(f"{cdk_json} not found: run from the repository or pass --cdk-json")
+    project_dir = cdk_json.parent
+    home = home_dir(getenv)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path} not found: run from the repository or pass --cdk-json") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise UsageError(f"{path}: cannot read it as JSON ({err})") from None
-    if not isinstance(document, dict):
-        raise UsageError(f"{path}: expected a JSON object")
-    return document
+        context = cdk_cli_context(project_dir, parse_overrides(overrides), home)
+        return with_local_settings(context, project_dir, home)
+    except SettingsFileError as err:
+        raise UsageError(str(err)) from None
 
 
-def load_config(cdk_json: Path, overrides: Sequence[str]) -> AppConfig:
-    """``cdk.json`` context, then ``cdk.context.json`` beside it, then ``-c`` overrides.
-
-    That is the CDK CLI's precedence. ``cdk.context.json`` holds cached lookups whose keys
-    contain ``:`` and are ignored by the config; reading it keeps any user setting there honoured.
-    """
-    context = _read_object(cdk_json).get("context", {})
-    if not isinstance(context, dict):
-        raise UsageError(f"{cdk_json}: its 'context' must be a JSON object")
-    cached = cdk_json.with_name("cdk.context.json")  # flat: no 'context' wrapper
-    if cached.exists():
-        context.update(_read_object(cached))
-    context.update(parse_overrides(overrides))
+def load_config(
+    cdk_json: Path, overrides: Sequence[str], getenv: Callable[[str], str | None]
+) -> AppConfig:
+    """The validated configuration ``cdk synth`` would build from the same files and ``-c``."""
+    context = load_context(cdk_json, overrides, getenv)
     try:
         return AppConfig.from_context(context)
     except ConfigError as err:

@@ -1,0 +1,80 @@
+"""Configuration errors a user reads: each one line, naming what to set; and the model id that
+follows the model source."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
+from ray_pd_eks.render import rendered_files
+from tests.synth import cdk_json_context
+
+
+def problems(**overrides: object) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context({**cdk_json_context(), **overrides})
+    return str(err.value).splitlines()
+
+
+def test_an_unknown_key_says_to_set_the_key_it_suggests() -> None:
+    (line,) = problems(gpuNodeTyp="p5.48xlarge")
+    assert line == (
+        "context key 'gpuNodeTyp' = \"p5.48xlarge\": unknown setting; did you mean "
+        "'gpuNodeType'? (set it with -c gpuNodeType=... or in settings.local.json)"
+    )
+
+
+def test_an_unknown_key_without_a_close_match_lists_the_settings() -> None:
+    (line,) = problems(colour="blue")
+    assert line.startswith("context key 'colour' = \"blue\": unknown setting; the settings are ")
+    listed = line.split("the settings are ", 1)[1].split(" (README.md")[0].split(", ")
+    assert sorted(listed) == sorted(AppConfig.context_keys())
+    assert "-c colour=" not in line
+
+
+@pytest.mark.parametrize("count", [1, 0, 65])
+def test_a_bad_gpu_node_count_is_one_line(count: int) -> None:
+    (line,) = problems(gpuNodeCount=count)
+    assert line.startswith(f"context key 'gpuNodeCount' = {count}: ")
+
+
+def test_replicas_beyond_a_valid_node_count_blame_the_replicas() -> None:
+    (line,) = problems(gpuNodeCount=2, decodeReplicas=2)
+    assert line.startswith("context key 'decodeReplicas' = 2: prefillReplicas + decodeReplicas = 3")
+    assert AppConfig.from_context({**cdk_json_context(), "gpuNodeCount": 3, "decodeReplicas": 2})
+
+
+def test_the_default_model_id_is_the_walkthroughs() -> None:
+    assert cdk_json_context()["modelId"] == ""
+    assert DEFAULTS.model_id == "qwen3.5-9b" and DEFAULTS.application_name == "qwen"
+
+
+def test_a_new_model_source_without_a_model_id_is_served_under_its_own_name() -> None:
+    config = AppConfig.from_context({**cdk_json_context(), "modelSource": "Qwen/Qwen3-8B"})
+    assert config.model_id == "qwen3-8b"
+    serve = yaml.safe_load(rendered_files(config)["30-rayservice.yaml"])["spec"]["serveConfigV2"]
+    loading = yaml.safe_load(serve)["applications"][0]["args"]["prefill_config"]
+    assert loading["model_loading_config"] == {
+        "model_id": "qwen3-8b",
+        "model_source": "Qwen/Qwen3-8B",
+    }
+
+
+def test_an_explicit_model_id_is_kept() -> None:
+    context = {**cdk_json_context(), "modelSource": "Qwen/Qwen3-8B", "modelId": "chat"}
+    assert AppConfig.from_context(context).model_id == "chat"
+    custom = DEFAULTS.with_overrides({"modelId": "chat"})
+    assert custom.with_overrides({"modelSource": "Qwen/Qwen3-8B"}).model_id == "chat"
+
+
+def test_overrides_of_the_source_move_a_derived_id_along() -> None:
+    """Pipeline environments and the CLI build configs with with_overrides."""
+    moved = DEFAULTS.with_overrides({"modelSource": "meta-llama/Llama-3.1-8B-Instruct"})
+    assert moved.model_id == "llama-3.1-8b-instruct"
+    assert DEFAULTS.with_overrides({"maxModelLen": 8192}).model_id == "qwen3.5-9b"
+
+
+def test_an_invalid_model_source_is_one_line_not_two() -> None:
+    (line,) = problems(modelSource="s3://bucket/")
+    assert line.startswith("context key 'modelSource' = \"s3://bucket/\": Ray 2.58 cannot stream")
