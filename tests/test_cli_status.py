@@ -287,7 +287,7 @@ def test_access_denied_names_the_access_entry_fix(kube_api: FakeKubeApi, cli: Ha
     assert line.startswith(f"error: the cluster rejected {USER_ARN} (401: Unauthorized)")
     assert (
         f"add it with `.venv/bin/python -m ray_pd_eks settings --set adminPrincipalArns={USER_ARN}`"
-        " and `npx cdk deploy 'RayPdEks/*'`" in line
+        " and `npx cdk deploy 'RayPdEks/*' --concurrency 4`" in line
     )
     assert (
         f"aws eks create-access-entry --cluster-name ray-llm-multinode --principal-arn {USER_ARN} "
@@ -341,7 +341,7 @@ def test_private_endpoint_unreachable_explains_why(tmp_path: Path) -> None:
         r"\(ConnectionRefusedError: .*\): "
         r"the API endpoint is private: run the tool from inside the VPC, or open it to your "
         r"address with `\.venv/bin/python -m ray_pd_eks settings --set "
-        r"endpointPublicCidrs=<your-ip>/32` and `npx cdk deploy 'RayPdEks/\*'`\n$",
+        r"endpointPublicCidrs=<your-ip>/32` and `npx cdk deploy 'RayPdEks/\*' --concurrency 4`\n$",
         result.err,
     ), result.err
     assert len(harness.clock.sleeps) == 2  # the client's retries, through the fake clock
