@@ -66,8 +66,9 @@ def variant_app() -> Synthesized:
 
 @pytest.fixture(scope="session")
 def token_app() -> Synthesized:
-    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), a capacity
-    reservation without a placement group, served aggregated (the benchmark's baseline: no
+    """A gated model: the Hugging Face token from Secrets Manager (a partial ARN), the GPU AZ
+    pinned elsewhere than the default's choice with a capacity reservation without a placement
+    group, served aggregated (the benchmark's baseline: no
     prefill/decode split, no KV transfer), an internet-facing endpoint open to everyone
     that validates tokens of an existing identity provider (environment-agnostic, so the
     certificate's region is checked by a CloudFormation rule), and alarms mailed to an
@@ -76,6 +77,7 @@ def token_app() -> Synthesized:
         {
             "hfTokenSecretArn": TOKEN_SECRET,
             "gpuCapacityReservationId": RESERVATION,
+            "gpuAz": "us-west-2c",
             "servingMode": "aggregated",
             "endpointExposure": "internet-facing",
             "endpointCertificateArn": CERTIFICATE,

@@ -86,8 +86,18 @@ def test_a_moving_gpu_az_changes_nothing_another_stack_imports(default_app: Synt
 def test_a_reservation_in_another_az_exports_the_same_values(
     default_app: Synthesized, token_app: Synthesized
 ) -> None:
-    """token_app targets a capacity reservation (its AZ becomes the GPU AZ); every value the
-    default app exports is exported unchanged."""
+    """token_app pins another GPU AZ and targets a capacity reservation (its AZ becomes the
+    GPU AZ): what moving the GPU nodes does to a deployed app. Every value the default app
+    exports is exported unchanged, so CloudFormation can apply the move."""
+    chooser = {
+        name: app.only("GpuNodes", "Custom::GpuAvailabilityZone")["Properties"]
+        for name, app in (("default", default_app), ("moved", token_app))
+    }
+    assert (chooser["default"]["RequestedAz"], chooser["moved"]["RequestedAz"]) == (
+        "",
+        "us-west-2c",
+    )
+    assert chooser["moved"]["CapacityReservationId"] != chooser["default"]["CapacityReservationId"]
     before, after = _exports(default_app), _exports(token_app)
     assert before and {k: after.get(k) for k in before} == before
 
