@@ -68,7 +68,15 @@ class PdCluster(Construct):
 
     The API endpoint is private unless ``endpoint_public_cidrs`` is given; then it is public and
     private, with the public side open only to those CIDRs. The kubectl provider's log groups
-    keep ``log_retention_days`` and go with the stack unless ``log_removal_policy`` retains them.
+    and the control plane's (``/aws/eks/<cluster>/cluster``, created before the cluster so EKS
+    writes into it instead of creating one that outlives the stack) keep
+    ``log_retention_days`` and go with the stack unless ``log_removal_policy`` retains them.
+
+    The kubectl provider's function has a security group of its own (``kubectl_security_group``)
+    instead of the cluster security group, whose members may reach every node and pod: it may
+    send HTTPS out (the Kubernetes API through an ingress rule on the cluster security group;
+    the EKS API for ``aws eks update-kubeconfig``, the Helm chart repositories and S3 through
+    the NAT gateway) and accepts nothing.
     """
 
     def __init__(
@@ -92,6 +100,25 @@ class PdCluster(Construct):
             enable_key_rotation=True,
             pending_window=Duration.days(7),
             removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.control_plane_logs = logs.CfnLogGroup(
+            self,
+            "ControlPlaneLogs",
+            log_group_name=f"/aws/eks/{cluster_name}/cluster",
+            retention_in_days=log_retention_days,
+        )
+        self.control_plane_logs.apply_removal_policy(log_removal_policy)
+        self.kubectl_security_group = ec2.SecurityGroup(
+            self,
+            "KubectlSecurityGroup",
+            vpc=vpc,
+            description="kubectl provider: HTTPS out (Kubernetes API, EKS API, Helm repositories)",
+            allow_all_outbound=False,
+        )
+        # Helm pulls charts from public repositories, and the handler runs `aws eks
+        # update-kubeconfig` against the regional EKS endpoint: both only through the NAT.
+        self.kubectl_security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: EKS API, Helm chart repositories, S3"
         )
         endpoint = (
             eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*endpoint_public_cidrs)
@@ -122,8 +149,20 @@ class PdCluster(Construct):
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=kubectl_layer(self, kubernetes_version),
                 private_subnets=vpc.private_subnets,
+                security_groups=[self.kubectl_security_group],
             ),
             output_config_command=False,
+        )
+        self.cluster.node.add_dependency(self.control_plane_logs)
+        ec2.CfnSecurityGroupIngress(
+            self,
+            "KubectlClusterIngress",
+            group_id=self.cluster.cluster_security_group_id,
+            source_security_group_id=self.kubectl_security_group.security_group_id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            description="kubectl provider to the Kubernetes API",
         )
         _own_kubectl_log_groups(self.cluster, log_retention_days, log_removal_policy)
         for i, arn in enumerate(admin_principal_arns):

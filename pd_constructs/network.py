@@ -252,6 +252,9 @@ class PdNetwork(Construct):
             nat_gateways=0,
             enable_dns_hostnames=True,
             enable_dns_support=True,
+            # The default security group allows all traffic between its members; nothing uses
+            # it, so aws-cdk-lib's custom resource strips its rules.
+            restrict_default_security_group=True,
             subnet_configuration=[
                 ec2.SubnetConfiguration(
                     name="Private",

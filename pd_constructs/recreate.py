@@ -103,7 +103,7 @@ class RayServiceRecreate(Construct):
             self,
             "SecurityGroup",
             vpc=cluster.vpc,
-            description="RayService recreate: HTTPS to the EKS API endpoint and STS only",
+            description="RayService recreate: HTTPS to the EKS API endpoint only",
             allow_all_outbound=False,
         )
         self.security_group.add_egress_rule(
@@ -111,9 +111,9 @@ class RayServiceRecreate(Construct):
             ec2.Port.tcp(443),
             "Kubernetes API",
         )
-        self.security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS STS (presigned token) over HTTPS"
-        )
+        # Nothing else: the EKS token is an STS request presigned locally (kube.eks_token makes
+        # no network call), and the only other AWS call, CloudFormation's DescribeStacks on a
+        # rollback, is made by the on-event function outside the VPC.
         ec2.CfnSecurityGroupIngress(
             self,
             "ClusterIngress",
