@@ -29,6 +29,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
@@ -40,6 +41,7 @@ from pd_constructs.helm import (
 from pd_constructs.nag import acknowledge
 from pd_constructs.templates import ASSETS, render
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import log_removal_policy
 
 SERVE_PORT = 8000
 # Ray Serve's HTTP proxy answers this path itself (200 when it has its route table and is not
@@ -233,6 +235,37 @@ class TokenIssuer(Construct):
         )
 
 
+class AccessLogBucket(Construct):
+    """Where the ALB writes its access logs (one line per request: client, status, latency,
+    bytes). SSE-S3, because ALB log delivery supports no KMS key; TLS only; no public access;
+    objects expire after ``logRetentionDays``. Emptied and deleted with the stack unless
+    ``retainLogs`` keeps it, like the log groups."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig) -> None:
+        super().__init__(scope, construct_id)
+        self.bucket = s3.Bucket(
+            self,
+            "Resource",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireAccessLogs", expiration=Duration.days(config.log_retention_days)
+                )
+            ],
+            removal_policy=log_removal_policy(config),
+            auto_delete_objects=not config.retain_logs,
+        )
+        acknowledge(
+            self.bucket,
+            "AwsSolutions-S1",
+            "This bucket holds the load balancer's access logs; logging access to a log "
+            "bucket into another bucket would only move the question one bucket further.",
+        )
+
+
 class ModelEndpoint(Construct):
     """The ALB, its target group and listener, the security-group rules, and the binding.
 
@@ -306,13 +339,22 @@ class ModelEndpoint(Construct):
             deletion_protection=False,  # cdk destroy removes it
             http2_enabled=True,
         )
-        acknowledge(
-            self.load_balancer,
-            "AwsSolutions-ELB2",
-            "Each request is logged by Ray Serve's proxy in the pods (access log with method, "
-            "route, status and latency), and CloudWatch has the ALB's request metrics; ALB "
-            "access logs would add an S3 bucket that cdk destroy must empty first.",
-        )
+        # The bucket policy must name ELB's log-delivery principal of the region (an account
+        # in older regions, a service principal in newer ones): aws-cdk-lib picks it when the
+        # region is known at synth, and refuses otherwise.
+        self.access_logs: AccessLogBucket | None = None
+        if config.region:
+            self.access_logs = AccessLogBucket(self, "AccessLogs", config=config)
+            self.load_balancer.log_access_logs(self.access_logs.bucket, prefix="alb")
+        else:
+            acknowledge(
+                self.load_balancer,
+                "AwsSolutions-ELB2",
+                "Environment-agnostic stack (region empty): the log bucket's policy must name "
+                "the region's ELB log-delivery principal, which needs the region at synth; "
+                "set -c region=... to get access logs (synth warns). Ray Serve's proxy still "
+                "logs every request in the pods.",
+            )
         self.target_group = elbv2.ApplicationTargetGroup(
             self,
             "TargetGroup",
@@ -402,6 +444,15 @@ def endpoint_warnings(config: AppConfig) -> list[tuple[str, str]]:
                 "certificate does not cover, so TLS clients will reject it. Point a DNS record "
                 "(CNAME or alias) of the certificate's name at the EndpointLoadBalancerDns "
                 "output and set -c endpointDomainName=<that name>.",
+            )
+        )
+    if not config.region:
+        warnings.append(
+            (
+                "ray-pd-eks:noEndpointAccessLogs",
+                "region is empty: the endpoint's ALB writes no access logs (their bucket "
+                "policy needs the region's log-delivery principal at synth); set "
+                "-c region=<deploy region> to get them.",
             )
         )
     if config.endpoint_auth == "none":

@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import jsonschema
 import pytest
 import yaml
 
 from pd_constructs.endpoint import (
     CONTROLLER_POLICY_FILE,
+    AccessLogBucket,
     controller_policy_document,
     endpoint_warnings,
     jwt_claims,
@@ -470,6 +472,7 @@ def test_synth_warns_when_the_certificate_cannot_match_the_url(
 def test_synth_warns_about_an_endpoint_without_authentication() -> None:
     config = DEFAULTS.with_overrides(
         {
+            "region": "us-west-2",
             "endpointExposure": "internal",
             "endpointCertificateArn": CERTIFICATE,
             "endpointAllowedCidrs": ["10.0.0.0/8"],
@@ -481,3 +484,55 @@ def test_synth_warns_about_an_endpoint_without_authentication() -> None:
     assert warning_id == "ray-pd-eks:endpointWithoutAuth"
     assert "from 10.0.0.0/8 can call the model" in text
     assert endpoint_warnings(config.with_overrides({"endpointAuth": "jwt"})) == []
+
+
+# -- access logs ------------------------------------------------------------------------------
+
+
+def test_access_logs_go_to_an_encrypted_private_bucket(variant_app: Synthesized) -> None:
+    _, lb = _one(variant_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    bucket_id, bucket = _one(variant_app, "AWS::S3::Bucket")
+    attributes = {a["Key"]: a["Value"] for a in lb["Properties"]["LoadBalancerAttributes"]}
+    assert attributes["access_logs.s3.enabled"] == "true"
+    assert attributes["access_logs.s3.bucket"] == {"Ref": bucket_id}
+    props = bucket["Properties"]
+    (encryption,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert encryption["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}  # ALB: SSE-S3
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    (rule,) = props["LifecycleConfiguration"]["Rules"]
+    assert rule["ExpirationInDays"] == variant_app.config.log_retention_days == 365
+    # retainLogs keeps it, like the log groups (tests/test_teardown.py's allow-list).
+    assert bucket["DeletionPolicy"] == "Retain"
+    policy_id, policy = _one(variant_app, "AWS::S3::BucketPolicy")
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert any(s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}} for s in statements)
+    writers = [s for s in statements if s["Action"] == "s3:PutObject"]
+    assert writers and all("/alb/AWSLogs/123456789012/*" in json.dumps(s) for s in writers)
+    assert not variant_app.resources("Workload", "Custom::S3AutoDeleteObjects")
+    # The ALB checks that it may write when logging is switched on: policy first.
+    assert policy_id in lb["DependsOn"]
+
+
+def test_access_log_bucket_is_emptied_and_deleted_on_destroy() -> None:
+    """Without retainLogs the bucket goes with the stack (emptied first: CloudFormation cannot
+    delete a bucket that holds objects). A small stack: no cluster needed."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Probe", env=cdk.Environment(account="123456789012", region="us-west-2"))
+    AccessLogBucket(stack, "AccessLogs", config=DEFAULTS.with_overrides({"logRetentionDays": 7}))
+    template = app.synth().get_stack_artifact("Probe").template
+    (bucket,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::S3::Bucket"]
+    assert bucket["DeletionPolicy"] == "Delete"
+    assert bucket["Properties"]["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] == 7
+    cleaners = [
+        r for r in template["Resources"].values() if r["Type"] == "Custom::S3AutoDeleteObjects"
+    ]
+    assert len(cleaners) == 1
+
+
+def test_no_access_logs_without_a_region(token_app: Synthesized, variant_app: Synthesized) -> None:
+    assert token_app.resources("Workload", "AWS::S3::Bucket") == {}
+    _, lb = _one(token_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    keys = {a["Key"] for a in lb["Properties"]["LoadBalancerAttributes"]}
+    assert "access_logs.s3.enabled" not in keys
+    assert any("writes no access logs" in w for w in _warnings(token_app))
+    assert not any("writes no access logs" in w for w in _warnings(variant_app))

@@ -65,7 +65,8 @@ def allowed_to_survive(config: AppConfig | None, rtype: str, logical_id: str = "
 
     The allow-list, in full:
     - CloudWatch log groups of a Stage when ``retainLogs`` is on: the setting exists so that a
-      production environment keeps its logs for audit after the stacks are gone.
+      production environment keeps its logs for audit after the stacks are gone; likewise the
+      application endpoint's ALB access-log bucket.
     - The readiness check's and the GPU capacity watch's log groups, always: a failed first
       deploy rolls back by deleting its stack, and they hold the only record of why
       (docs/lifecycle.md). They expire after ``logRetentionDays`` like every other log group.
@@ -76,6 +77,9 @@ def allowed_to_survive(config: AppConfig | None, rtype: str, logical_id: str = "
     Nothing else: not the VPC, the cluster, its KMS key, the kubectl layer or the node groups.
     """
     if config is not None and config.retain_logs and rtype == "AWS::Logs::LogGroup":
+        return "retainLogs"
+    access_logs = logical_id.startswith("ApplicationEndpointAccessLogs")
+    if config is not None and config.retain_logs and rtype == "AWS::S3::Bucket" and access_logs:
         return "retainLogs"
     evidence = logical_id.startswith(EVIDENCE_LOG_PREFIXES)
     if config is not None and rtype == "AWS::Logs::LogGroup" and evidence:
@@ -112,7 +116,8 @@ def test_the_allow_list_is_exactly_what_we_expect(
 ) -> None:
     """Pins the survivors, so the documented list cannot drift: from a Stage without retainLogs
     only the four failure-evidence log groups (readiness and capacity watch, each a function and
-    a waiter log group); with it, every log group of the Stage and nothing else; the pipeline's
+    a waiter log group); with it, every log group of the Stage and the endpoint's access-log
+    bucket, and nothing else; the pipeline's
     two artifact buckets (its own and the us-east-1 replication bucket)."""
     stacks = all_stacks(default_app, variant_app, pipeline)
     found = retained(stacks)
@@ -121,8 +126,15 @@ def test_the_allow_list_is_exactly_what_we_expect(
         if config is None:
             expected = ["AWS::S3::Bucket"] if "Pipeline" in label else []
         elif config.retain_logs:
-            log_groups = [r for r in template["Resources"].values()]
-            expected = [r["Type"] for r in log_groups if r["Type"] == "AWS::Logs::LogGroup"]
+            expected = sorted(
+                r["Type"]
+                for logical_id, r in template["Resources"].items()
+                if r["Type"] == "AWS::Logs::LogGroup"
+                or (
+                    r["Type"] == "AWS::S3::Bucket"
+                    and logical_id.startswith("ApplicationEndpointAccessLogs")
+                )
+            )
         else:
             expected = [
                 r["Type"]
