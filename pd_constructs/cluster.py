@@ -334,6 +334,19 @@ def _launch_template_data(
     )
 
 
+# The Cluster Autoscaler's AWS GPU label (cloudprovider/aws/aws_cloud_provider.go, GPULabel):
+# on a node carrying it, CA waits for the GPUs to be advertised before it counts the node as
+# ready, instead of adding yet another node for the still-pending pod.
+CA_GPU_LABEL = "k8s.amazonaws.com/accelerator"
+
+
+def gpu_labels(spec: instance_types.InstanceSpec, *, scales: bool) -> dict[str, str]:
+    """The GPU nodes' labels; with the Cluster Autoscaler (``scales``) also its GPU label."""
+    if not scales:
+        return dict(GPU_LABELS)
+    return {**GPU_LABELS, CA_GPU_LABEL: f"nvidia-{spec.gpu_model.lower()}"}
+
+
 def efa_network_interfaces(
     spec: instance_types.InstanceSpec, groups: Sequence[str]
 ) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
@@ -404,13 +417,14 @@ class SystemNodeGroup(Construct):
 
 
 class EfaGpuNodeGroup(Construct):
-    """The fixed-size GPU node group: AL2023 NVIDIA AMI, one subnet (one AZ, because EFA does
-    not cross AZs), a cluster placement group, and a launch template with every EFA interface
-    the instance type offers (:func:`efa_network_interfaces`), each carrying both the cluster
-    security group and an EFA security group that allows all traffic to and from itself
-    (EFA's requirement). Nodes are labelled
-    ``role=gpu-worker`` and ``nvidia.com/gpu.present=true`` and tainted
-    ``nvidia.com/gpu=true:NoSchedule`` so only GPU workloads land there.
+    """The GPU node group (``node_count`` nodes at creation, between ``min_size`` and
+    ``max_size``, both ``node_count`` unless given): AL2023 NVIDIA AMI, one subnet (one AZ,
+    because EFA does not cross AZs), a cluster placement group, and a launch template with
+    every EFA interface the instance type offers (:func:`efa_network_interfaces`), each
+    carrying both the cluster security group and an EFA security group that allows all
+    traffic to and from itself (EFA's requirement). Nodes are labelled ``role=gpu-worker`` and
+    ``nvidia.com/gpu.present=true`` (plus the Cluster Autoscaler's GPU label when the group
+    scales) and tainted ``nvidia.com/gpu=true:NoSchedule`` so only GPU workloads land there.
 
     Storage: with ``node_config`` (NVMe RAID0) images and caches live on instance store and the
     root volume only holds the OS; without it the root volume gets ``root_volume_iops`` and
@@ -437,8 +451,17 @@ class EfaGpuNodeGroup(Construct):
         root_volume_throughput: int | None = None,
         capacity_reservation_id: str = "",
         placement_group_name: str = "",
+        min_size: int | None = None,
+        max_size: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        min_size = node_count if min_size is None else min_size
+        max_size = node_count if max_size is None else max_size
+        if not min_size <= node_count <= max_size:
+            raise ValueError(
+                f"EfaGpuNodeGroup: node_count {node_count} must lie within "
+                f"min_size {min_size}..max_size {max_size}"
+            )
         self.efa_security_group = ec2.SecurityGroup(
             self,
             "EfaSecurityGroup",
@@ -497,11 +520,11 @@ class EfaGpuNodeGroup(Construct):
             nodegroup_name=nodegroup_name,
             ami_type=GPU_AMI_TYPE,
             instance_types=[ec2.InstanceType(instance_type)],
-            min_size=node_count,
+            min_size=min_size,
             desired_size=node_count,
-            max_size=node_count,
+            max_size=max_size,
             subnets=ec2.SubnetSelection(subnets=[subnet]),
-            labels=GPU_LABELS,
+            labels=gpu_labels(spec, scales=max_size > min_size),
             taints=[GPU_TAINT],
             node_role=_node_role(self),
             launch_template_spec=eks.LaunchTemplateSpec(

@@ -65,6 +65,22 @@ LOAD_BALANCER_CONTROLLER = HelmRelease(
 LOAD_BALANCER_CONTROLLER_APP_VERSION = "v3.5.0"
 
 
+# Scales the GPU node group when it has a range (docs/scaling.md). Chart 9.59.0's default
+# image is Cluster Autoscaler 1.35.0; the image tag is set per Kubernetes minor below, as the
+# autoscaler's releases track Kubernetes minors.
+CLUSTER_AUTOSCALER = HelmRelease(
+    repository="https://kubernetes.github.io/autoscaler",
+    chart="cluster-autoscaler",
+    version="9.59.0",
+    release="cluster-autoscaler",
+    namespace="kube-system",
+    values_file="cluster-autoscaler.yaml",
+)
+# Cluster Autoscaler release per Kubernetes minor (tags cluster-autoscaler-1.35.2 and -1.36.1
+# of kubernetes/autoscaler).
+CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.35": "v1.35.2", "1.36": "v1.36.1"}
+
+
 def kuberay_operator(version: str) -> HelmRelease:
     """The KubeRay operator chart; its version is a setting (``kuberayVersion``)."""
     return HelmRelease(

@@ -69,6 +69,25 @@ def placement_group_config(config: AppConfig) -> dict[str, Any]:
     return {"bundles": bundles, "strategy": "STRICT_PACK"}
 
 
+def decode_deployment_config(config: AppConfig) -> dict[str, Any]:
+    """The decode deployment's Serve options: a fixed ``num_replicas``, or, when decode scales,
+    an explicit ``autoscaling_config`` (Ray Serve 2.58's ``AutoscalingConfig`` fields; Serve
+    refuses ``num_replicas`` beside it). Explicit because Ray Serve LLM's own defaults for an
+    LLM deployment set the target so high that nothing triggers a scale-up."""
+    if not config.decode_autoscales:
+        return {"num_replicas": config.decode_replicas}
+    return {
+        "autoscaling_config": {
+            "min_replicas": config.decode_min,
+            "initial_replicas": config.decode_replicas,
+            "max_replicas": config.decode_max,
+            "target_ongoing_requests": config.decode_target_ongoing_requests,
+            "upscale_delay_s": config.decode_upscale_delay_seconds,
+            "downscale_delay_s": config.decode_downscale_delay_seconds,
+        }
+    }
+
+
 def render_serve_config(config: AppConfig) -> dict[str, Any]:
     """The Serve application (``serveConfigV2``) as a mapping: the PD app, or with
     ``servingMode: aggregated`` the same engines without disaggregation (the baseline)."""
@@ -97,7 +116,7 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
                 **common,
                 "KV_BACKENDS": [config.kv_backend],
                 "PREFILL_REPLICAS": config.prefill_replicas,
-                "DECODE_REPLICAS": config.decode_replicas,
+                "DECODE_DEPLOYMENT_CONFIG": decode_deployment_config(config),
             },
         )
     )
@@ -235,8 +254,53 @@ def render_rayservice(
     return rayservice
 
 
+# Seconds a GPU worker without a replica waits before KubeRay's autoscaler deletes its pod.
+AUTOSCALER_IDLE_TIMEOUT_SECONDS = 60
+# The Cluster Autoscaler leaves a node alone while a pod with this annotation runs on it
+# (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing a node?").
+SAFE_TO_EVICT = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
+
+def head_service_account_name(config: AppConfig) -> str:
+    """The head pod's service account: the workers' one, unless decode scales. Then KubeRay
+    1.7 binds its autoscaler Role (patch pods, patch RayClusters; ``common/rbac.go``) to the
+    head's service account (``GetHeadGroupServiceAccountName``), so the head gets its own,
+    created by the stack (KubeRay does not create an account the template names)."""
+    if config.decode_autoscales:
+        return f"{config.ray_service_name}-ray-head"
+    return service_account_name(config)
+
+
+def autoscaler_options() -> dict[str, Any]:
+    """``rayClusterConfig.autoscalerOptions`` (assets/manifests/ray-autoscaler-options.yaml)."""
+    return dict(
+        render(
+            "manifests/ray-autoscaler-options.yaml",
+            {"IDLE_TIMEOUT_SECONDS": AUTOSCALER_IDLE_TIMEOUT_SECONDS},
+        )
+    )
+
+
 def _render_rayservice(
     config: AppConfig, *, image: str, region: str, aws_cli_image: str | None = None
+) -> dict[str, Any]:
+    rayservice = _render_rayservice_template(
+        config, image=image, region=region, aws_cli_image=aws_cli_image
+    )
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    # Added only when scaling, so a fixed deployment's Ray cluster spec (and its hash) is
+    # exactly what it was before these settings existed.
+    if config.decode_autoscales:
+        cluster["autoscalerOptions"] = autoscaler_options()
+    if config.decode_autoscales or config.gpu_nodes_autoscale:
+        (workers,) = cluster["workerGroupSpecs"]
+        metadata = workers["template"]["metadata"]
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **SAFE_TO_EVICT}
+    return rayservice
+
+
+def _render_rayservice_template(
+    config: AppConfig, *, image: str, region: str, aws_cli_image: str | None
 ) -> dict[str, Any]:
     system = config.system_spec
     worker_mounts, worker_vols = worker_volumes(config)
@@ -261,7 +325,12 @@ def _render_rayservice(
                 "IMAGE": image,
                 "SERVICE_ACCOUNT": service_account_name(config),
                 # KubeRay adds wait-gcs-ready to the workers (it needs no AWS either).
-                "HEAD_ANNOTATIONS": credential_annotations(config, ["ray-head"]),
+                # KubeRay's autoscaler sidecar (container "autoscaler") needs no AWS either.
+                "HEAD_ANNOTATIONS": credential_annotations(
+                    config,
+                    ["ray-head", "autoscaler"] if config.decode_autoscales else ["ray-head"],
+                ),
+                "HEAD_AUTOMOUNT_TOKEN": config.decode_autoscales,
                 "WORKER_ANNOTATIONS": credential_annotations(
                     config, ["ray-worker", "wait-gcs-ready"]
                 ),
@@ -274,6 +343,10 @@ def _render_rayservice(
                 "HEAD_CPU": str(system.vcpus // 2),
                 "HEAD_MEMORY": _gib(system.memory_gib / 2),
                 "WORKER_REPLICAS": config.worker_replicas,
+                "WORKER_MIN_REPLICAS": config.worker_min_replicas,
+                "WORKER_MAX_REPLICAS": config.worker_max_replicas,
+                "IN_TREE_AUTOSCALING": config.decode_autoscales,
+                "HEAD_SERVICE_ACCOUNT": head_service_account_name(config),
                 "WORKER_RESOURCES": worker_resources(config),
                 "WORKER_PRIVILEGED": config.uses_efa_transport,
                 "WORKER_ENV": worker_env(config),
@@ -348,6 +421,9 @@ class PdWorkload(Construct):
                 self, "ModelFetch", cluster=cluster, config=config, namespace=config.namespace
             )
             self.service_account.node.add_dependency(self.namespace)
+        self.head_service_account: eks.KubernetesManifest | None = None
+        if config.decode_autoscales:
+            self.head_service_account = self._head_service_account(cluster, config)
         self.rayservice_manifest = render_rayservice(
             config, image=image, region=region, aws_cli_image=aws_cli_image
         )
@@ -383,3 +459,41 @@ class PdWorkload(Construct):
         if self.service_account:
             # Pod Identity injects credentials when a pod is created: association first.
             self.rayservice.node.add_dependency(self.service_account)
+        if self.head_service_account:
+            self.rayservice.node.add_dependency(self.head_service_account)
+
+    def _head_service_account(
+        self, cluster: eks.Cluster, config: AppConfig
+    ) -> eks.KubernetesManifest:
+        """The head's own service account when decode scales (:func:`head_service_account_name`),
+        with the model-fetch role through its own Pod Identity association when the head reads
+        the staged model or the token."""
+        name = head_service_account_name(config)
+        account = eks.KubernetesManifest(
+            self,
+            "HeadServiceAccount",
+            cluster=as_icluster(cluster),
+            manifest=[
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {
+                        "name": name,
+                        "namespace": config.namespace,
+                        "labels": {"app.kubernetes.io/part-of": "ray-pd-eks"},
+                    },
+                }
+            ],
+        )
+        account.node.add_dependency(self.namespace)
+        if self.service_account:
+            association = eks.CfnPodIdentityAssociation(
+                self,
+                "HeadPodIdentity",
+                cluster_name=cluster.cluster_name,
+                namespace=config.namespace,
+                service_account=name,
+                role_arn=self.service_account.service_account.role.role_arn,
+            )
+            account.node.add_dependency(association)
+        return account

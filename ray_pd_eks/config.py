@@ -275,6 +275,17 @@ class AppConfig:
     decode_replicas: int = 1
     # GPUs of one engine replica (vLLM tensor parallelism), all on one node.
     tensor_parallel_size: int = 1
+    # Decode autoscaling (docs/scaling.md): decodeReplicas is where decode starts; it follows
+    # the load between these bounds (0 = decodeReplicas, i.e. fixed) when they differ.
+    decode_min_replicas: int = 0
+    decode_max_replicas: int = 0
+    decode_target_ongoing_requests: int = 16  # per decode replica, Serve's scaling target
+    decode_upscale_delay_seconds: int = 30
+    decode_downscale_delay_seconds: int = 600
+    # GPU node group bounds (0 = gpuNodeCount, i.e. fixed); the Cluster Autoscaler is
+    # installed when they differ. gpuNodeCount is the size the group is created with.
+    gpu_node_min_count: int = 0
+    gpu_node_max_count: int = 0
     readiness_timeout_minutes: int = 60
     # Part of the Ray cluster spec hash: raising it makes the next deploy recreate the
     # RayService with an unchanged spec (docs/lifecycle.md).
@@ -320,6 +331,46 @@ class AppConfig:
     def worker_replicas(self) -> int:
         """GPU worker pods: one per prefill or decode replica, one pod per GPU node."""
         return self.prefill_replicas + self.decode_replicas
+
+    @property
+    def decode_min(self) -> int:
+        """Fewest decode replicas (``decodeMinReplicas``, or ``decodeReplicas``)."""
+        return self.decode_min_replicas or self.decode_replicas
+
+    @property
+    def decode_max(self) -> int:
+        """Most decode replicas (``decodeMaxReplicas``, or ``decodeReplicas``)."""
+        return self.decode_max_replicas or self.decode_replicas
+
+    @property
+    def decode_autoscales(self) -> bool:
+        """Whether decode follows the load: Serve autoscaling plus KubeRay's autoscaler."""
+        return self.decode_max > self.decode_min
+
+    @property
+    def worker_min_replicas(self) -> int:
+        """Fewest GPU worker pods: the prefill replicas and the fewest decode replicas."""
+        return self.prefill_replicas + self.decode_min
+
+    @property
+    def worker_max_replicas(self) -> int:
+        """Most GPU worker pods: the prefill replicas and the most decode replicas."""
+        return self.prefill_replicas + self.decode_max
+
+    @property
+    def gpu_node_min(self) -> int:
+        """Fewest GPU nodes (``gpuNodeMinCount``, or ``gpuNodeCount``)."""
+        return self.gpu_node_min_count or self.gpu_node_count
+
+    @property
+    def gpu_node_max(self) -> int:
+        """Most GPU nodes (``gpuNodeMaxCount``, or ``gpuNodeCount``)."""
+        return self.gpu_node_max_count or self.gpu_node_count
+
+    @property
+    def gpu_nodes_autoscale(self) -> bool:
+        """Whether the GPU node group scales (the Cluster Autoscaler is installed)."""
+        return self.gpu_node_max > self.gpu_node_min
 
     @property
     def ray_auth_secret_name(self) -> str:
@@ -652,6 +703,79 @@ def _gpu_nodes(c: AppConfig) -> list[str]:
             "or lower the replicas"
         )
         out.append(_problem("decodeReplicas", c.decode_replicas, why))
+    return out
+
+
+def _scaling(c: AppConfig) -> list[str]:
+    """The autoscaling bounds: decode between decodeMinReplicas and decodeMaxReplicas, the GPU
+    node group between gpuNodeMinCount and gpuNodeMaxCount, each range holding its starting
+    value, and every decode replica the range allows on a GPU node of its own."""
+    out: list[str] = []
+    if c.prefill_replicas < 1 or c.decode_replicas < 1:
+        return out  # _gpu_nodes reports those
+    if c.decode_min_replicas < 0 or c.decode_min_replicas > c.decode_replicas:
+        why = (
+            f"must be 0 (= decodeReplicas) or 1..decodeReplicas ({c.decode_replicas}): "
+            "decodeReplicas is where decode starts, within the range"
+        )
+        out.append(_problem("decodeMinReplicas", c.decode_min_replicas, why))
+    if c.decode_max_replicas < 0 or 0 < c.decode_max_replicas < c.decode_replicas:
+        why = (
+            f"must be 0 (= decodeReplicas) or at least decodeReplicas ({c.decode_replicas}): "
+            "decodeReplicas is where decode starts, within the range"
+        )
+        out.append(_problem("decodeMaxReplicas", c.decode_max_replicas, why))
+    elif c.decode_autoscales and not c.is_pd:
+        why = (
+            "decode autoscaling applies to servingMode=pd; an aggregated app has no decode "
+            "deployment: leave decodeMinReplicas and decodeMaxReplicas at 0"
+        )
+        out.append(_problem("decodeMaxReplicas", c.decode_max_replicas, why))
+    if not 1 <= c.decode_target_ongoing_requests <= 1024:
+        why = "must be 1..1024 requests per decode replica"
+        out.append(_problem("decodeTargetOngoingRequests", c.decode_target_ongoing_requests, why))
+    if not 0 <= c.decode_upscale_delay_seconds <= 3600:
+        why = "must be 0..3600 seconds"
+        out.append(_problem("decodeUpscaleDelaySeconds", c.decode_upscale_delay_seconds, why))
+    if not 0 <= c.decode_downscale_delay_seconds <= 86400:
+        why = "must be 0..86400 seconds"
+        out.append(_problem("decodeDownscaleDelaySeconds", c.decode_downscale_delay_seconds, why))
+    if (
+        c.gpu_node_min_count < 0
+        or 0 < c.gpu_node_min_count < 2
+        or (c.gpu_node_min_count > c.gpu_node_count)
+    ):
+        why = (
+            f"must be 0 (= gpuNodeCount) or 2..gpuNodeCount ({c.gpu_node_count}): prefill and "
+            "decode need separate nodes, and gpuNodeCount is the size the group starts with"
+        )
+        out.append(_problem("gpuNodeMinCount", c.gpu_node_min_count, why))
+    if (
+        c.gpu_node_max_count < 0
+        or 0 < c.gpu_node_max_count < c.gpu_node_count
+        or (c.gpu_node_max_count > 64)
+    ):
+        why = (
+            f"must be 0 (= gpuNodeCount) or gpuNodeCount ({c.gpu_node_count})..64: the group "
+            "starts at gpuNodeCount, and one node group holds at most 64 nodes here"
+        )
+        out.append(_problem("gpuNodeMaxCount", c.gpu_node_max_count, why))
+    if out:
+        return out
+    if c.worker_max_replicas > c.gpu_node_max:
+        why = (
+            f"prefillReplicas + decodeMaxReplicas = {c.worker_max_replicas} exceeds "
+            f"gpuNodeMaxCount {c.gpu_node_max}; each replica needs its own GPU node: raise "
+            "gpuNodeMaxCount or lower decodeMaxReplicas"
+        )
+        out.append(_problem("decodeMaxReplicas", c.decode_max_replicas, why))
+    if c.worker_min_replicas > c.gpu_node_min:
+        why = (
+            f"prefillReplicas + decodeMinReplicas = {c.worker_min_replicas} exceeds "
+            f"gpuNodeMinCount {c.gpu_node_min}: the group could shrink below the replicas "
+            "that always run; raise gpuNodeMinCount or lower decodeMinReplicas"
+        )
+        out.append(_problem("decodeMinReplicas", c.decode_min_replicas, why))
     return out
 
 
@@ -1116,6 +1240,7 @@ _CHECKS.extend(
         _names,
         _model_source,
         _gpu_nodes,
+        _scaling,
         _gpu_storage,
         _capacity,
         _model_access,

@@ -1,5 +1,5 @@
-"""GPU layer: the GPU AZ, the GPU subnet, the EFA GPU node group, its capacity watch and the
-GPU device plugins, all in one stack.
+"""GPU layer: the GPU AZ, the GPU subnet, the EFA GPU node group, its capacity watch, the
+GPU device plugins and, when the group has a range, the Cluster Autoscaler, all in one stack.
 
 Everything that changes when the GPU AZ moves is here and nothing here is imported by another
 stack, so a new ``gpuAz`` (or a reservation in another AZ) replaces subnet and node group in
@@ -24,6 +24,7 @@ from pd_constructs.cluster import (
     gpu_node_config,
     gpu_nodegroup_name,
 )
+from pd_constructs.cluster_autoscaler import GpuClusterAutoscaler
 from pd_constructs.network import (
     GpuAvailabilityZone,
     GpuAvailabilityZoneProvider,
@@ -83,6 +84,8 @@ class GpuNodesStack(Stack):
             nodegroup_name=self.nodegroup_name,
             instance_type=config.gpu_node_type,
             node_count=config.gpu_node_count,
+            min_size=config.gpu_node_min,
+            max_size=config.gpu_node_max,
             root_volume_gib=config.gpu_root_gib,
             node_config=gpu_node_config(config.uses_local_nvme),
             root_volume_iops=config.gpu_root_volume_iops,
@@ -112,6 +115,20 @@ class GpuNodesStack(Stack):
             self, "DevicePlugins", cluster=cluster, gpu_instance_type=config.gpu_node_type
         )
         self.device_plugins.node.add_dependency(self.gpu_nodes)
+        self.cluster_autoscaler: GpuClusterAutoscaler | None = None
+        if config.gpu_nodes_autoscale:
+            self.cluster_autoscaler = GpuClusterAutoscaler(
+                self,
+                "ClusterAutoscaler",
+                cluster=cluster,
+                # The configured name, a literal: the IAM conditions name it.
+                cluster_name=config.cluster_name,
+                nodegroup_name=self.nodegroup_name,
+                kubernetes_version=config.kubernetes_version,
+            )
+            # Removed before the node group on destroy, so it cannot scale a group being
+            # deleted.
+            self.cluster_autoscaler.node.add_dependency(self.gpu_nodes)
 
         CfnOutput(
             self,

@@ -58,7 +58,9 @@ class ReadinessStack(Stack):
             kv_backend=config.kv_backend,
             serving_mode=config.serving_mode,
             ray_auth_secret=config.ray_auth_secret_name,
-            expected_gpu_nodes=config.gpu_node_count,
+            # At least the group's minimum: it may hold more while decode has scaled out.
+            expected_gpu_nodes=config.gpu_node_min,
+            gpus_per_worker=config.tensor_parallel_size,
             timeout=Duration.minutes(config.readiness_timeout_minutes),
             # Hash of the manifest as rendered for review (region left symbolic) and of the
             # configured GPU placement: stable, and it changes exactly when the RayService or

@@ -423,7 +423,7 @@ APART = [
                 worker(WORKER_POD_B, GPU_NODE_B, WORKER_IP_B),
             ],
             False,
-            "(not exactly one GPU each)",
+            "(not exactly 1 GPU(s) each",
         ),
         ([HEAD, worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A)], False, "1 running worker pod(s)"),
         (

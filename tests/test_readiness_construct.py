@@ -40,6 +40,7 @@ def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) 
         "ServingMode": "pd",
         "RayAuthSecret": "ray-llm-ray-token",
         "ExpectedGpuNodes": "2",
+        "GpusPerWorker": "1",
         "TimeoutSeconds": "3600",
         "QueryIntervalSeconds": "30",
         "ConfigHash": props["ConfigHash"],

@@ -179,6 +179,14 @@ def test_expected_gpu_nodes_accepts_cloudformation_strings_and_ints(
     assert props.timeout_seconds == 3600
 
 
+def test_gpus_per_worker_is_optional_and_positive(kube_api: FakeKubeApi) -> None:
+    assert handler.Props.from_properties(kube_api.props()).gpus_per_worker == 1
+    props = handler.Props.from_properties(kube_api.props(GpusPerWorker="8"))
+    assert props.gpus_per_worker == 8
+    with pytest.raises(handler.ReadinessError, match="GpusPerWorker must be a positive"):
+        handler.Props.from_properties(kube_api.props(GpusPerWorker="0"))
+
+
 # --- the happy path, stage by stage --------------------------------------------------------
 
 

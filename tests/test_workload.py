@@ -403,6 +403,8 @@ def _crd_schema(reference_dir: Path) -> dict[str, Any]:
         {"modelS3Uri": "s3://models/qwen/Qwen3.5-9B", "gpuLocalStorage": "none"},
         {"hfTokenSecretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-AbCdEf"},
         {"servingMode": "aggregated", "gpuNodeCount": 3, "decodeReplicas": 2},
+        {"decodeMaxReplicas": 3, "gpuNodeMaxCount": 4},
+        {"gpuNodeType": "p5.48xlarge", "tensorParallelSize": 8},
     ],
 )
 def test_rayservice_validates_against_the_kuberay_1_7_crd(

@@ -60,7 +60,7 @@ class Cluster:
             app_name=c.application_name,
             model_id=c.model_id,
             kv_backend=c.kv_backend,
-            expected_gpu_nodes=c.gpu_node_count,
+            expected_gpu_nodes=c.gpu_node_min,
             serving_mode=c.serving_mode,
             ray_auth_secret=c.ray_auth_secret_name,
         )

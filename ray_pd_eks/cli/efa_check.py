@@ -177,7 +177,7 @@ def run(app: App) -> int:
     rayservice = cluster.rayservice()
     state = checks.rayservice_state(rayservice, config.application_name)
     nodes = checks.gpu_nodes(
-        cluster.get("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}), config.gpu_node_count
+        cluster.get("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}), config.gpu_node_min
     )
     pods = checks.ray_pods(
         cluster.get(f"/api/v1/namespaces/{config.namespace}/pods"),

@@ -356,7 +356,8 @@ class Preflight:
             return
         code, title, patterns = QUOTAS[cls]
         vcpus = self.vcpus or self.config.gpu_spec.vcpus
-        needed = self.config.gpu_node_count * vcpus
+        # Enough for the most nodes the group may hold (gpuNodeMaxCount when it scales).
+        needed = self.config.gpu_node_max * vcpus
 
         def request(desired: int) -> str:
             return (
@@ -375,7 +376,7 @@ class Preflight:
             yield Finding(WARN, "vCPU quota", f"cannot read '{title}' ({err.message})")
             return
         limit = int(value)
-        sizing = f"{self.config.gpu_node_count} x {itype} = {needed} vCPUs"
+        sizing = f"{self.config.gpu_node_max} x {itype} = {needed} vCPUs"
         if limit < needed:
             yield Finding(
                 FAIL,

@@ -319,7 +319,7 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
     rayservice = cluster.find_rayservice() if allow_missing else cluster.rayservice()
     state = checks.rayservice_state(rayservice, config.application_name)
     nodes = checks.gpu_nodes(
-        cluster.get("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}), config.gpu_node_count
+        cluster.get("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}), config.gpu_node_min
     )
     all_pods = cluster.get(f"/api/v1/namespaces/{ns}/pods")
     pods = checks.ray_pods(all_pods, config.ray_service_name, state.cluster_names)
@@ -339,6 +339,7 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
         config.application_name,
         serve_error=serve_error,
         mode=cluster.serving_mode(rayservice),
+        gpus_per_worker=config.tensor_parallel_size,
     )
     events = sorted(events_json.get("items", []), key=lambda e: str(_event_time(e) or ""))
     failure = None

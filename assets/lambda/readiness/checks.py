@@ -689,7 +689,7 @@ class Placement:
 
     ``method`` is ``serve-replicas`` when read from the Serve replicas' node IPs mapped to pods
     and nodes, or ``worker-pods`` when that was unreadable and the weaker proof was used: two
-    worker pods on two distinct nodes, each with exactly one GPU (with one GPU per worker, Serve
+    worker pods on two distinct nodes, each with exactly one engine replica's GPUs (then Serve
     cannot place both engines on one pod). ``conflict`` means prefill and decode share a node,
     which waiting will not fix.
     """
@@ -720,6 +720,7 @@ def placement(
     *,
     serve_error: str = "",
     mode: str = "pd",
+    gpus_per_worker: int = 1,
 ) -> Placement:
     """Decide whether prefill and decode run on different nodes (``mode`` "pd"), or, for an
     aggregated app (``mode`` "aggregated"), whether each engine has a GPU node of its own.
@@ -797,7 +798,8 @@ def placement(
                     conflict=True,
                     why=(
                         f"prefill and decode replicas share node(s) {', '.join(shared)}; give "
-                        "each worker pod exactly one GPU so Serve must place them apart"
+                        "each worker pod exactly one replica's GPUs (tensorParallelSize) so "
+                        "Serve must place them apart"
                     ),
                 )
             return Placement(
@@ -810,10 +812,13 @@ def placement(
             )
     workers = [p for p in pods if p.role == "worker" and p.phase == "Running" and p.node]
     nodes = {p.node for p in workers}
-    one_gpu_each = all(p.gpus == 1 for p in workers)
-    ok = len(workers) >= 2 and len(nodes) >= 2 and one_gpu_each
+    # A worker with exactly one replica's GPUs cannot hold a second engine.
+    one_replica_each = all(p.gpus == gpus_per_worker for p in workers)
+    ok = len(workers) >= 2 and len(nodes) >= 2 and one_replica_each
     detail = f"{len(workers)} running worker pod(s) on {len(nodes)} distinct node(s)" + (
-        "" if one_gpu_each else " (not exactly one GPU each)"
+        ""
+        if one_replica_each
+        else f" (not exactly {gpus_per_worker} GPU(s) each, one engine replica's)"
     )
     return Placement(
         method="worker-pods",

@@ -132,6 +132,9 @@ class Props:
     kv_backend: str
     expected_gpu_nodes: int
     serving_mode: str = "pd"  # optional property ServingMode: pd / aggregated
+    # Optional property GpusPerWorker: the GPUs of one engine replica (tensorParallelSize),
+    # which each worker pod requests.
+    gpus_per_worker: int = 1
     # Optional property RayAuthSecret: the Secret with the Ray token the dashboard requires
     # (rayClusterConfig.authOptions.secretName); empty = the dashboard takes no token.
     ray_auth_secret: str = ""
@@ -181,6 +184,7 @@ class Props:
             kv_backend=kv_backend,
             expected_gpu_nodes=_positive_int(properties, "ExpectedGpuNodes", None),
             serving_mode=serving_mode,
+            gpus_per_worker=_positive_int(properties, "GpusPerWorker", 1),
             ray_auth_secret=str(properties.get("RayAuthSecret") or ""),
             timeout_seconds=_positive_int(properties, "TimeoutSeconds", DEFAULT_TIMEOUT_SECONDS),
             query_interval_seconds=_positive_int(
@@ -515,7 +519,12 @@ def check(
         return late
     serve_json, serve_error = _serve_applications(dashboard)
     place = checks.placement(
-        pods, serve_json, props.app_name, serve_error=serve_error, mode=props.serving_mode
+        pods,
+        serve_json,
+        props.app_name,
+        serve_error=serve_error,
+        mode=props.serving_mode,
+        gpus_per_worker=props.gpus_per_worker,
     )
     if place.conflict:
         raise ReadinessError(place.why)
