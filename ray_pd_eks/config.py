@@ -760,8 +760,8 @@ def _scaling(c: AppConfig) -> list[str]:
             "starts at gpuNodeCount, and one node group holds at most 64 nodes here"
         )
         out.append(_problem("gpuNodeMaxCount", c.gpu_node_max_count, why))
-    if out:
-        return out
+    if out or not 2 <= c.gpu_node_count <= 64 or c.worker_replicas > c.gpu_node_count:
+        return out  # the starting sizes' own lines say what to fix first
     if c.worker_max_replicas > c.gpu_node_max:
         why = (
             f"prefillReplicas + decodeMaxReplicas = {c.worker_max_replicas} exceeds "

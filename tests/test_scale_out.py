@@ -362,3 +362,12 @@ def test_autoscaler_values_use_only_keys_the_pinned_chart_knows() -> None:
     for key in ("autoDiscovery", "awsRegion", "image"):
         assert key in chart
     assert {"clusterName", "tags"} <= set(chart["autoDiscovery"])
+
+
+def test_a_bad_starting_size_is_reported_once_not_again_by_the_ranges() -> None:
+    # Without ranges the replicas-vs-nodes rule of the starting sizes says it all.
+    with pytest.raises(ConfigError) as err:
+        DEFAULTS.with_overrides({"gpuNodeCount": 2, "decodeReplicas": 2})
+    assert [line.split(":")[0] for line in str(err.value).splitlines()] == [
+        "context key 'decodeReplicas' = 2"
+    ]
