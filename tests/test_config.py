@@ -182,6 +182,12 @@ BAD = [
     ),
     ({"awsCliImage": "public.ecr.aws/aws-cli/aws-cli:latest"}, "awsCliImage", "pin a version"),
     ({"awsCliImage": ""}, "awsCliImage", "full image reference"),
+    ({"prefetchImage": "python:3.12-slim"}, "prefetchImage", "full image reference"),
+    (
+        {"prefetchImage": "public.ecr.aws/docker/library/python:latest"},
+        "prefetchImage",
+        "pin a version",
+    ),
     (
         {"dlcImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/ray:latest"},
         "dlcImage",
@@ -299,3 +305,9 @@ def test_serving_mode_accepts_both_modes_and_only_pd_uses_the_efa_transport() ->
 def test_vpc_cni_addon_version_accepts_the_first_version_with_network_policies() -> None:
     oldest = DEFAULTS.with_overrides({"vpcCniAddonVersion": "v1.14.0-eksbuild.1"})
     assert oldest.vpc_cni_addon_version == "v1.14.0-eksbuild.1"
+
+
+def test_prefetch_image_accepts_a_tag_or_a_digest() -> None:
+    digest = "public.ecr.aws/docker/library/python@sha256:" + "a" * 64
+    for image in ("public.ecr.aws/docker/library/python:3.12.12-slim", digest):
+        assert AppConfig.from_context({"prefetchImage": image}).prefetch_image == image
