@@ -327,6 +327,8 @@ def test_nothing_is_created_while_the_app_is_not_running(
         (["--prompts", "0"], "--prompts must be at least 1"),
         (["--concurrency", "1,1025"], "each level must be 1..1024"),
         (["--tokenizer", "not a repo"], "expected a Hugging Face repo"),
+        (["--timeout-minutes", "0"], "--timeout-minutes must be at least 1"),
+        (["--price-per-hour", "0"], "--price-per-hour must be a positive number"),
     ],
 )
 def test_bad_options_are_usage_errors(
@@ -355,6 +357,17 @@ def test_default_out_folder_is_named_after_a_safe_label(
     (folder,) = (tmp_path / "bench-results").iterdir()
     assert folder.name.startswith("pd-EFA-run-1-2")  # then the UTC time
     assert json.loads((folder / "results.json").read_text())["label"] == "pd/EFA run 1"
+
+
+def test_an_output_folder_with_results_is_not_mixed_into(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "concurrency-1.json").write_text(_fixture(1))
+    result = cli.run("bench", "--out", str(used))
+    assert result.code == 2 and "already holds results: choose an empty folder" in result.err
+    assert kube_api.requests_to(JOBS) == []
 
 
 def test_interrupted_sweep_still_deletes_its_job(
