@@ -105,6 +105,11 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
             "30-rayservice.yaml",
             "# kubectl apply -f 30-rayservice.yaml\n"
             + (
+                "# First create the Ray token Secret it names (authOptions.secretName): kubectl "
+                f"create secret generic {config.ray_auth_secret_name} -n {config.namespace} "
+                '--from-literal=auth_token="$(openssl rand -base64 32)"\n'
+            )
+            + (
                 "# The pods run as service account model-fetch: create it with a Pod Identity "
                 "association to a role that may read the staged model or the token.\n"
                 if config.needs_model_access

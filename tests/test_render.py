@@ -27,6 +27,10 @@ def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
     assert "--version v0.5.30" in files["10-aws-efa-k8s-device-plugin-values.yaml"]
     assert "--version 1.7.0" in files["21-kuberay-operator-values.yaml"]
     assert "kubectl apply -f 30-rayservice.yaml" in files["30-rayservice.yaml"]
+    assert (
+        "kubectl create secret generic ray-llm-ray-token -n inference "
+        '--from-literal=auth_token="$(openssl rand -base64 32)"'
+    ) in files["30-rayservice.yaml"]
     warmup = list(yaml.safe_load_all(files["12-node-warmup.yaml"]))
     assert [d["kind"] for d in warmup] == ["Namespace", "NetworkPolicy", "DaemonSet", "DaemonSet"]
     policies = list(yaml.safe_load_all(files["22-network-policies.yaml"]))
