@@ -7,7 +7,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m venv .venv
+# Check the prerequisites first, so an unsupported Python fails here with what to install
+# rather than later with a dependency-resolution error. PYTHON picks another interpreter.
+PYTHON="${PYTHON:-python3}"
+MIN_PYTHON="3.11"
+install_hint="install Python ${MIN_PYTHON} or newer (python.org, 'apt install python3.12 python3.12-venv', 'brew install python@3.12'), then run again, e.g. PYTHON=python3.12 ./scripts/setup.sh"
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "setup: '$PYTHON' not found: $install_hint" >&2
+  exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup: $("$PYTHON" --version 2>&1) is too old: this project needs Python ${MIN_PYTHON} or newer; $install_hint" >&2
+  exit 1
+fi
+if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  echo "setup: $("$PYTHON" --version 2>&1) has no venv/ensurepip module: on Debian or Ubuntu 'apt install python3-venv' (or python3.X-venv for your version), then run again" >&2
+  exit 1
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: npm not found: install Node.js with npm (nodejs.org or your package manager; any version that runs 'npm ci'), then run again" >&2
+  exit 1
+fi
+
+"$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   -r requirements-dev.txt -c requirements-lock.txt
 npm ci --no-audit --no-fund --loglevel=error

@@ -116,8 +116,14 @@ def _no_user_settings(
 
 @pytest.fixture(scope="session")
 def reference_dir() -> Path:
-    """The KubeRay/chart reference data beside the repository (not part of it)."""
-    path = ROOT.parent / "shared" / "reference"
-    if not path.is_dir():
-        pytest.skip(f"reference data not found at {path}; the bundled schema still runs")
+    """Upstream schemas and chart values the tests validate against, kept in the repository
+    (tests/schemas/README.md names source, version and licence). Missing is a failure."""
+    path = ROOT / "tests" / "schemas"
+    for needed in (
+        "kuberay-v1.7.0/ray.io_rayservices.yaml",
+        "kuberay-v1.7.0/kuberay-operator-values.yaml",
+        "charts/aws-efa-k8s-device-plugin-values.v0.5.30.yaml",
+        "charts/nvidia-device-plugin-values.v0.20.0.yaml",
+    ):
+        assert (path / needed).is_file(), f"{path / needed} is missing from the repository"
     return path

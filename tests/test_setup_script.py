@@ -1,0 +1,83 @@
+"""scripts/setup.sh checks Python (version, venv) and npm before installing anything, and says
+what to install. A fake interpreter answers the checks; anything else it is asked exits 99, so
+a check that wrongly passes shows as exit 99, never as an install."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = ROOT / "scripts" / "setup.sh"
+
+
+def fake_python(tmp_path: Path, *, version: str, has_venv: bool) -> Path:
+    major, minor = (int(p) for p in version.split(".")[:2])
+    old = int((major, minor) < (3, 11))
+    script = tmp_path / "python-fake"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in\n'
+        f'  --version) echo "Python {version}" ;;\n'
+        f"  *version_info*) exit {old} ;;\n"
+        f"  *ensurepip*) exit {0 if has_venv else 1} ;;\n"
+        "  *) exit 99 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def run_setup(python: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHON": python}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(["bash", str(SETUP)], env=env, capture_output=True, text=True)
+
+
+def test_a_python_older_than_3_11_is_refused_with_what_to_install(tmp_path: Path) -> None:
+    done = run_setup(str(fake_python(tmp_path, version="3.10.12", has_venv=True)))
+    assert done.returncode == 1
+    assert (
+        "setup: Python 3.10.12 is too old: this project needs Python 3.11 or newer" in done.stderr
+    )
+    assert "PYTHON=python3.12 ./scripts/setup.sh" in done.stderr
+
+
+def test_python_3_11_passes_the_version_check(tmp_path: Path) -> None:
+    done = run_setup(str(fake_python(tmp_path, version="3.11.0", has_venv=True)))
+    assert done.returncode == 99, done.stderr  # went on to `python -m venv`
+
+
+def test_a_python_without_venv_says_which_package_adds_it(tmp_path: Path) -> None:
+    done = run_setup(str(fake_python(tmp_path, version="3.12.3", has_venv=False)))
+    assert done.returncode == 1
+    assert "has no venv/ensurepip module" in done.stderr
+    assert "apt install python3-venv" in done.stderr
+
+
+def test_a_missing_interpreter_is_named(tmp_path: Path) -> None:
+    done = run_setup(str(tmp_path / "no-such-python"))
+    assert done.returncode == 1
+    assert "no-such-python' not found: install Python 3.11 or newer" in done.stderr
+
+
+@pytest.mark.parametrize("with_npm", [False, True])
+def test_npm_is_checked_before_anything_is_installed(tmp_path: Path, with_npm: bool) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "sh", "bash"):
+        (bin_dir / tool).symlink_to(subprocess.check_output(["which", tool], text=True).strip())
+    if with_npm:
+        (bin_dir / "npm").write_text("#!/bin/sh\nexit 98\n")
+        (bin_dir / "npm").chmod(0o755)
+    python = fake_python(tmp_path, version="3.12.3", has_venv=True)
+    done = run_setup(str(python), path=str(bin_dir))
+    if with_npm:
+        assert done.returncode == 99, done.stderr
+    else:
+        assert done.returncode == 1
+        assert "setup: npm not found: install Node.js with npm" in done.stderr
