@@ -519,7 +519,12 @@ class EfaGpuNodeGroup(Construct):
             cluster=as_icluster(cluster),
             nodegroup_name=nodegroup_name,
             ami_type=GPU_AMI_TYPE,
-            instance_types=[ec2.InstanceType(instance_type)],
+            # The instance type is set on the resource below, not here: aws-cdk-lib 2.275's
+            # isGpuInstanceType (aws-eks-v2/lib/private/nodegroup.js) knows P2-P4D and G3-G6E
+            # but not P5/P5e/P5en, so given instance_types it refuses the NVIDIA AMI for those
+            # ("AmiTypeDoesNotMatchInstanceArchitecture"). With a launch template the AMI type
+            # is passed through as given; every type of instance_types.EFA_GPU_TYPES is an
+            # x86_64 NVIDIA type (tests/test_gpu_types.py synthesizes each).
             min_size=min_size,
             desired_size=node_count,
             max_size=max_size,
@@ -531,6 +536,9 @@ class EfaGpuNodeGroup(Construct):
                 id=template.ref, version=template.attr_latest_version_number
             ),
         )
+        resource = self.nodegroup.node.default_child
+        assert isinstance(resource, eks.CfnNodegroup)
+        resource.instance_types = [instance_type]
 
 
 class GpuDevicePlugins(Construct):

@@ -53,6 +53,7 @@ GPU_LOCAL_STORAGE = ("auto", "raid0", "none")
 GP3_IOPS = (3000, 80000)
 GP3_THROUGHPUT = (125, 2000)  # MiB/s; at most 0.25 MiB/s per provisioned IOPS
 MAX_CAPACITY_WAIT_MINUTES = 50
+MAX_MODEL_PARAMS_BILLIONS = 600  # 16-bit weights of 600B fill 8 H200s (p5en.48xlarge)
 # Where nodeadm mounts the RAID0 of the instance-store NVMe disks (it bind-mounts containerd's
 # and kubelet's state under it), and the app's cache directory on the node in either case.
 NVME_MOUNT = "/mnt/k8s-disks/0"
@@ -286,6 +287,8 @@ class AppConfig:
     # installed when they differ. gpuNodeCount is the size the group is created with.
     gpu_node_min_count: int = 0
     gpu_node_max_count: int = 0
+    # Billions of parameters, for the model/GPU fit check; 0 = read from modelSource's name.
+    model_params_billions: float = 0.0
     readiness_timeout_minutes: int = 60
     # Part of the Ray cluster spec hash: raising it makes the next deploy recreate the
     # RayService with an unchanged spec (docs/lifecycle.md).
@@ -1233,6 +1236,66 @@ def _observability(c: AppConfig) -> list[str]:
     return out
 
 
+# -- model and GPU fit ------------------------------------------------------------------------
+
+# Bytes per weight for each dtype; "auto" keeps the checkpoint's, which for the models this
+# serves is 16-bit (vLLM casts a float32 checkpoint to float16 under "auto" as well).
+_DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+_MOE_SIZE = re.compile(r"(?<![\w.])(\d+)x(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+_SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+
+
+def params_billions_from_name(model_source: str) -> float | None:
+    """The parameter count a Hugging Face repo name states (``Qwen/Qwen3.5-9B`` -> 9,
+    ``mistralai/Mixtral-8x7B-v0.1`` -> 56, an upper bound), or None when it states none."""
+    name = model_source.rsplit("/", 1)[-1].replace("_", "-")
+    for token in re.split(r"-", name):
+        if m := _MOE_SIZE.fullmatch(token):
+            return int(m[1]) * float(m[2])
+        if m := _SIZE.fullmatch(token):
+            return float(m[1])
+    return None
+
+
+def _model_fit(c: AppConfig) -> list[str]:
+    """The model's weights must fit the GPUs of one replica at the configured dtype:
+    params x bytes per weight <= tensorParallelSize x GPU memory x gpuMemoryUtilization
+    (vLLM also needs room for the KV cache and activations; this is the floor)."""
+    facts = instance_types.gpu_facts(c.gpu_node_type)
+    out = []
+    stated = c.model_params_billions
+    if not 0 <= stated <= MAX_MODEL_PARAMS_BILLIONS:
+        why = f"must be 0 (read it from modelSource's name) .. {MAX_MODEL_PARAMS_BILLIONS}"
+        out.append(_problem("modelParamsBillions", stated, why))
+    if facts is None or c.dtype not in _DTYPE_BYTES or not 0 < c.gpu_memory_utilization <= 1:
+        return out  # reported by their own checks
+    if c.dtype == "bfloat16" and not facts.bf16:
+        why = (
+            f"the {facts.model} GPU of {c.gpu_node_type} has no bfloat16 (it needs compute "
+            "capability 8.0, and vLLM refuses it below): use dtype=float16, or a GPU type "
+            "from g5 up"
+        )
+        out.append(_problem("dtype", c.dtype, why))
+    params = stated or params_billions_from_name(c.model_source)
+    tp = c.tensor_parallel_size
+    if not params or tp < 1 or not 0 <= stated <= MAX_MODEL_PARAMS_BILLIONS:
+        return out  # unknown size, or reported by their own checks
+    weights_gib = params * 1e9 * _DTYPE_BYTES[c.dtype] / 2**30
+    room_gib = tp * facts.memory_gib * c.gpu_memory_utilization
+    if weights_gib > room_gib:
+        source = "modelParamsBillions" if stated else f"{params:g}B from the model's name"
+        why = (
+            f"{params:g} billion parameters ({source}) in {c.dtype} need {weights_gib:.1f} GiB "
+            f"for the weights alone, more than one replica's GPUs hold: {tp} x "
+            f"{facts.model} {facts.memory_gib:g} GiB x gpuMemoryUtilization "
+            f"{c.gpu_memory_utilization:g} = {room_gib:.1f} GiB. Use a GPU type with more "
+            "memory, more GPUs per replica (tensorParallelSize), or a smaller model"
+        )
+        key = "modelParamsBillions" if stated else "modelSource"
+        out.append(_problem(key, stated if stated else c.model_source, why))
+    return out
+
+
 _CHECKS.extend(
     [
         _environment,
@@ -1253,6 +1316,7 @@ _CHECKS.extend(
         _endpoint_timeout,
         _teardown,
         _observability,
+        _model_fit,
     ]
 )
 

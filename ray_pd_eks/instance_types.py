@@ -136,3 +136,33 @@ def system_spec(name: str) -> InstanceSpec | None:
         return None
     vcpus = _SIZE_VCPUS[m["size"]]
     return InstanceSpec(name, vcpus, vcpus * _FAMILY_GIB_PER_VCPU[m["cls"]])
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What the model/GPU fit check needs of one GPU (per GPU, not per instance)."""
+
+    model: str
+    memory_gib: float  # as nvidia-smi reports memory.total (MiB / 1024)
+    bf16: bool  # bfloat16 needs compute capability 8.0 (Ampere) or newer; vLLM refuses it below
+
+
+# By instance family: p4d and p4de carry the same A100 with 40 and 80 GB.
+GPU_FACTS_BY_FAMILY: dict[str, GpuFacts] = {
+    "g4dn": GpuFacts("T4", 15.0, bf16=False),  # Turing, compute capability 7.5
+    "g5": GpuFacts("A10G", 22.5, bf16=True),
+    "g6": GpuFacts("L4", 22.5, bf16=True),
+    "g6e": GpuFacts("L40S", 45.0, bf16=True),
+    "p4d": GpuFacts("A100 40GB", 40.0, bf16=True),
+    "p4de": GpuFacts("A100 80GB", 80.0, bf16=True),
+    "p5": GpuFacts("H100", 79.6, bf16=True),
+    "p5e": GpuFacts("H200", 140.4, bf16=True),
+    "p5en": GpuFacts("H200", 140.4, bf16=True),
+}
+
+
+def gpu_facts(name: str) -> GpuFacts | None:
+    """Memory and bf16 support of the GPU of an EFA GPU type, or None."""
+    if name not in EFA_GPU_TYPES:
+        return None
+    return GPU_FACTS_BY_FAMILY.get(name.split(".", 1)[0])

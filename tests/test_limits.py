@@ -61,7 +61,24 @@ LIMITS: list[Edge] = [
     Edge("rayClusterRevision", 999_999, 1_000_000, "must be a whole number 0..999999", why="max"),
     # -- the examples ------------------------------------------------------------------
     Edge("gpuMemoryUtilization", 1.0, 1.01, "(0, 1]", why="max"),
-    Edge("gpuMemoryUtilization", 0.01, 0, "(0, 1]", why="min-exclusive"),
+    Edge("modelParamsBillions", 0, -0.1, "must be 0 (read it from", why="min"),
+    Edge(
+        "modelParamsBillions",
+        600,
+        600.5,
+        "must be 0 (read it from",
+        base={"gpuNodeType": "p5en.48xlarge", "tensorParallelSize": 8, "gpuMemoryUtilization": 1},
+        why="max",
+    ),
+    # A model small enough for 1 % of an L4 (the fit check of tests/test_gpu_types.py).
+    Edge(
+        "gpuMemoryUtilization",
+        0.01,
+        0,
+        "(0, 1]",
+        base={"modelParamsBillions": 0.1},
+        why="min-exclusive",
+    ),
     Edge("gpuMemoryUtilization", "1.0", "1.0001", "(0, 1]", why="max-from-c"),
     Edge("rayServiceName", "r" * 47, "r" * 48, "is 48 characters; the limit is 47"),
     Edge("clusterName", "c" * 100, "c" * 101, "is 101 characters; the limit is 100"),
