@@ -318,8 +318,10 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
 def test_worker_memory_is_far_above_the_checkpoint_on_every_supported_gpu_type() -> None:
     from ray_pd_eks.instance_types import EFA_GPU_TYPES
 
+    # A model every GPU of the table holds in float16 (see tests/test_gpu_types.py).
+    fits_all = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B"}
     for name in EFA_GPU_TYPES:
-        config = DEFAULTS.with_overrides({"gpuNodeType": name})
+        config = DEFAULTS.with_overrides({**fits_all, "gpuNodeType": name})
         c = _worker_container(render_rayservice(config, image="img:1"))
         assert int(c["resources"]["limits"]["memory"].removesuffix("Gi")) >= 32, name
 
