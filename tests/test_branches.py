@@ -563,3 +563,184 @@ def test_stack_rolling_back_without_a_stack_id_or_on_an_error_is_a_deploy(module
     throttled = ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "Op")
     failing = _Stacks("UPDATE_ROLLBACK_IN_PROGRESS", error=throttled)
     assert module.stack_rolling_back({"StackId": STACK_ID}, failing) is False
+
+
+# --- status: a warm-up pod's state and the command that shows why it failed ---------------
+
+WARMUP_NS = "ray-pd-eks-warmup"
+
+
+def _warmup(**kwargs: Any) -> dict[str, Any]:
+    from tests.fakes.kube_api import make_warmup_pod
+
+    node = kwargs.pop("node", GPU_NODE_A)
+    return make_warmup_pod("p", daemonset="model-prefetch", node=node, **kwargs)
+
+
+def _container(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    from tests.fakes.kube_api import make_container_status
+
+    return make_container_status(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("pod", "state", "why"),
+    [
+        (
+            lambda: _warmup(
+                containers=[_container("done", "waiting", reason="ErrImagePull", message="denied")]
+            ),
+            "failed: done ErrImagePull: denied",
+            f"kubectl describe pod -n {WARMUP_NS} {{pod}}",
+        ),
+        (
+            lambda: _warmup(
+                containers=[_container("done", "waiting", reason="CreateContainerConfigError")]
+            ),
+            "failed: done CreateContainerConfigError",
+            f"kubectl describe pod -n {WARMUP_NS} {{pod}}",
+        ),
+        (
+            lambda: _warmup(
+                init=[_container("stage", "waiting", reason="CrashLoopBackOff", last_exit_code=3)]
+            ),
+            "failed: stage CrashLoopBackOff, exit 3 (Error)",
+            f"kubectl logs -n {WARMUP_NS} {{pod}} -c stage --previous",
+        ),
+        (
+            lambda: _warmup(
+                init=[_container("stage", "waiting", reason="CrashLoopBackOff", message="back-off")]
+            ),
+            "failed: stage CrashLoopBackOff: back-off",
+            f"kubectl logs -n {WARMUP_NS} {{pod}} -c stage",
+        ),
+        (
+            lambda: _warmup(
+                init=[_container("stage", "terminated", exit_code=1, message="x\nlast")]
+            ),
+            "failed: stage exit 1 (Error): last",
+            f"kubectl logs -n {WARMUP_NS} {{pod}} -c stage",
+        ),
+        (lambda: _warmup(init=[_container("stage", "terminated")], ready=True), "done", None),
+        (
+            lambda: _warmup(node=None, containers=[_container("done", "waiting", reason="")]),
+            "not scheduled: Pending",
+            None,
+        ),
+        (
+            lambda: _warmup(containers=[_container("done", "waiting", reason="Blocked")]),
+            "waiting: Blocked",
+            None,
+        ),
+        (
+            lambda: _warmup(containers=[_container("done", "waiting", reason="ContainerCreating")]),
+            "pulling image",
+            None,
+        ),
+        (lambda: _warmup(containers=[_container("done")]), "starting", None),
+        (
+            lambda: _warmup(init=[_container("stage", "waiting", reason="Blocked")]),
+            "waiting: Blocked",
+            None,
+        ),
+    ],
+    ids=[
+        "image-pull",
+        "config-error",
+        "crash-loop-with-last-exit",
+        "crash-loop-without",
+        "init-exit-1",
+        "ready",
+        "unscheduled",
+        "waiting-other",
+        "creating",
+        "running-not-ready",
+        "init-waiting",
+    ],
+)
+def test_warmup_pod_state_and_its_why(
+    pod: Callable[[], dict[str, Any]], state: str, why: str | None
+) -> None:
+    from ray_pd_eks.cli import status
+
+    assert status.warmup_pod_state(pod()) == (state, why)
+
+
+def test_a_terminating_warmup_pod_is_terminating_unless_it_failed() -> None:
+    from ray_pd_eks.cli import status
+
+    pod = _warmup(containers=[_container("done")])
+    pod["metadata"]["deletionTimestamp"] = at(1)
+    assert status.warmup_pod_state(pod) == ("terminating", None)
+    failed = _warmup(init=[_container("stage", "terminated", exit_code=2)])
+    failed["metadata"]["deletionTimestamp"] = at(1)
+    assert status.warmup_pod_state(failed)[0] == "failed: stage exit 2 (Error)"
+
+
+# --- small decisions behind the verdicts -----------------------------------------------------
+
+
+def _props_with(**changes: Any) -> Any:
+    return handler.Props(
+        cluster_name="c",
+        endpoint="https://127.0.0.1:1",
+        ca_data="",
+        namespace="inference",
+        rayservice=RAYSERVICE,
+        app_name="qwen",
+        model_id="m",
+        kv_backend="LIBFABRIC",
+        expected_gpu_nodes=2,
+        **changes,
+    )
+
+
+@pytest.mark.parametrize(
+    ("timeout", "interval", "budget", "give_up"),
+    [
+        (3600, 30, 180.0, 3600 - (30 + 180 + 60)),  # the margin before CloudFormation's hour
+        (400, 30, 180.0, 200),  # short timeouts: never before half the timeout
+    ],
+)
+def test_readiness_gives_up_before_the_providers_hard_stop(
+    timeout: int, interval: int, budget: float, give_up: float
+) -> None:
+    props = _props_with(timeout_seconds=timeout, query_interval_seconds=interval)
+    settings = handler.Settings(poll_budget_seconds=budget)
+    assert handler._give_up_after(props, settings) == give_up
+
+
+def test_unschedulable_without_any_timestamp_waits() -> None:
+    pod = make_pod(WORKER_POD_A, unschedulable_message=NO_ROOM)
+    del pod["status"]["conditions"][0]["lastTransitionTime"]
+    problems = checks.pod_problems({"items": [pod]}, {"items": []})
+    assert problems[0].observed_at is None
+    state = checks.rayservice_state(rayservice(ready=False, app_status=None), "qwen")
+    verdict = handler.terminal_failure(
+        _props_with(), checks.gpu_nodes(nodes(), 2), state, problems, NOW
+    )
+    assert verdict is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "field", "message", "counts"),
+    [
+        ("Failed", "message", "Failed to pull image: denied", True),
+        ("Failed", "note", "Failed to pull image: denied", True),  # events.k8s.io/v1 wording
+        ("Failed", "message", "Error: ErrImagePull", True),
+        ("Failed", "message", "Error: failed to create containerd task", False),
+        ("BackOff", "message", 'Back-off pulling image "x"', True),
+        ("BackOff", "message", "Back-off restarting failed container", False),
+        ("Pulling", "message", 'Pulling image "x"', False),
+    ],
+)
+def test_which_events_date_an_image_pull_failure(
+    reason: str, field: str, message: str, counts: bool
+) -> None:
+    pod = make_pod(WORKER_POD_A, node=GPU_NODE_A, waiting_reason="ImagePullBackOff")
+    event = make_event(WORKER_POD_A, reason, "")
+    del event["message"]
+    event[field] = message
+    event["firstTimestamp"] = event["metadata"]["creationTimestamp"] = at(700)
+    (problem,) = checks.pod_problems({"items": [pod]}, {"items": [event]})
+    assert (problem.since is not None) is counts

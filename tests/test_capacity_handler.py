@@ -650,3 +650,137 @@ def test_judge_quotes_the_newest_failure_of_the_deciding_kind(kind: str) -> None
     assert "older failure" not in str(raised.value) and "middle" not in str(raised.value)
     if kind == "capacity":
         assert "for 10 min (3 failed launches; last: newest failure)" in str(raised.value)
+
+
+# --- poll(): the status and the note of every branch ----------------------------------------
+
+
+def _poll_direct(eks: Any, autoscaling: Any = None, **kwargs: Any) -> tuple[str, str]:
+    props = handler.Props.from_properties(_props())
+    return handler.poll(
+        props, eks, autoscaling or object(), started=STARTED, now=STARTED + 60, **kwargs
+    )
+
+
+def _eks_two_groups() -> tuple[Any, Stubber]:
+    client, stub = _client("eks")
+    groups = [{"name": ASG}, {"name": ASG + "-2"}]
+    nodegroup = {"status": "CREATING", "resources": {"autoScalingGroups": groups}}
+    stub.add_response("describe_nodegroup", {"nodegroup": nodegroup}, NODEGROUP_PARAMS)
+    return client, stub
+
+
+def test_poll_status_and_note_of_each_branch() -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    assert _poll_direct(_eks_error("ResourceNotFoundException")[0]) == (
+        "NOT_FOUND",
+        "the node group does not exist yet",
+    )
+    status, note = _poll_direct(_eks_error("ThrottlingException")[0])
+    assert status == "UNKNOWN" and note.startswith("eks:DescribeNodegroup failed: Throttling")
+
+    class Unreachable:
+        def describe_nodegroup(self, **_: Any) -> Any:
+            raise EndpointConnectionError(endpoint_url="https://eks")
+
+    status, note = _poll_direct(Unreachable())
+    assert status == "UNKNOWN" and note.startswith("eks:DescribeNodegroup failed: Could not")
+    nameless, nameless_stub = _client("eks")
+    nameless_stub.add_response("describe_nodegroup", {"nodegroup": {}}, NODEGROUP_PARAMS)
+    assert _poll_direct(nameless)[0] == "UNKNOWN"  # no status reported
+    assert _poll_direct(_eks("ACTIVE")[0]) == ("ACTIVE", "")
+    # Not updating (the default): ACTIVE from before the start is ACTIVE.
+    assert _poll_direct(_eks("ACTIVE", modifiedAt=_when(-600))[0]) == ("ACTIVE", "")
+    assert _poll_direct(_eks("ACTIVE", modifiedAt=_when(-600))[0], updating=True) == (
+        "ACTIVE_BEFORE_UPDATE",
+        "waiting for the node group update to start",
+    )
+    assert _poll_direct(_eks(asg=False)[0]) == ("CREATING", "no Auto Scaling group yet")
+    autoscaling, _ = _autoscaling([_activity(20, "Successful")])
+    assert _poll_direct(_eks()[0], autoscaling) == (
+        "CREATING",
+        "no failed launch since the watch started",
+    )
+
+
+@pytest.mark.parametrize(("left", "read"), [(35.0, True), (34.9, False)])
+def test_poll_reads_activities_only_with_time_for_the_slowest_call(left: float, read: bool) -> None:
+    autoscaling, stub = _autoscaling([_activity(20, "Successful")])
+    _status, note = _poll_direct(_eks()[0], autoscaling, time_left=lambda: left)
+    if read:
+        assert note == "no failed launch since the watch started"
+        stub.assert_no_pending_responses()
+    else:
+        assert note == (
+            "activities not read: this poll ran out of time; "
+            "no failed launch since the watch started"
+        )
+
+
+def test_poll_adds_up_the_failures_of_every_group_and_joins_the_notes() -> None:
+    autoscaling, stub = _client("autoscaling")
+    for group in (ASG, ASG + "-2"):
+        activity = {**_activity(20, "Failed", CAPACITY_MESSAGE), "AutoScalingGroupName": group}
+        stub.add_response(
+            "describe_scaling_activities",
+            {"Activities": [activity]},
+            {"AutoScalingGroupName": group, "MaxRecords": 20},
+        )
+    _status, note = _poll_direct(_eks_two_groups()[0], autoscaling)
+    assert note.startswith("2 launches failed for lack of capacity since ")
+
+
+def test_poll_notes_an_unreadable_group_and_raises_when_denied() -> None:
+    autoscaling, stub = _client("autoscaling")
+    stub.add_client_error("describe_scaling_activities", service_error_code="Throttling")
+    _status, note = _poll_direct(_eks()[0], autoscaling)
+    assert note.startswith(f"autoscaling:DescribeScalingActivities failed for {ASG}: ")
+    assert note.endswith("; no failed launch since the watch started")
+    denied, stub = _client("autoscaling")
+    stub.add_client_error("describe_scaling_activities", service_error_code="AccessDenied")
+    with pytest.raises(
+        RuntimeError, match=r"may not call autoscaling:DescribeScalingActivities \("
+    ):
+        _poll_direct(_eks()[0], denied)
+
+
+def test_time_left_reaches_the_paging() -> None:
+    autoscaling, _stub = _autoscaling(
+        [_activity(50, "Failed", CAPACITY_MESSAGE)], [_activity(40, "Failed", CAPACITY_MESSAGE)]
+    )
+    calls = iter([100.0, 30.0])  # enough for the group, not for its second page
+    _status, note = _poll_direct(_eks()[0], autoscaling, time_left=lambda: next(calls))
+    assert note.startswith("1 launches failed")
+
+
+@pytest.mark.parametrize(("left", "pages"), [(35.0, 2), (34.9, 1)])
+def test_failed_launches_pages_only_with_time_for_the_slowest_call(left: float, pages: int) -> None:
+    autoscaling, _stub = _autoscaling(
+        [_activity(50, "Failed", CAPACITY_MESSAGE)], [_activity(40, "Failed", CAPACITY_MESSAGE)]
+    )
+    found = handler.failed_launches(autoscaling, ASG, STARTED, lambda: left)
+    assert [f.message[:10] for f in found] == ["We current"] * pages  # page 1 kept either way
+
+
+def test_a_failure_without_any_message_says_so() -> None:
+    activity = _activity(1, "Failed")
+    del activity["Description"]
+    found = handler.classify(activity, STARTED + 1.0)
+    assert found is not None and found.message == "(no status message)"
+
+
+def test_the_rollback_check_asks_cloudformation(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    class Cfn:
+        def describe_stacks(self, **_: Any) -> dict[str, Any]:
+            return {"Stacks": [{"StackStatus": "UPDATE_ROLLBACK_IN_PROGRESS"}]}
+
+    def client(name: str) -> Any:
+        asked.append(name)
+        return Cfn()
+
+    monkeypatch.setattr(handler, "_client", client)
+    assert handler.stack_rolling_back({"StackId": "arn:stack"}) is True
+    assert asked == ["cloudformation"]

@@ -808,3 +808,16 @@ def test_watch_times_out_waiting_for_a_rayservice_never_created(
     assert (
         "Verdict: TIMEOUT after 1m00s: still waiting for: RayService not created yet" in result.out
     )
+
+
+def test_waiting_names_the_first_pod_problem(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.pods[1] = make_pod(
+        WORKER_POD_A, node=GPU_NODE_A, waiting_reason="ErrImagePull", waiting_message="timeout"
+    )
+    stub_alarms(cli)
+    result = cli.run("status")
+    assert result.code == 1
+    assert result.out.rstrip().splitlines()[-1] == (
+        f"Verdict: WAITING: pod {WORKER_POD_A} container ray-worker: ErrImagePull: timeout"
+    )

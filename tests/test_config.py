@@ -311,3 +311,31 @@ def test_prefetch_image_accepts_a_tag_or_a_digest() -> None:
     digest = "public.ecr.aws/docker/library/python@sha256:" + "a" * 64
     for image in ("public.ecr.aws/docker/library/python:3.12.12-slim", digest):
         assert AppConfig.from_context({"prefetchImage": image}).prefetch_image == image
+
+
+@pytest.mark.parametrize(
+    ("context", "line"),
+    [
+        ({"gpuNodeCount": True}, "context key 'gpuNodeCount' = true: expected a whole number"),
+        ({"gpuNodeCount": "2.5"}, "context key 'gpuNodeCount' = \"2.5\": expected a whole number"),
+        ({"gpuMemoryUtilization": False}, "= false: expected a number"),
+        ({"gpuMemoryUtilization": "most"}, '= "most": expected a number'),
+        ({"enforceEager": "yes"}, '= "yes": expected true or false'),
+        (
+            {"adminPrincipalArns": ["arn:aws:iam::123456789012:role/A", 7]},
+            "expected a list of strings (JSON list or comma-separated)",
+        ),
+    ],
+)
+def test_unparseable_values_say_what_was_expected(context: dict[str, object], line: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context(context)
+    (problem,) = str(err.value).splitlines()
+    assert line in problem and problem.endswith(
+        "(set it with -c " + next(iter(context)) + "=... or in cdk.json)"
+    )
+
+
+@pytest.mark.parametrize(("raw", "value"), [("true", True), (" TRUE ", True), ("False", False)])
+def test_booleans_from_the_command_line(raw: str, value: bool) -> None:
+    assert AppConfig.from_context({"enforceEager": raw}).enforce_eager is value
