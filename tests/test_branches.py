@@ -744,3 +744,15 @@ def test_which_events_date_an_image_pull_failure(
     event["firstTimestamp"] = event["metadata"]["creationTimestamp"] = at(700)
     (problem,) = checks.pod_problems({"items": [pod]}, {"items": [event]})
     assert (problem.since is not None) is counts
+
+
+def test_terminating_pods_are_neither_placed_nor_problems() -> None:
+    """During an upgrade the old cluster's pods linger with a deletionTimestamp: a stuck one
+    must not fail the deploy, and two old workers on one node must not make a conflict."""
+    old = worker(WORKER_POD_B + "-old", GPU_NODE_A, "10.0.1.99")
+    old["metadata"]["deletionTimestamp"] = at(5)
+    place = checks.placement({"items": [*APART, old]}, serve_error="unread")
+    assert place.ok and "2 running worker pod(s) on 2 distinct node(s)" in place.why
+    stuck = make_pod(WORKER_POD_B + "-old", node=GPU_NODE_A, waiting_reason="CrashLoopBackOff")
+    stuck["metadata"]["deletionTimestamp"] = at(5)
+    assert checks.pod_problems({"items": [stuck]}, {"items": []}) == []
