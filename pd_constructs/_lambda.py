@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 # The newest Python runtime Lambda offers; handlers use only the standard library and boto3.
@@ -14,3 +17,39 @@ PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
 def lambda_code(folder: str) -> lambda_.Code:
     """A plain-folder asset under ``assets/lambda/`` (no bundling, so no Docker)."""
     return lambda_.Code.from_asset(str(ASSETS / "lambda" / folder), exclude=["__pycache__"])
+
+
+def api_server_only_security_group(
+    scope: Construct, *, cluster: eks.Cluster, purpose: str
+) -> ec2.SecurityGroup:
+    """The security group of a function that calls Kubernetes: HTTPS to the cluster security
+    group (the API endpoint) and nothing else, with the matching ingress on the cluster side.
+
+    Nothing else is needed: the EKS token is an STS request presigned locally (kube.eks_token
+    makes no network call), and CloudFormation's DescribeStacks on a rollback is called by the
+    on-event functions outside the VPC. Creates ``SecurityGroup`` and ``ClusterIngress`` in
+    ``scope``; ``purpose`` names the function in both descriptions.
+    """
+    group = ec2.SecurityGroup(
+        scope,
+        "SecurityGroup",
+        vpc=cluster.vpc,
+        description=f"{purpose}: HTTPS to the EKS API endpoint only",
+        allow_all_outbound=False,
+    )
+    group.add_egress_rule(
+        ec2.Peer.security_group_id(cluster.cluster_security_group_id),
+        ec2.Port.tcp(443),
+        "Kubernetes API",
+    )
+    ec2.CfnSecurityGroupIngress(
+        scope,
+        "ClusterIngress",
+        group_id=cluster.cluster_security_group_id,
+        source_security_group_id=group.security_group_id,
+        ip_protocol="tcp",
+        from_port=443,
+        to_port=443,
+        description=f"{purpose} to the Kubernetes API",
+    )
+    return group

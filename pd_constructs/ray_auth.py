@@ -21,7 +21,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
 from pd_constructs.network import suppress_provider_framework
@@ -104,27 +104,8 @@ class RayAuthToken(Construct):
             cluster=as_icluster(cluster),
             manifest=token_writer_rbac(namespace=namespace, secret=secret_name),
         )
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=cluster.vpc,
-            description="Ray token writer: HTTPS to the EKS API endpoint only",
-            allow_all_outbound=False,
-        )
-        self.security_group.add_egress_rule(
-            ec2.Peer.security_group_id(cluster.cluster_security_group_id),
-            ec2.Port.tcp(443),
-            "Kubernetes API",
-        )
-        ec2.CfnSecurityGroupIngress(
-            self,
-            "ClusterIngress",
-            group_id=cluster.cluster_security_group_id,
-            source_security_group_id=self.security_group.security_group_id,
-            ip_protocol="tcp",
-            from_port=443,
-            to_port=443,
-            description="Ray token writer to the Kubernetes API",
+        self.security_group = api_server_only_security_group(
+            self, cluster=cluster, purpose="Ray token writer"
         )
         log_group = logs.LogGroup(
             self, "Logs", retention=log_retention, removal_policy=log_removal_policy

@@ -20,7 +20,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
 from pd_constructs.rollback import grant_describe_own_stack
@@ -159,30 +159,8 @@ class ReadinessCheck(Construct):
         if minutes > 60:
             raise ValueError(f"ReadinessCheck timeout {minutes} min: CloudFormation allows 60")
 
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=cluster.vpc,
-            description="Readiness check: HTTPS to the EKS API endpoint only",
-            allow_all_outbound=False,
-        )
-        self.security_group.add_egress_rule(
-            ec2.Peer.security_group_id(cluster.cluster_security_group_id),
-            ec2.Port.tcp(443),
-            "Kubernetes API",
-        )
-        # Nothing else: the EKS token is an STS request presigned locally (kube.eks_token makes
-        # no network call), and the only other AWS call, CloudFormation's DescribeStacks on a
-        # rollback, is made by the on-event function outside the VPC.
-        ec2.CfnSecurityGroupIngress(
-            self,
-            "ClusterIngress",
-            group_id=cluster.cluster_security_group_id,
-            source_security_group_id=self.security_group.security_group_id,
-            ip_protocol="tcp",
-            from_port=443,
-            to_port=443,
-            description="Readiness check to the Kubernetes API",
+        self.security_group = api_server_only_security_group(
+            self, cluster=cluster, purpose="Readiness check"
         )
         # Kept on delete, whatever retainLogs says: when a first deploy fails, CloudFormation
         # deletes the stack, and these logs hold the only record of why (docs/lifecycle.md).

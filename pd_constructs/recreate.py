@@ -24,7 +24,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
 from pd_constructs.rollback import grant_describe_own_stack
@@ -99,30 +99,8 @@ class RayServiceRecreate(Construct):
             raise ValueError(
                 f"RayServiceRecreate timeout {timeout.to_human_string()}: use 3 to 60 minutes"
             )
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=cluster.vpc,
-            description="RayService recreate: HTTPS to the EKS API endpoint only",
-            allow_all_outbound=False,
-        )
-        self.security_group.add_egress_rule(
-            ec2.Peer.security_group_id(cluster.cluster_security_group_id),
-            ec2.Port.tcp(443),
-            "Kubernetes API",
-        )
-        # Nothing else: the EKS token is an STS request presigned locally (kube.eks_token makes
-        # no network call), and the only other AWS call, CloudFormation's DescribeStacks on a
-        # rollback, is made by the on-event function outside the VPC.
-        ec2.CfnSecurityGroupIngress(
-            self,
-            "ClusterIngress",
-            group_id=cluster.cluster_security_group_id,
-            source_security_group_id=self.security_group.security_group_id,
-            ip_protocol="tcp",
-            from_port=443,
-            to_port=443,
-            description="RayService recreate to the Kubernetes API",
+        self.security_group = api_server_only_security_group(
+            self, cluster=cluster, purpose="RayService recreate"
         )
         log_group = logs.LogGroup(
             self, "Logs", retention=log_retention, removal_policy=log_removal_policy
