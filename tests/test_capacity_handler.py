@@ -318,6 +318,41 @@ def test_full_reservation_counts_as_lack_of_capacity(at: Any) -> None:
         _poll(_event(CapacityReservationId="cr-0123456789abcdef0"), eks, autoscaling)
 
 
+@pytest.mark.parametrize(("elapsed", "raises"), [(649, False), (650, True)])
+def test_full_reservation_fails_after_the_wait_with_reservation_fixes(
+    at: Any, elapsed: int, raises: bool
+) -> None:
+    """The launch template targets the reservation by id, so a launch past its free instances
+    (an update's surge node, an autoscaler scale-up) fails: the fix is the reservation's size,
+    never another AZ or type. The first failure at 50 s, the wait 600 s: pending at 649 s."""
+    at(elapsed)
+    eks, _ = _eks("UPDATING")
+    # EC2's own words, padded long: the fix after them must survive the cut to 1000 characters.
+    full = "The requested reservation does not have sufficient compatible and available capacity."
+    autoscaling, _ = _autoscaling([_activity(50, "Failed", full + " " + "x" * 400)])
+    event = _event("Update", CapacityReservationId="cr-0123456789abcdef0")
+    if not raises:
+        assert _poll(event, eks, autoscaling) == {"IsComplete": False}
+        return
+    with pytest.raises(RuntimeError) as raised:
+        _poll(event, eks, autoscaling)
+    message = str(raised.value)
+    assert message.startswith(
+        "GPU node group pd-cluster/gpu-workers: No g6.8xlarge capacity in us-west-2a "
+        "(reservation cr-0123456789abcdef0 has no free instance) for 10 min (1 failed launches; "
+        "last: The requested reservation does not have sufficient compatible and available "
+        "capacity. xxx"
+    )
+    assert message.endswith(
+        "so every launch needs a free instance in it: the 2 nodes, each node the Cluster "
+        "Autoscaler adds (up to gpuNodeMaxCount) and the nodes a node group update launches "
+        "before it drains the old ones. Fixes: enlarge it (aws ec2 modify-capacity-reservation "
+        "--capacity-reservation-id cr-0123456789abcdef0 --instance-count N) or stop instances "
+        "that use it; then redeploy."
+    )
+    assert "gpuAz" not in message and "\n" not in message and len(message) <= 1000
+
+
 def test_first_capacity_failure_is_found_on_a_later_page(at: Any) -> None:
     at(700)
     eks, _ = _eks()

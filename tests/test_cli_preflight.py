@@ -993,6 +993,38 @@ def test_reservation_free_instances_edge(tmp_path: Path, free: int, verdict: str
         assert f"has {free} of 4 instances free, but gpuNodeCount=2 nodes need 2" in line
 
 
+@pytest.mark.parametrize(
+    ("free", "verdicts"),
+    [(4, ["OK"]), (3, ["OK", "WARN"]), (2, ["OK", "WARN"]), (1, ["FAIL"])],
+)
+def test_reservation_free_instances_edge_with_autoscaling(
+    tmp_path: Path, free: int, verdicts: list[str]
+) -> None:
+    """gpuNodeCount=2, gpuNodeMaxCount=4: fewer than 2 free fails the deploy; 2 or 3 free let
+    it deploy but the autoscaler's scale-ups past them cannot launch (a WARN); 4 is enough."""
+    harness = reserved_harness(tmp_path, gpuNodeMaxCount=4)
+    stub_all(
+        harness,
+        reservation=reservation(AvailableInstanceCount=free, TotalInstanceCount=5),
+        running=[],
+    )
+    result = harness.run("preflight")
+    lines = lines_of(result.out, "capacity reservation")
+    assert [line.split()[0] for line in lines] == verdicts, lines
+    assert result.code == (1 if "FAIL" in verdicts else 0)
+    if "WARN" in verdicts:
+        assert lines[1] == (
+            f"WARN  capacity reservation  {RESERVATION_ID} has {free} instances free but "
+            "gpuNodeMaxCount=4: the launch template targets only this reservation, so the "
+            f"Cluster Autoscaler's scale-ups beyond {free} nodes fail to launch and decode "
+            "cannot grow past them; enlarge it (`aws ec2 modify-capacity-reservation "
+            f"--capacity-reservation-id {RESERVATION_ID} --instance-count {5 + 4 - free}`) or "
+            f"lower -c gpuNodeMaxCount={free} (and decodeMaxReplicas to fit)"
+        )
+    if "FAIL" in verdicts:
+        assert f"has {free} of 5 instances free, but gpuNodeCount=2 nodes need 2" in lines[0]
+
+
 # -- observability: the add-on version and its configuration ----------------------------------
 
 

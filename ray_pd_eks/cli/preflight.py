@@ -51,7 +51,8 @@ Check, before a deploy, that the settings fit this account and region:
   gpu AZ       the Availability Zones that offer gpuNodeType; recommends -c gpuAz=...
   capacity reservation
                gpuCapacityReservationId is active, for gpuNodeType on Linux/UNIX, in gpuAz,
-               has gpuNodeCount free instances and matches gpuPlacementGroupName
+               has gpuNodeCount free instances (FAIL) and gpuNodeMaxCount free (else WARN:
+               scale-ups past the free count cannot launch) and matches gpuPlacementGroupName
   vCPU quota   on-demand G and VT (or P) vCPU quota >= gpuNodeCount x vCPUs
   bootstrap    the environment is CDK-bootstrapped (cdk bootstrap aws://ACCOUNT/REGION)
   model in S3  modelS3Uri's bucket is in the deploy region; config.json and *.safetensors
@@ -104,6 +105,32 @@ def bucket_region(location: str | None) -> str:
     if not location:
         return "us-east-1"
     return "eu-west-1" if location == "EU" else location
+
+
+def scale_up_shortfall(reservation: dict[str, Any], config: AppConfig) -> str:
+    """Why the GPU group cannot scale up to ``gpuNodeMaxCount`` inside the reservation, or "".
+
+    The launch template targets the reservation by id (``CapacityReservationTarget``), and EC2
+    fails a launch that targets a specific reservation without enough free capacity instead of
+    falling back to On-Demand (EC2 User Guide, "Launch instances into an existing Capacity
+    Reservation"). So the deploy needs ``gpuNodeCount`` free instances (a FAIL below that, the
+    same check as the GPU AZ custom resource's), and every node the Cluster Autoscaler adds
+    above them needs one more: fewer than ``gpuNodeMaxCount`` is not a deploy failure, but the
+    scale-ups past the free count never land (the Cluster Autoscaler backs off and retries).
+    """
+    available = int(reservation.get("AvailableInstanceCount", 0))
+    ceiling = config.gpu_node_max
+    if available >= ceiling:
+        return ""
+    rid = reservation.get("CapacityReservationId", "")
+    return (
+        f"{rid} has {available} instances free but gpuNodeMaxCount={ceiling}: the launch "
+        f"template targets only this reservation, so the Cluster Autoscaler's scale-ups beyond "
+        f"{available} nodes fail to launch and decode cannot grow past them; enlarge it "
+        f"(`aws ec2 modify-capacity-reservation --capacity-reservation-id {rid} "
+        f"--instance-count {int(reservation.get('TotalInstanceCount', 0)) + ceiling - available}`)"
+        f" or lower -c gpuNodeMaxCount={available} (and decodeMaxReplicas to fit)"
+    )
 
 
 class Preflight:
@@ -347,6 +374,9 @@ class Preflight:
             f"{r.get('TotalInstanceCount', 0)} instances free for gpuNodeCount="
             f"{c.gpu_node_count}; the GPU AZ will be {az}, the reservation's",
         )
+        short = scale_up_shortfall(r, c)
+        if short:
+            yield Finding(WARN, "capacity reservation", short)
 
     def quota(self) -> Iterator[Finding]:
         itype = self.config.gpu_node_type

@@ -424,14 +424,26 @@ def judge(props: Props, failures: list[Failure], now: float) -> None:
     if now - first < props.capacity_wait_seconds:
         return
     last = max(capacity, key=lambda f: f.started)
-    reservation = (
-        f" (reservation {props.capacity_reservation_id} has no free instance)"
-        if props.capacity_reservation_id
-        else ""
+    rid = props.capacity_reservation_id
+    lasted = (
+        f"for {(now - first) / 60:.0f} min ({len(capacity)} failed launches; last: {_quote(last)})"
     )
+    if rid:
+        # The launch template targets the reservation by id: EC2 fails a launch beyond its
+        # free instances rather than fall back to On-Demand, so another AZ or type is no fix.
+        # Launches past the reservation come from a node group update (EKS launches the new
+        # nodes before it drains the old ones) or from Cluster Autoscaler scale-ups.
+        raise CapacityError(
+            f"No {props.instance_type} capacity in {props.availability_zone} (reservation "
+            f"{rid} has no free instance) {lasted}. The launch template targets only that "
+            f"reservation, so every launch needs a free instance in it: the {props.desired_size}"
+            " nodes, each node the Cluster Autoscaler adds (up to gpuNodeMaxCount) and the "
+            "nodes a node group update launches before it drains the old ones. Fixes: enlarge "
+            f"it (aws ec2 modify-capacity-reservation --capacity-reservation-id {rid} "
+            "--instance-count N) or stop instances that use it; then redeploy."
+        )
     raise CapacityError(
-        f"No {props.instance_type} capacity in {props.availability_zone}{reservation} for "
-        f"{(now - first) / 60:.0f} min ({len(capacity)} failed launches; last: {_quote(last)}). "
+        f"No {props.instance_type} capacity in {props.availability_zone} {lasted}. "
         "Fixes: -c gpuCapacityReservationId=cr-... (an On-Demand Capacity Reservation in that "
         "AZ), another -c gpuAz=..., or another -c gpuNodeType=...; then redeploy."
     )

@@ -148,6 +148,10 @@ def reservation_problems(
     available = int(reservation.get("AvailableInstanceCount", 0))
     total = int(reservation.get("TotalInstanceCount", 0))
     # On Update the running GPU nodes are the ones using it, so only a create can tell.
+    # gpuNodeCount, not gpuNodeMaxCount: the group starts at gpuNodeCount and that is all the
+    # deploy launches. Fewer free than gpuNodeMaxCount only stops later scale-ups (the launch
+    # template targets this reservation, and EC2 fails such a launch rather than fall back to
+    # On-Demand); `preflight` warns about that, since it is no reason to fail a deploy.
     if available < instance_count and creating:
         out.append(
             f"{setting} has {available} of {total} instances free, but gpuNodeCount="
