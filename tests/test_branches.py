@@ -21,9 +21,11 @@ import pytest
 
 from ray_pd_eks import lambda_code
 from tests.fakes.kube_api import (
+    DECODE_DEPLOYMENT,
     GPU_NODE_A,
     GPU_NODE_B,
     HEAD_POD,
+    PREFILL_DEPLOYMENT,
     RAY_CLUSTER,
     RAYSERVICE,
     SYSTEM_NODE,
@@ -78,14 +80,9 @@ def nodes(*, usable: int = 2, ready_ago: float = 3600.0) -> dict[str, Any]:
 
 
 def rayservice(**kwargs: Any) -> dict[str, Any]:
-    """``make_rayservice`` with ``health_ago`` measured from NOW; ``generation`` 2 with
-    ``observed_generation`` 1 makes the status describe the previous spec."""
-    health_ago = kwargs.pop("health_ago", None)
-    rs = make_rayservice(**kwargs)
-    if health_ago is not None:
-        app = rs["status"]["activeServiceStatus"]["applicationStatuses"]["qwen"]
-        app["healthLastUpdateTime"] = at(health_ago)
-    return rs
+    """``make_rayservice``; ``generation`` 2 with ``observed_generation`` 1 makes the status
+    describe the previous spec."""
+    return make_rayservice(**kwargs)
 
 
 def condition(reason: str, *, observed_generation: int | None = None) -> dict[str, Any]:
@@ -229,22 +226,20 @@ def _rows() -> Iterator[tuple[str, Callable[[], Scenario], str | None]]:
             lambda s=app_status: Scenario(rs=rayservice(ready=False, app_status=s)),  # type: ignore[misc]
             PENDING,
         )
-    grace = handler.UNHEALTHY_GRACE_SECONDS
-    yield (
-        "unhealthy-for-the-whole-grace-fails",
-        lambda: Scenario(rs=rayservice(ready=True, app_status="UNHEALTHY", health_ago=grace)),
-        f"has been UNHEALTHY for {grace} s",
-    )
-    yield (
-        "unhealthy-one-second-short-of-the-grace-waits",
-        lambda: Scenario(rs=rayservice(ready=True, app_status="UNHEALTHY", health_ago=grace - 1)),
-        PENDING,
-    )
-    yield (
-        "unhealthy-without-a-health-timestamp-waits",
-        lambda: Scenario(rs=rayservice(ready=True, app_status="UNHEALTHY")),
-        PENDING,
-    )
+    # UNHEALTHY is Serve replacing replicas of a deployment that was healthy: never terminal,
+    # whether or not KubeRay still counts serve endpoints (Ready True or False).
+    for ready in (True, False):
+        yield (
+            f"unhealthy-with-ready-{str(ready).lower()}-waits",
+            lambda r=ready: Scenario(  # type: ignore[misc]
+                rs=rayservice(
+                    ready=r,
+                    app_status="UNHEALTHY",
+                    deployments={PREFILL_DEPLOYMENT: "UNHEALTHY", DECODE_DEPLOYMENT: "HEALTHY"},
+                )
+            ),
+            PENDING,
+        )
     # Scheduling: GPU pods wait while GPU nodes are still coming; CPU pods get a grace.
     sched = handler.UNSCHEDULABLE_GRACE_SECONDS
     yield (

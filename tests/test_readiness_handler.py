@@ -485,28 +485,43 @@ def test_deploy_failed_fails_at_once_with_the_app_message(
     assert message.startswith("Readiness check failed for ray-llm-multinode/inference/ray-llm")
 
 
-def test_unhealthy_briefly_is_pending(
+def unhealthy_rayservice() -> dict[str, Any]:
+    """As KubeRay v1.7 copies Ray Serve 2.58's status of an app whose prefill deployment lost
+    its replica after being HEALTHY (``ApplicationState._determine_app_status``'s message)."""
+    return make_rayservice(
+        ready=True,
+        app_status="UNHEALTHY",
+        app_message=f"The deployments ['{fake.PREFILL_DEPLOYMENT}'] are UNHEALTHY.",
+        deployments={fake.PREFILL_DEPLOYMENT: "UNHEALTHY", fake.DECODE_DEPLOYMENT: "HEALTHY"},
+    )
+
+
+def test_unhealthy_is_pending_however_late_in_the_wait(
     kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Serve is replacing the replicas: ten seconds short of the give-up point (3330 s by
+    default) it still waits."""
     kube_api.set_stage("running")
-    kube_api.rayservice = make_rayservice(ready=True, app_status="UNHEALTHY", health_ago=30)
-    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    kube_api.rayservice = unhealthy_rayservice()
+    assert poll(started(cfn_event(kube_api), ago=3320)) == {"IsComplete": False}
     assert pending_check(caplog) == "rayservice"
 
 
-def test_unhealthy_persisting_fails_with_its_duration(
+def test_unhealthy_at_the_timeout_fails_with_serves_message_and_deployments(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
     kube_api.set_stage("running")
-    kube_api.rayservice = make_rayservice(
-        ready=True,
-        app_status="UNHEALTHY",
-        app_message="The deployment failed health checks 3 times",
-        health_ago=600,
+    kube_api.rayservice = unhealthy_rayservice()
+    # The default give-up point, as above: 3600 s - (30 s + 180 s + 60 s) = 3330 s.
+    message = fail_message(started(cfn_event(kube_api), ago=3330))
+    assert "timed out for ray-llm-multinode/inference/ray-llm after 56 min" in message
+    assert (
+        "still failing: rayservice; last status: Ready=True/NonZeroServeEndpoints; app " in message
     )
-    message = fail_message(started(cfn_event(kube_api)))
-    assert "Serve app qwen has been UNHEALTHY for 6" in message
-    assert "The deployment failed health checks 3 times" in message
+    assert (
+        f"app qwen=UNHEALTHY; message: The deployments ['{fake.PREFILL_DEPLOYMENT}'] are" in message
+    )
+    assert f"deployments {fake.PREFILL_DEPLOYMENT}=UNHEALTHY" in message
 
 
 PULL_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"

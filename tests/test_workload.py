@@ -424,6 +424,42 @@ def test_crd_check_rejects_an_unknown_field(reference_dir: Path, rs: dict[str, A
         jsonschema.validate(bad, _crd_schema(reference_dir))
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"ready": None, "app_status": None},
+        {"ready": False, "app_status": "DEPLOYING"},
+        {"ready": True, "app_status": "UNHEALTHY", "app_message": "The deployments [] are ..."},
+        {"ready": False, "ready_reason": "InitializingTimeout", "app_status": "DEPLOY_FAILED"},
+        {"generation": 2, "observed_generation": 1},
+    ],
+)
+def test_the_fake_rayservice_status_uses_only_kuberay_1_7_fields(
+    reference_dir: Path, kwargs: dict[str, Any]
+) -> None:
+    """The readiness tests' fake RayService (tests/fakes/kube_api.py) is what KubeRay v1.7
+    can write: every field is in the CRD's ray.io/v1 schema, so a handler rule keyed on a field
+    KubeRay never reports cannot pass its tests."""
+    from tests.fakes.kube_api import make_rayservice
+
+    status = make_rayservice(**kwargs)["status"]
+    jsonschema.validate(status, _crd_schema(reference_dir)["properties"]["status"])
+
+
+def test_the_v1_app_status_has_no_health_timestamp(reference_dir: Path) -> None:
+    """``healthLastUpdateTime`` is in the CRD only under the deprecated v1alpha1; the v1 app
+    status KubeRay 1.7 writes (apis/ray/v1/rayservice_types.go AppStatus) has no timestamp."""
+    from tests.fakes.kube_api import make_rayservice
+
+    status = make_rayservice(app_status="UNHEALTHY")["status"]
+    status["activeServiceStatus"]["applicationStatuses"]["qwen"]["healthLastUpdateTime"] = (
+        "2026-11-30T18:00:00Z"
+    )
+    with pytest.raises(jsonschema.ValidationError, match="healthLastUpdateTime"):
+        jsonschema.validate(status, _crd_schema(reference_dir)["properties"]["status"])
+
+
 def test_rayservice_has_the_fields_we_rely_on(rs: dict[str, Any]) -> None:
     schema = json.loads((SCHEMAS / "rayservice-fields.schema.json").read_text())
     jsonschema.validate(rs, schema)

@@ -309,8 +309,9 @@ def _one_line(message: str, limit: int = 160) -> str:
 def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -> Snapshot:
     """Read the RayService, GPU nodes, pods, events and (once serving) the Serve replicas.
 
-    Whether a state is terminal is decided by the readiness Lambda's own rule (same graces for
-    UNHEALTHY and Unschedulable), so ``status --watch`` gives up exactly when a deploy would.
+    Whether a state is terminal is decided by the readiness Lambda's own rule (the same graces
+    for Unschedulable and image pulls; an UNHEALTHY app is never terminal), so ``status --watch``
+    gives up exactly when a deploy would.
     """
     checks = lambda_code.checks()
     handler = lambda_code.handler()

@@ -440,7 +440,6 @@ def make_rayservice(
     ready_reason: str | None = None,
     app_message: str = "",
     deployments: Mapping[str, str] | None = None,
-    health_ago: float | None = None,
     extra_conditions: list[dict[str, Any]] | None = None,
     namespace: str = NAMESPACE,
     cluster: str = RAY_CLUSTER,
@@ -451,8 +450,8 @@ def make_rayservice(
 
     ``ready`` None leaves out the Ready condition (KubeRay has not reconciled yet); ``app_status``
     None leaves out the app. ``deployments`` maps deployment name → status (default: PD
-    deployments all HEALTHY when RUNNING, UPDATING otherwise). ``health_ago`` sets the app's
-    ``healthLastUpdateTime`` that many seconds ago.
+    deployments all HEALTHY when RUNNING, UPDATING otherwise). Only fields of the ray.io/v1
+    schema (tests/test_workload.py validates this fake against the CRD's closed schema).
     """
     status: dict[str, Any] = {}
     conditions: list[dict[str, Any]] = list(extra_conditions or [])
@@ -490,8 +489,6 @@ def make_rayservice(
                 for dep, dep_status in deployments.items()
             },
         }
-        if health_ago is not None:
-            app_json["healthLastUpdateTime"] = ts(ago=health_ago)
         status["activeServiceStatus"] = {
             "rayClusterName": cluster,
             "applicationStatuses": {app: app_json},

@@ -261,8 +261,6 @@ class RayServiceState:
     ready_since: datetime | None = None
     app_status: str | None = None
     app_message: str = ""
-    # KubeRay's healthLastUpdateTime: when the app last was healthy or first turned unhealthy.
-    app_health_since: datetime | None = None
     deployments: tuple[DeploymentState, ...] = ()
     terminal_reason: str | None = None
     terminal_message: str = ""
@@ -366,7 +364,6 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
         ready_since=parse_time(ready.get("lastTransitionTime")),
         app_status=_str(app.get("status")) or None,
         app_message=_str(app.get("message")),
-        app_health_since=parse_time(app.get("healthLastUpdateTime")),
         deployments=deployments,
         terminal_reason=terminal_reason,
         terminal_message=terminal_message,

@@ -40,8 +40,6 @@ STARTED_AT_KEY = "ReadinessStartedAt"  # top-level, so it never leaks into the r
 DEFAULT_TIMEOUT_SECONDS = 3600  # CloudFormation's one-hour cap on a custom resource
 DEFAULT_QUERY_INTERVAL_SECONDS = 30
 DEFAULT_POLL_BUDGET_SECONDS = 180.0
-# An app that has been UNHEALTHY this long (by KubeRay's healthLastUpdateTime) is not recovering.
-UNHEALTHY_GRACE_SECONDS = 300
 # A GPU pod still failing to schedule this long after the last GPU node turned Ready is not
 # waiting for a device plugin to catch up; the scheduler's message is the diagnosis.
 UNSCHEDULABLE_GRACE_SECONDS = 180
@@ -635,15 +633,23 @@ def terminal_failure(
 ) -> str | None:
     """The first state that waiting cannot fix, as a message; None if there is none.
 
-    The RayService's own verdicts (a terminal condition, ``DEPLOY_FAILED``, ``UNHEALTHY``)
-    count only when its status describes the current spec (``status.observedGeneration`` equal
-    to ``metadata.generation``): right after an update KubeRay may still show the previous
+    The RayService's own verdicts (a terminal condition, ``DEPLOY_FAILED``) count only when its
+    status describes the current spec (``status.observedGeneration`` equal to
+    ``metadata.generation``): right after an update KubeRay may still show the previous
     generation's failure, which the new spec may well fix.
 
-    UNHEALTHY uses KubeRay's ``healthLastUpdateTime`` on the app status, which KubeRay sets when
-    the app first turns unhealthy after being healthy: it gives "unhealthy for how long" without
-    remembering earlier polls. Without that timestamp UNHEALTHY stays pending and the timeout
-    message reports it.
+    An ``UNHEALTHY`` app is never terminal here; it stays pending and the timeout message
+    reports it with Serve's message and the deployments' statuses. Ray Serve 2.58 turns every
+    failure while a deployment is being deployed (replica start-up, health check, deployment
+    actor) into ``DEPLOY_FAILED``, which fails at once; ``UNHEALTHY`` means a deployment that
+    was HEALTHY (or scaling) lost replicas, which Serve's controller is already replacing, or
+    the controller met an internal error (``DeploymentStatusInfo.handle_transition`` in
+    ``ray/serve/_private/common.py``). How long
+    it has been unhealthy is not knowable: KubeRay v1.7's ``ray.io/v1`` ``AppStatus`` holds only
+    ``status``, ``message`` and ``serveDeploymentStatuses`` (``healthLastUpdateTime`` exists only
+    in the deprecated ``v1alpha1`` schema, and the v1.7 controller sets it nowhere), and a
+    Provider's ``is_complete`` keeps nothing between polls but the event. A replica that
+    crashes its pod is caught by the pod checks below (``CrashLoopBackOff``).
 
     ``warnings`` are the RayService's and its RayClusters' Warning events; one whose reason says
     the API server refused an object (``checks.OBJECT_FAILURE_REASONS``) is terminal once it has
@@ -660,15 +666,6 @@ def terminal_failure(
                 + _deployment_detail(state)
                 + "; fix serveConfigV2 or the image, then redeploy"
             )
-        if state.app_status == "UNHEALTHY" and state.app_health_since is not None:
-            unhealthy_for = now - state.app_health_since.timestamp()
-            if unhealthy_for >= UNHEALTHY_GRACE_SECONDS:
-                return (
-                    f"Serve app {app} has been UNHEALTHY for {unhealthy_for:.0f} s (since "
-                    f"{state.app_health_since.isoformat()}): {state.app_message or 'no message'}"
-                    + _deployment_detail(state)
-                    + "; read the replica logs in the Ray dashboard"
-                )
     if not state.running:
         for warning in warnings:
             if _object_warning_is_terminal(warning, started):
