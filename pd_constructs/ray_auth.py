@@ -13,18 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy
-from aws_cdk import aws_ec2 as ec2
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
-from pd_constructs.eks_types import as_icluster
-from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
-from pd_constructs.network import suppress_provider_framework
+from pd_constructs.kubernetes_waiter import Handler, KubernetesWaiter, group_rbac
 from pd_constructs.templates import render
 
 TOKEN_WRITER_GROUP = "ray-pd-eks:ray-token-writer"
@@ -37,39 +31,22 @@ def render_ray_auth_secret(*, name: str, namespace: str) -> dict[str, Any]:
 
 def token_writer_rbac(*, namespace: str, secret: str) -> list[dict[str, Any]]:
     """Role: ``get`` and ``patch`` on that one Secret; RoleBinding to the writer's group."""
-    name = "ray-pd-eks-ray-token-writer"
-    labels = {"app.kubernetes.io/part-of": "ray-pd-eks"}
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets"],
-                    "resourceNames": [secret],
-                    "verbs": ["get", "patch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [
-                {
-                    "kind": "Group",
-                    "name": TOKEN_WRITER_GROUP,
-                    "apiGroup": "rbac.authorization.k8s.io",
-                }
-            ],
-        },
-    ]
+    return group_rbac(
+        name="ray-pd-eks-ray-token-writer",
+        group=TOKEN_WRITER_GROUP,
+        namespace=namespace,
+        rules=[
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [secret],
+                "verbs": ["get", "patch"],
+            }
+        ],
+    )
 
 
-class RayAuthToken(Construct):
+class RayAuthToken(KubernetesWaiter):
     """The Secret ``secret_name`` in ``namespace`` (``secret``, a manifest without data) and
     ``resource``, which writes a random token into it on Create and keeps it on Update.
 
@@ -91,70 +68,23 @@ class RayAuthToken(Construct):
         log_retention: logs.RetentionDays,
         log_removal_policy: RemovalPolicy,
     ) -> None:
-        super().__init__(scope, construct_id)
-        self.secret = eks.KubernetesManifest(
-            self,
-            "Secret",
-            cluster=as_icluster(cluster),
-            manifest=[render_ray_auth_secret(name=secret_name, namespace=namespace)],
-        )
-        self.rbac = eks.KubernetesManifest(
-            self,
-            "Rbac",
-            cluster=as_icluster(cluster),
-            manifest=token_writer_rbac(namespace=namespace, secret=secret_name),
-        )
-        self.security_group = api_server_only_security_group(
-            self, cluster=cluster, purpose="Ray token writer"
-        )
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
-        self.function = lambda_.Function(
-            self,
-            "Function",
-            runtime=PYTHON_RUNTIME,
-            handler="ray_token.on_event",
-            code=lambda_code("readiness"),
-            timeout=Duration.minutes(1),
-            vpc=cluster.vpc,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            security_groups=[self.security_group],
-            log_group=log_group,
-            description="Writes a random Ray token into the Ray token Secret, once",
-        )
-        role = self.function.role
-        assert role is not None
-        self.access_entry = eks.CfnAccessEntry(
-            self,
-            "AccessEntry",
-            cluster_name=cluster.cluster_name,
-            principal_arn=role.role_arn,
-            kubernetes_groups=[TOKEN_WRITER_GROUP],
-            type="STANDARD",
-        )
-        provider = cr.Provider(
-            self, "Provider", on_event_handler=self.function, log_group=log_group
-        )
-        self.resource = CustomResource(
-            self,
-            "Resource",
-            service_token=provider.service_token,
+        # The writer answers Create at once: a one-shot custom resource, no polling.
+        super().__init__(
+            scope,
+            construct_id,
+            cluster=cluster,
+            purpose="Ray token writer",
+            kubernetes_group=TOKEN_WRITER_GROUP,
+            rbac=token_writer_rbac(namespace=namespace, secret=secret_name),
+            objects={"Secret": [render_ray_auth_secret(name=secret_name, namespace=namespace)]},
+            on_event=Handler(
+                "ray_token.on_event",
+                Duration.minutes(1),
+                "Writes a random Ray token into the Ray token Secret, once",
+            ),
             resource_type="Custom::RayAuthToken",
-            properties={
-                "ClusterName": cluster.cluster_name,
-                "ClusterEndpoint": cluster.cluster_endpoint,
-                "ClusterCertificateAuthorityData": cluster.cluster_certificate_authority_data,
-                "Namespace": namespace,
-                "SecretName": secret_name,
-            },
+            properties={"Namespace": namespace, "SecretName": secret_name},
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
-        self.resource.node.add_dependency(self.secret, self.rbac, self.access_entry)
-        acknowledge(
-            self.function,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole and AWSLambdaVPCAccessExecutionRole only let the "
-            "function write its own logs and attach to the VPC.",
-            findings=[LAMBDA_BASIC, LAMBDA_VPC],
-        )
-        suppress_provider_framework(provider, self.function)
+        self.secret = self.objects["Secret"]

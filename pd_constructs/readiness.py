@@ -13,18 +13,13 @@ import hashlib
 import json
 from typing import Any
 
-from aws_cdk import CustomResource, Duration
-from aws_cdk import aws_ec2 as ec2
+from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
-from pd_constructs.eks_types import as_icluster
-from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
-from pd_constructs.rollback import grant_describe_own_stack
-from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
+from pd_constructs.kubernetes_waiter import Handler, KubernetesWaiter, Polling, group_rbac
+from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY
 
 READINESS_GROUP = "ray-pd-eks:readiness"
 QUERY_INTERVAL = Duration.seconds(30)
@@ -42,76 +37,48 @@ def readiness_rbac(
     """ClusterRole for nodes (cluster-scoped), Role for what lives in the namespace; with
     ``ray_auth_secret``, ``get`` on that one Secret (the Ray token the dashboard requires)."""
     serve, head = f"{ray_service}-serve-svc", f"{ray_service}-head-svc"
-    name = "ray-pd-eks-readiness"
-    subjects = [{"kind": "Group", "name": READINESS_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
-    labels = {"app.kubernetes.io/part-of": "ray-pd-eks"}
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": labels},
-            # The handler only lists (tests/test_rbac.py proves every grant is used).
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": labels},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
+    return group_rbac(
+        name="ray-pd-eks-readiness",
+        group=READINESS_GROUP,
+        namespace=namespace,
+        # The handler only lists (tests/test_rbac.py proves every grant is used).
+        cluster_rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+        rules=[
+            {
+                "apiGroups": ["ray.io"],
+                "resources": ["rayservices"],
+                "resourceNames": [ray_service],
+                "verbs": ["get"],
             },
-            "subjects": subjects,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "rules": [
-                {
-                    "apiGroups": ["ray.io"],
-                    "resources": ["rayservices"],
-                    "resourceNames": [ray_service],
-                    "verbs": ["get"],
-                },
-                {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
-                {
-                    # The proxy's resource name is the URL segment "<service>:<port>". The chat
-                    # completion is a POST through the proxy, which RBAC calls "create".
-                    "apiGroups": [""],
-                    "resources": ["services/proxy"],
-                    "resourceNames": [f"{serve}:{SERVE_PORT}"],
-                    "verbs": ["get", "create"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["services/proxy"],
-                    "resourceNames": [f"{head}:{DASHBOARD_PORT}"],
-                    "verbs": ["get"],
-                },
-                *(
-                    [
-                        {
-                            "apiGroups": [""],
-                            "resources": ["secrets"],
-                            "resourceNames": [ray_auth_secret],
-                            "verbs": ["get"],
-                        }
-                    ]
-                    if ray_auth_secret
-                    else []
-                ),
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": subjects,
-        },
-    ]
+            {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+            {
+                # The proxy's resource name is the URL segment "<service>:<port>". The chat
+                # completion is a POST through the proxy, which RBAC calls "create".
+                "apiGroups": [""],
+                "resources": ["services/proxy"],
+                "resourceNames": [f"{serve}:{SERVE_PORT}"],
+                "verbs": ["get", "create"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["services/proxy"],
+                "resourceNames": [f"{head}:{DASHBOARD_PORT}"],
+                "verbs": ["get"],
+            },
+            *(
+                [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["secrets"],
+                        "resourceNames": [ray_auth_secret],
+                        "verbs": ["get"],
+                    }
+                ]
+                if ray_auth_secret
+                else []
+            ),
+        ],
+    )
 
 
 def config_hash(manifest: Any) -> str:
@@ -120,7 +87,7 @@ def config_hash(manifest: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class ReadinessCheck(Construct):
+class ReadinessCheck(KubernetesWaiter):
     """Waits (up to ``timeout``, at most one hour) for the endpoint to prove itself; fails the
     deploy with the reason when it cannot. ``Delete`` returns at once.
 
@@ -154,87 +121,42 @@ class ReadinessCheck(Construct):
         manifest_fingerprint: str,
         log_retention: logs.RetentionDays,
     ) -> None:
-        super().__init__(scope, construct_id)
         minutes = timeout.to_minutes()
         if minutes > 60:
             raise ValueError(f"ReadinessCheck timeout {minutes} min: CloudFormation allows 60")
-
-        self.security_group = api_server_only_security_group(
-            self, cluster=cluster, purpose="Readiness check"
-        )
-        # Kept on delete, whatever retainLogs says: when a first deploy fails, CloudFormation
-        # deletes the stack, and these logs hold the only record of why (docs/lifecycle.md).
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
-        )
-        common: dict[str, Any] = {
-            "runtime": PYTHON_RUNTIME,
-            "code": lambda_code("readiness"),
-            "log_group": log_group,
-            "environment": {"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
-        }
-        # Outside the VPC: it makes no Kubernetes call, only CloudFormation's DescribeStacks on
-        # an Update, to tell a rollback (answered at once) from a deploy. So the VPC function's
-        # security group stays limited to the API server and STS (docs/lifecycle.md).
-        on_event = lambda_.Function(
-            self,
-            "OnEvent",
-            handler="handler.on_event",
-            timeout=Duration.seconds(30),
-            description="Readiness check: starts the wait, or answers a rollback at once",
-            **common,
-        )
-        grant_describe_own_stack(on_event)
-        is_complete = lambda_.Function(
-            self,
-            "IsComplete",
-            handler="handler.is_complete",
-            timeout=HANDLER_TIMEOUT,
-            description="Readiness check: one poll of nodes, RayService, endpoint and EFA",
-            vpc=cluster.vpc,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            security_groups=[self.security_group],
-            **common,
-        )
-        role = is_complete.role
-        assert role is not None
-        self.access_entry = eks.CfnAccessEntry(
-            self,
-            "AccessEntry",
-            cluster_name=cluster.cluster_name,
-            principal_arn=role.role_arn,
-            kubernetes_groups=[READINESS_GROUP],
-            type="STANDARD",
-        )
-        self.rbac = eks.KubernetesManifest(
-            self,
-            "Rbac",
-            cluster=as_icluster(cluster),
-            manifest=readiness_rbac(
+        # Its logs are kept on delete, whatever retainLogs says: when a first deploy fails,
+        # CloudFormation deletes the stack, and these logs hold the only record of why
+        # (docs/lifecycle.md). Its on-event function runs outside the VPC: it makes no
+        # Kubernetes call, only CloudFormation's DescribeStacks on an Update, to tell a rollback
+        # (answered at once) from a deploy (docs/lifecycle.md).
+        super().__init__(
+            scope,
+            construct_id,
+            cluster=cluster,
+            purpose="Readiness check",
+            kubernetes_group=READINESS_GROUP,
+            rbac=readiness_rbac(
                 namespace=namespace,
                 ray_service=ray_service_name,
                 ray_auth_secret=ray_auth_secret,
             ),
-        )
-        provider = logged_waiter_provider(
-            self,
-            on_event=on_event,
-            is_complete=is_complete,
-            query_interval=QUERY_INTERVAL,
-            timeout=timeout,
-            log_group=log_group,
-            log_retention=log_retention,
-            log_removal_policy=EVIDENCE_REMOVAL_POLICY,
-        )
-        self.resource = CustomResource(
-            self,
-            "Resource",
-            service_token=provider.service_token,
+            on_event=Handler(
+                "handler.on_event",
+                Duration.seconds(30),
+                "Readiness check: starts the wait, or answers a rollback at once",
+            ),
+            polling=Polling(
+                is_complete=Handler(
+                    "handler.is_complete",
+                    HANDLER_TIMEOUT,
+                    "Readiness check: one poll of nodes, RayService, endpoint and EFA",
+                ),
+                interval=QUERY_INTERVAL,
+                total_timeout=timeout,
+            ),
+            environment={"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
             resource_type="Custom::RayServiceReadiness",
             properties={
-                "ClusterName": cluster.cluster_name,
-                "ClusterEndpoint": cluster.cluster_endpoint,
-                "ClusterCertificateAuthorityData": cluster.cluster_certificate_authority_data,
                 "Namespace": namespace,
                 "RayServiceName": ray_service_name,
                 "ApplicationName": application_name,
@@ -248,22 +170,6 @@ class ReadinessCheck(Construct):
                 "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),
                 "ConfigHash": manifest_fingerprint,
             },
+            log_retention=log_retention,
+            log_removal_policy=EVIDENCE_REMOVAL_POLICY,
         )
-        self.resource.node.add_dependency(self.access_entry, self.rbac)
-
-        acknowledge(
-            on_event,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-            findings=[LAMBDA_BASIC],
-        )
-        acknowledge(
-            is_complete,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole and AWSLambdaVPCAccessExecutionRole only let the "
-            "function write its own logs and attach to the VPC.",
-            findings=[LAMBDA_BASIC, LAMBDA_VPC],
-        )
-
-    def attribute(self, name: str) -> str:
-        return self.resource.get_att_string(name)

@@ -17,18 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy
-from aws_cdk import aws_ec2 as ec2
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
-from pd_constructs.eks_types import as_icluster
-from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
-from pd_constructs.rollback import grant_describe_own_stack
-from pd_constructs.waiter import logged_waiter_provider
+from pd_constructs.kubernetes_waiter import Handler, KubernetesWaiter, Polling, group_rbac
 
 RECREATE_GROUP = "ray-pd-eks:recreate"
 # Must match the handler's QUERY_INTERVAL_SECONDS / LAMBDA_TIMEOUT_SECONDS.
@@ -41,37 +35,24 @@ DEFAULT_TIMEOUT = Duration.minutes(15)
 
 def recreate_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
     """A Role (and its binding) with exactly what the handler calls."""
-    name = "ray-pd-eks-recreate"
-    labels = {"app.kubernetes.io/part-of": "ray-pd-eks"}
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "rules": [
-                {
-                    "apiGroups": ["ray.io"],
-                    "resources": ["rayservices"],
-                    "resourceNames": [ray_service],
-                    "verbs": ["get", "delete"],
-                },
-                {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get"]},
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [
-                {"kind": "Group", "name": RECREATE_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
-            ],
-        },
-    ]
+    return group_rbac(
+        name="ray-pd-eks-recreate",
+        group=RECREATE_GROUP,
+        namespace=namespace,
+        rules=[
+            {
+                "apiGroups": ["ray.io"],
+                "resources": ["rayservices"],
+                "resourceNames": [ray_service],
+                "verbs": ["get", "delete"],
+            },
+            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        ],
+    )
 
 
-class RayServiceRecreate(Construct):
+class RayServiceRecreate(KubernetesWaiter):
     """Deletes the RayService ``ray_service_name`` when the running Ray cluster's spec hash is
     not ``cluster_spec_hash``, then waits (up to ``timeout``, default 15 minutes) until its
     pods are gone; completes at once when the spec is unchanged or the RayService does not exist.
@@ -94,98 +75,40 @@ class RayServiceRecreate(Construct):
         log_removal_policy: RemovalPolicy,
         timeout: Duration = DEFAULT_TIMEOUT,
     ) -> None:
-        super().__init__(scope, construct_id)
         if not 3 <= timeout.to_minutes() <= 60:
             raise ValueError(
                 f"RayServiceRecreate timeout {timeout.to_human_string()}: use 3 to 60 minutes"
             )
-        self.security_group = api_server_only_security_group(
-            self, cluster=cluster, purpose="RayService recreate"
-        )
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
-        common: dict[str, Any] = {
-            "runtime": PYTHON_RUNTIME,
-            "code": lambda_code("readiness"),
-            "log_group": log_group,
-        }
-        # Outside the VPC, like the readiness check's: no Kubernetes call, only DescribeStacks.
-        on_event = lambda_.Function(
-            self,
-            "OnEvent",
-            handler="recreate.on_event",
-            timeout=Duration.seconds(30),
-            description="RayService recreate: starts, or answers a rollback at once",
-            **common,
-        )
-        grant_describe_own_stack(on_event)
-        is_complete = lambda_.Function(
-            self,
-            "IsComplete",
-            handler="recreate.is_complete",
-            timeout=HANDLER_TIMEOUT,
-            description="RayService recreate: deletes it on a Ray cluster change, waits for pods",
-            vpc=cluster.vpc,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            security_groups=[self.security_group],
-            **common,
-        )
-        role = is_complete.role
-        assert role is not None
-        self.access_entry = eks.CfnAccessEntry(
-            self,
-            "AccessEntry",
-            cluster_name=cluster.cluster_name,
-            principal_arn=role.role_arn,
-            kubernetes_groups=[RECREATE_GROUP],
-            type="STANDARD",
-        )
-        self.rbac = eks.KubernetesManifest(
-            self,
-            "Rbac",
-            cluster=as_icluster(cluster),
-            manifest=recreate_rbac(namespace=namespace, ray_service=ray_service_name),
-        )
-        provider = logged_waiter_provider(
-            self,
-            on_event=on_event,
-            is_complete=is_complete,
-            query_interval=QUERY_INTERVAL,
-            timeout=timeout,
-            log_group=log_group,
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-        )
-        self.resource = CustomResource(
-            self,
-            "Resource",
-            service_token=provider.service_token,
+        # Its on-event function runs outside the VPC, like the readiness check's: no Kubernetes
+        # call, only DescribeStacks.
+        super().__init__(
+            scope,
+            construct_id,
+            cluster=cluster,
+            purpose="RayService recreate",
+            kubernetes_group=RECREATE_GROUP,
+            rbac=recreate_rbac(namespace=namespace, ray_service=ray_service_name),
+            on_event=Handler(
+                "recreate.on_event",
+                Duration.seconds(30),
+                "RayService recreate: starts, or answers a rollback at once",
+            ),
+            polling=Polling(
+                is_complete=Handler(
+                    "recreate.is_complete",
+                    HANDLER_TIMEOUT,
+                    "RayService recreate: deletes it on a Ray cluster change, waits for pods",
+                ),
+                interval=QUERY_INTERVAL,
+                total_timeout=timeout,
+            ),
             resource_type="Custom::RayServiceRecreate",
             properties={
-                "ClusterName": cluster.cluster_name,
-                "ClusterEndpoint": cluster.cluster_endpoint,
-                "ClusterCertificateAuthorityData": cluster.cluster_certificate_authority_data,
                 "Namespace": namespace,
                 "RayServiceName": ray_service_name,
                 "ClusterSpecHash": cluster_spec_hash,
                 "TimeoutSeconds": str(int(timeout.to_seconds())),
             },
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
-        self.resource.node.add_dependency(self.access_entry, self.rbac)
-        acknowledge(
-            on_event,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-            findings=[LAMBDA_BASIC],
-        )
-        acknowledge(
-            is_complete,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole and AWSLambdaVPCAccessExecutionRole only let the "
-            "function write its own logs and attach to the VPC.",
-            findings=[LAMBDA_BASIC, LAMBDA_VPC],
-        )
-
-    def attribute(self, name: str) -> str:
-        return self.resource.get_att_string(name)
