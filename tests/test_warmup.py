@@ -327,18 +327,21 @@ def test_daemon_set_pod_templates_validate_against_the_kubernetes_pod_schema(
 ) -> None:
     """The KubeRay CRD embeds the full PodTemplateSpec schema; with unknown fields rejected it
     catches a misspelt or misplaced field in the DaemonSets' pod templates too."""
-    from tests.test_workload import _crd_schema
+    from tests.test_workload import crd_validator, validate
 
     app: Synthesized = request.getfixturevalue(app_name)
-    crd = _crd_schema(reference_dir)
-    pod_template = crd["properties"]["spec"]["properties"]["rayClusterConfig"]["properties"][
-        "headGroupSpec"
-    ]["properties"]["template"]
+    crd = crd_validator(reference_dir)
+    # A part of the checked CRD schema, so evolve (no second metaschema check) is enough.
+    pod_template = crd.evolve(
+        schema=crd.schema["properties"]["spec"]["properties"]["rayClusterConfig"]["properties"][
+            "headGroupSpec"
+        ]["properties"]["template"]
+    )
     for name in ("image-prepull", "model-prefetch"):
-        jsonschema.validate(_daemon_set(app, name)["spec"]["template"], pod_template)
+        validate(_daemon_set(app, name)["spec"]["template"], pod_template)
     with pytest.raises(jsonschema.ValidationError):
         bad = _daemon_set(app, "image-prepull")["spec"]["template"]
-        jsonschema.validate({**bad, "spec": {**bad["spec"], "nodeSelectors": {}}}, pod_template)
+        validate({**bad, "spec": {**bad["spec"], "nodeSelectors": {}}}, pod_template)
 
 
 def test_prefetch_requirements_pin_every_package_to_a_version_and_a_wheel_hash() -> None:
