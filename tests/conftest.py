@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cfn_lint_pool
 from tests.synth import ROOT, Synthesized, synth
 
 S3_URI = "s3://example-models/qwen/Qwen3.5-9B/"
@@ -24,10 +25,35 @@ if _NODE_BIN.is_dir() and str(_NODE_BIN) not in os.environ.get("PATH", ""):
     os.environ["PATH"] = f"{_NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cfn_lint: collects a background cfn-lint result; runs after the other tests"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The cfn-lint tests go last, so the worker lints while the other tests run; the session
+    fixtures start it only on the (app, stack) pairs these tests ask for."""
+    linted = [item for item in items if item.get_closest_marker("cfn_lint")]
+    for item in linted:
+        params = item.callspec.params  # type: ignore[attr-defined]
+        cfn_lint_pool.want([(params["app_name"], params["stack"])])
+    items[:] = [item for item in items if not item.get_closest_marker("cfn_lint")] + linted
+
+
+def pytest_sessionfinish() -> None:
+    cfn_lint_pool.shutdown()
+
+
+def _linted(app_name: str, app: Synthesized) -> Synthesized:
+    cfn_lint_pool.submit(app_name, app.templates)
+    return app
+
+
 @pytest.fixture(scope="session")
 def default_app() -> Synthesized:
     """The app with cdk.json's defaults, as `cdk synth` builds it."""
-    return synth()
+    return _linted("default_app", synth())
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +63,7 @@ def variant_app() -> Synthesized:
     images and caches on the root volume, weights staged from S3, a capacity reservation in an
     existing placement group, an internal HTTPS endpoint whose tokens come from the stack's
     own Cognito pool, and no observability (the account brings its own)."""
-    return synth(
+    app = synth(
         {
             "account": "123456789012",
             "region": "us-west-2",
@@ -66,6 +92,7 @@ def variant_app() -> Synthesized:
             "observability": "none",
         }
     )
+    return _linted("variant_app", app)
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +104,7 @@ def token_app() -> Synthesized:
     that validates tokens of an existing identity provider (environment-agnostic, so the
     certificate's region is checked by a CloudFormation rule), and alarms mailed to an
     address with thresholds of their own."""
-    return synth(
+    app = synth(
         {
             "hfTokenSecretArn": TOKEN_SECRET,
             "gpuCapacityReservationId": RESERVATION,
@@ -97,6 +124,7 @@ def token_app() -> Synthesized:
             "alarmKvCachePercent": 95,
         }
     )
+    return _linted("token_app", app)
 
 
 @pytest.fixture(autouse=True)

@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
-from cfnlint.api import ManualArgs, lint
 
+from tests import cfn_lint_pool
 from tests.synth import Synthesized
 
-# cfn-lint rules ignored, each with its reason:
-CFN_LINT_IGNORED = {
-    # aws-cdk-lib's Lambda constructs add an explicit DependsOn on the execution role next to the
-    # GetAtt of it; redundant but harmless, and not ours to change.
-    "W3005",
-}
 
-
+# Linted in the background as each session app is synthesized (tests/cfn_lint_pool.py, which
+# lists the ignored rules with their reasons); these tests run last and collect the results.
+@pytest.mark.cfn_lint
 @pytest.mark.parametrize("stack", ["Network", "Cluster", "GpuNodes", "Workload", "Readiness"])
 @pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
 def test_cfn_lint_is_clean(stack: str, app_name: str, request: pytest.FixtureRequest) -> None:
     app: Synthesized = request.getfixturevalue(app_name)
-    matches = lint(
-        json.dumps(app.templates[stack]),
-        config=ManualArgs(
-            regions=["us-west-2", "us-east-1"], ignore_checks=sorted(CFN_LINT_IGNORED)
-        ),
-    )
-    assert [f"{m.rule.id} {m.message}" for m in matches] == []
+    assert cfn_lint_pool.findings(app_name, stack, app.templates[stack]) == []
 
 
 def test_cdk_nag_runs_and_fails_an_unacknowledged_finding(tmp_path: Any) -> None:
