@@ -9,31 +9,30 @@ which deploy side by side once this one is done (docs/architecture.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Unpack
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from pd_constructs.cluster import PdCluster
 from pd_constructs.network import GpuAvailabilityZoneProvider, NatEgress
 from pd_constructs.vpc_cni import VpcCniAddon
-from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from stacks.app_stack import AppStack, AppStackProps
 
 
-class ClusterStack(Stack):
+class ClusterStack(AppStack):
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        config: AppConfig,
         vpc: ec2.IVpc,
         egress_route_table_ids: Sequence[str],
-        **kwargs: Any,
-    ):
-        super().__init__(scope, construct_id, **kwargs)
+        **props: Unpack[AppStackProps],
+    ) -> None:
+        super().__init__(scope, construct_id, **props)
+        config = self.config
         # Beside the control plane, which needs no egress: nodes and the kubectl functions do,
         # and they come in the stacks after this one.
         self.egress = NatEgress(
@@ -52,7 +51,7 @@ class ClusterStack(Stack):
             admin_principal_arns=config.admin_principal_arns,
             endpoint_public_cidrs=config.endpoint_public_cidrs,
             log_retention_days=config.log_retention_days,
-            log_removal_policy=log_removal_policy(config),
+            log_removal_policy=self.log_removal_policy,
         )
         self.cluster = self.eks.cluster
         # The GPU AZ chooser's function, created beside the control plane; its custom resource
@@ -60,8 +59,8 @@ class ClusterStack(Stack):
         self.gpu_az_chooser = GpuAvailabilityZoneProvider(
             self,
             "GpuAzChooser",
-            log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
         )
         # Before any node joins (the node groups' stacks deploy after this one): nodes come up
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy

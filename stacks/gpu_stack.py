@@ -9,11 +9,10 @@ workload stack, not before it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pd_constructs.capacity import GpuCapacityWatch
@@ -31,24 +30,22 @@ from pd_constructs.network import (
     GpuSubnet,
     gpu_subnet_blocks,
 )
-from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from stacks.app_stack import InClusterStack, InClusterStackProps
 
 
-class GpuNodesStack(Stack):
+class GpuNodesStack(InClusterStack):
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        config: AppConfig,
         vpc: ec2.IVpc,
         gpu_route_table_id: str,
-        cluster: eks.Cluster,
         gpu_az_chooser: GpuAvailabilityZoneProvider,
-        **kwargs: Any,
-    ):
-        super().__init__(scope, construct_id, **kwargs)
+        **props: Unpack[InClusterStackProps],
+    ) -> None:
+        super().__init__(scope, construct_id, **props)
+        config, cluster = self.config, self.cluster
         self.gpu_az = GpuAvailabilityZone(
             self,
             "GpuAz",
@@ -58,8 +55,8 @@ class GpuNodesStack(Stack):
             placement_group_name=config.gpu_placement_group_name,
             instance_count=config.gpu_node_count,
             subnet_cidrs=gpu_subnet_blocks(config.vpc_cidr),
-            log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
             provider=gpu_az_chooser,
         )
         self.gpu_subnet = GpuSubnet(
@@ -109,7 +106,7 @@ class GpuNodesStack(Stack):
             capacity_wait=Duration.minutes(config.gpu_capacity_wait_minutes),
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
-            log_retention=log_retention(config),
+            log_retention=self.log_retention,
         )
         self.device_plugins = GpuDevicePlugins(
             self, "DevicePlugins", cluster=cluster, gpu_instance_type=config.gpu_node_type

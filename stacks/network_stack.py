@@ -7,31 +7,31 @@ stack, so a move to another AZ never changes a value this stack exports.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
-from aws_cdk import Fn, Stack
+from aws_cdk import Fn
 from constructs import Construct
 
 from pd_constructs.network import PdNetwork
-from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from stacks.app_stack import AppStack, AppStackProps
 
 
-class NetworkStack(Stack):
+class NetworkStack(AppStack):
     @property
     def availability_zones(self) -> list[str]:
         """The region's first two AZs, resolved by CloudFormation (``Fn::GetAZs``) rather than
         by a context lookup, so synthesis with an explicit account/region stays offline."""
         return [Fn.select(i, Fn.get_azs()) for i in range(2)]
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any):
-        super().__init__(scope, construct_id, **kwargs)
+    def __init__(self, scope: Construct, construct_id: str, **props: Unpack[AppStackProps]) -> None:
+        super().__init__(scope, construct_id, **props)
+        config = self.config
         self.network = PdNetwork(
             self,
             "Network",
             vpc_cidr=config.vpc_cidr,
-            log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
         )
         self.vpc = self.network.vpc
         self.gpu_route_table_id = self.network.gpu_route_table.ref

@@ -7,16 +7,15 @@ inside the cluster: the Serve app reaching RUNNING on EFA and a real chat comple
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
-from aws_cdk import CfnOutput, Duration, Stack
-from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import CfnOutput, Duration
 from constructs import Construct
 
 from pd_constructs.readiness import ReadinessCheck, config_hash
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_retention
+from stacks.app_stack import InClusterStack, InClusterStackProps
 
 # Readiness facts surfaced as stack outputs (and to the pipeline's post-deploy step).
 READINESS_OUTPUTS = ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models")
@@ -36,17 +35,12 @@ def gpu_placement(config: AppConfig) -> str:
     )
 
 
-class ReadinessStack(Stack):
+class ReadinessStack(InClusterStack):
     def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        config: AppConfig,
-        cluster: eks.Cluster,
-        **kwargs: Any,
-    ):
-        super().__init__(scope, construct_id, **kwargs)
+        self, scope: Construct, construct_id: str, **props: Unpack[InClusterStackProps]
+    ) -> None:
+        super().__init__(scope, construct_id, **props)
+        config, cluster = self.config, self.cluster
         self.readiness = ReadinessCheck(
             self,
             "Readiness",
@@ -71,7 +65,7 @@ class ReadinessStack(Stack):
                     "gpuPlacement": gpu_placement(config),
                 }
             ),
-            log_retention=log_retention(config),
+            log_retention=self.log_retention,
         )
         self.outputs: dict[str, CfnOutput] = {}
         for name in READINESS_OUTPUTS:

@@ -9,10 +9,9 @@ the GPU nodes, and the readiness stack's check proves the whole.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
-from aws_cdk import Aws, CfnOutput, Stack
-from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import Aws, CfnOutput
 from constructs import Construct
 
 from pd_constructs.cluster import SystemNodeGroup
@@ -23,20 +22,15 @@ from pd_constructs.warmup import NodeWarmup
 from pd_constructs.workload import PdWorkload
 from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from stacks.app_stack import InClusterStack, InClusterStackProps
 
 
-class WorkloadStack(Stack):
+class WorkloadStack(InClusterStack):
     def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        config: AppConfig,
-        cluster: eks.Cluster,
-        **kwargs: Any,
-    ):
-        super().__init__(scope, construct_id, **kwargs)
+        self, scope: Construct, construct_id: str, **props: Unpack[InClusterStackProps]
+    ) -> None:
+        super().__init__(scope, construct_id, **props)
+        config, cluster = self.config, self.cluster
         self.system_nodes = SystemNodeGroup(
             self,
             "SystemNodes",
@@ -57,8 +51,8 @@ class WorkloadStack(Stack):
                 "AwsCli": config.aws_cli_image,
                 "Prefetch": config.prefetch_image,
             },
-            log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
         )
         # Needs only the cluster: each node starts pulling the image and the weights as it
         # joins (the GPU nodes join while this stack deploys), while the operator and the
@@ -114,8 +108,8 @@ class WorkloadStack(Stack):
                 cluster=cluster,
                 config=config,
                 namespace=self.workload.namespace,
-                log_retention=log_retention(config),
-                log_removal_policy=log_removal_policy(config),
+                log_retention=self.log_retention,
+                log_removal_policy=self.log_removal_policy,
             )
             # The add-on's Deployments (its operator, the cluster scraper) need a node before
             # EKS reports the add-on ACTIVE.
