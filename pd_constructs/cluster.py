@@ -429,7 +429,9 @@ class EfaGpuNodeGroup(Construct):
     Storage: with ``node_config`` (NVMe RAID0) images and caches live on instance store and the
     root volume only holds the OS; without it the root volume gets ``root_volume_iops`` and
     ``root_volume_throughput``. Capacity: ``capacity_reservation_id`` targets an On-Demand
-    Capacity Reservation. ``placement_group_name`` uses an existing placement group (the one a
+    Capacity Reservation, and node updates then replace one node at a time, terminating it
+    before launching its replacement (EKS's ``MINIMAL`` update strategy; default: launch
+    first). ``placement_group_name`` uses an existing placement group (the one a
     reservation was created in); without it the group gets a cluster placement group of its
     own, unless a reservation is targeted (a reservation is usable in a cluster placement
     group only if it was created in that group).
@@ -539,6 +541,16 @@ class EfaGpuNodeGroup(Construct):
         resource = self.nodegroup.node.default_child
         assert isinstance(resource, eks.CfnNodegroup)
         resource.instance_types = [instance_type]
+        if capacity_reservation_id:
+            # The launch template targets the reservation by id, and EC2 fails a launch past its
+            # free instances instead of falling back to On-Demand. EKS's default update launches
+            # the replacement nodes before it drains the old ones (up to two more in a one-AZ
+            # group), which a reservation sized for the group has no room for; MINIMAL
+            # terminates each old node first, freeing the slot its replacement launches into
+            # (EKS API Reference, NodegroupUpdateConfig.updateStrategy).
+            resource.update_config = eks.CfnNodegroup.UpdateConfigProperty(
+                max_unavailable=1, update_strategy="MINIMAL"
+            )
 
 
 class GpuDevicePlugins(Construct):

@@ -323,8 +323,8 @@ def test_full_reservation_fails_after_the_wait_with_reservation_fixes(
     at: Any, elapsed: int, raises: bool
 ) -> None:
     """The launch template targets the reservation by id, so a launch past its free instances
-    (an update's surge node, an autoscaler scale-up) fails: the fix is the reservation's size,
-    never another AZ or type. The first failure at 50 s, the wait 600 s: pending at 649 s."""
+    (an autoscaler scale-up, another instance holding it) fails: the fix is the reservation's
+    size, never another AZ or type. The first failure at 50 s, the wait 600 s: pending at 649 s."""
     at(elapsed)
     eks, _ = _eks("UPDATING")
     # EC2's own words, padded long: the fix after them must survive the cut to 1000 characters.
@@ -344,11 +344,10 @@ def test_full_reservation_fails_after_the_wait_with_reservation_fixes(
         "capacity. xxx"
     )
     assert message.endswith(
-        "so every launch needs a free instance in it: the 2 nodes, each node the Cluster "
-        "Autoscaler adds (up to gpuNodeMaxCount) and the nodes a node group update launches "
-        "before it drains the old ones. Fixes: enlarge it (aws ec2 modify-capacity-reservation "
-        "--capacity-reservation-id cr-0123456789abcdef0 --instance-count N) or stop instances "
-        "that use it; then redeploy."
+        "so every launch needs a free instance in it: the 2 nodes and each node the Cluster "
+        "Autoscaler adds (up to gpuNodeMaxCount). Fixes: enlarge it (aws ec2 "
+        "modify-capacity-reservation --capacity-reservation-id cr-0123456789abcdef0 "
+        "--instance-count N) or stop other instances that use it; then redeploy."
     )
     assert "gpuAz" not in message and "\n" not in message and len(message) <= 1000
 

@@ -20,6 +20,11 @@ def _gpu_launch_template(app: Synthesized) -> dict[str, Any]:
     return dict(resources[_gpu_launch_template_id(app)]["Properties"]["LaunchTemplateData"])
 
 
+def _gpu_nodegroup(app: Synthesized) -> dict[str, Any]:
+    (ng,) = app.resources("GpuNodes", "AWS::EKS::Nodegroup").values()
+    return dict(ng["Properties"])
+
+
 def _mime(user_data: dict[str, Any]) -> Message:
     text = user_data["Fn::Base64"]
     assert isinstance(text, str), "user data holds no CloudFormation token"
@@ -89,6 +94,9 @@ def test_default_has_its_own_cluster_placement_group_and_no_reservation(
 ) -> None:
     lt = _gpu_launch_template(default_app)
     assert "CapacityReservationSpecification" not in lt
+    # No reservation: EKS's default update (replacements launch first, so the endpoint keeps
+    # its nodes until the new ones are up).
+    assert "UpdateConfig" not in _gpu_nodegroup(default_app)
     (pg,) = default_app.resources("GpuNodes", "AWS::EC2::PlacementGroup").values()
     assert pg["Properties"] == {"Strategy": "cluster"}
 
@@ -104,6 +112,11 @@ def test_reservation_in_an_existing_placement_group(variant_app: Synthesized) ->
     assert chooser["CapacityReservationId"] == RESERVATION
     assert chooser["PlacementGroupName"] == "pd-cluster-pg"
     assert chooser["InstanceCount"] == "3"
+    # A reservation sized for the group has no room for replacements launched first.
+    assert _gpu_nodegroup(variant_app)["UpdateConfig"] == {
+        "MaxUnavailable": 1,
+        "UpdateStrategy": "MINIMAL",
+    }
 
 
 def test_reservation_without_placement_group_drops_the_group_and_warns(

@@ -431,16 +431,16 @@ def judge(props: Props, failures: list[Failure], now: float) -> None:
     if rid:
         # The launch template targets the reservation by id: EC2 fails a launch beyond its
         # free instances rather than fall back to On-Demand, so another AZ or type is no fix.
-        # Launches past the reservation come from a node group update (EKS launches the new
-        # nodes before it drains the old ones) or from Cluster Autoscaler scale-ups.
+        # Launches past the reservation come from other instances holding it, or from Cluster
+        # Autoscaler scale-ups (node updates terminate before they launch: EKS's MINIMAL
+        # strategy, set on the node group whenever a reservation is).
         raise CapacityError(
             f"No {props.instance_type} capacity in {props.availability_zone} (reservation "
             f"{rid} has no free instance) {lasted}. The launch template targets only that "
             f"reservation, so every launch needs a free instance in it: the {props.desired_size}"
-            " nodes, each node the Cluster Autoscaler adds (up to gpuNodeMaxCount) and the "
-            "nodes a node group update launches before it drains the old ones. Fixes: enlarge "
-            f"it (aws ec2 modify-capacity-reservation --capacity-reservation-id {rid} "
-            "--instance-count N) or stop instances that use it; then redeploy."
+            " nodes and each node the Cluster Autoscaler adds (up to gpuNodeMaxCount). Fixes: "
+            f"enlarge it (aws ec2 modify-capacity-reservation --capacity-reservation-id {rid} "
+            "--instance-count N) or stop other instances that use it; then redeploy."
         )
     raise CapacityError(
         f"No {props.instance_type} capacity in {props.availability_zone} {lasted}. "
