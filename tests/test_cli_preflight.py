@@ -135,12 +135,15 @@ def stub_all(
     running: list[dict[str, Any]] | None = None,
     bootstrap: str | None = "28",
     reservation: dict[str, Any] | str | None = None,
+    held: int | str = 0,
     addon: bool = True,
 ) -> None:
     """Queue the happy-path answers; keyword arguments change one answer each.
 
     ``reservation``: the capacity reservation EC2 describes (a dict), or the error code it
-    answers with (a str); None when no reservation is configured (no call). ``addon``: queue
+    answers with (a str); None when no reservation is configured (no call). ``held``: how many
+    of this cluster's GPU nodes run in the reservation (when it is found), or the error code
+    listing them answers with (a str). ``addon``: queue
     the observability check's happy answers (off when a test queues its own).
     """
     spec = itype or G6
@@ -168,6 +171,28 @@ def stub_all(
             {"CapacityReservations": [reservation]},
             {"CapacityReservationIds": [RESERVATION_ID]},
         )
+        if isinstance(held, str):
+            ec2.add_client_error("describe_instances", held, http_status_code=400)
+        else:
+            nodes = [
+                {
+                    "InstanceId": f"i-0{i:016x}",
+                    "InstanceType": name,
+                    "CapacityReservationId": RESERVATION_ID,
+                }
+                for i in range(held)
+            ]
+            ec2.add_response(
+                "describe_instances",
+                {"Reservations": [{"Instances": nodes}] if nodes else []},
+                {
+                    "Filters": [
+                        {"Name": "capacity-reservation-id", "Values": [RESERVATION_ID]},
+                        {"Name": "instance-state-name", "Values": ["pending", "running"]},
+                        {"Name": "tag:eks:cluster-name", "Values": ["ray-llm-multinode"]},
+                    ]
+                },
+            )
     h.session.stub("service-quotas").add_response(
         "get_service_quota",
         {"Quota": {"QuotaCode": quota_code, "Value": quota}},
@@ -1023,6 +1048,60 @@ def test_reservation_free_instances_edge_with_autoscaling(
         )
     if "FAIL" in verdicts:
         assert f"has {free} of 5 instances free, but gpuNodeCount=2 nodes need 2" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("free", "held", "verdicts"),
+    [(0, 2, ["OK"]), (0, 1, ["FAIL"]), (2, 2, ["OK"]), (1, 2, ["OK", "WARN"])],
+)
+def test_running_deployment_counts_the_instances_its_nodes_hold(
+    tmp_path: Path, free: int, held: int, verdicts: list[str]
+) -> None:
+    """On a running deployment the GPU nodes already use the reservation: a full reservation
+    held by this cluster's 2 nodes is no FAIL, and a scale-up to 4 needs 2 more free."""
+    maximum = {"gpuNodeMaxCount": 4} if free else {}
+    harness = reserved_harness(tmp_path, **maximum)
+    stub_all(
+        harness,
+        reservation=reservation(AvailableInstanceCount=free, TotalInstanceCount=free + held),
+        held=held,
+        running=[],
+    )
+    result = harness.run("preflight")
+    lines = lines_of(result.out, "capacity reservation")
+    assert [line.split()[0] for line in lines] == verdicts, lines
+    holding = f"{free} of {free + held} instances free and this cluster's GPU nodes hold {held}"
+    assert holding in lines[0]
+    if verdicts == ["FAIL"]:
+        assert lines[0].endswith(
+            f"{holding}, but gpuNodeCount=2 nodes need 2; stop the "
+            "instances that use it or enlarge the reservation, or lower -c gpuNodeCount"
+        )
+    if "WARN" in verdicts:
+        assert lines[1].startswith(
+            f"WARN  capacity reservation  {RESERVATION_ID} has 1 instances free and this "
+            "cluster's GPU nodes hold 2 but gpuNodeMaxCount=4: the launch template targets "
+            "only this reservation, so the Cluster Autoscaler's scale-ups beyond 3 nodes fail"
+        )
+        assert "--instance-count 4`) or lower -c gpuNodeMaxCount=3" in lines[1]
+    harness.session.assert_no_pending_responses()
+
+
+def test_nodes_that_cannot_be_listed_count_as_none(tmp_path: Path) -> None:
+    """Without ec2:DescribeInstances the free count stands alone, as on a first deploy."""
+    harness = reserved_harness(tmp_path)
+    stub_all(
+        harness,
+        reservation=reservation(AvailableInstanceCount=1, TotalInstanceCount=2),
+        held="UnauthorizedOperation",
+        running=[],
+    )
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "capacity reservation")
+    assert line.startswith(
+        f"FAIL  capacity reservation  {RES} has 1 of 2 instances free, but gpuNodeCount=2"
+    )
+    harness.session.assert_no_pending_responses()
 
 
 # -- observability: the add-on version and its configuration ----------------------------------

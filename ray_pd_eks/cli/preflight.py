@@ -52,7 +52,8 @@ Check, before a deploy, that the settings fit this account and region:
   capacity reservation
                gpuCapacityReservationId is active, for gpuNodeType on Linux/UNIX, in gpuAz,
                has gpuNodeCount free instances (FAIL) and gpuNodeMaxCount free (else WARN:
-               scale-ups past the free count cannot launch) and matches gpuPlacementGroupName
+               scale-ups past the free count cannot launch), counting those this cluster's
+               GPU nodes already hold, and matches gpuPlacementGroupName
   vCPU quota   on-demand G and VT (or P) vCPU quota >= gpuNodeCount x vCPUs
   bootstrap    the environment is CDK-bootstrapped (cdk bootstrap aws://ACCOUNT/REGION)
   model in S3  modelS3Uri's bucket is in the deploy region; config.json and *.safetensors
@@ -107,7 +108,7 @@ def bucket_region(location: str | None) -> str:
     return "eu-west-1" if location == "EU" else location
 
 
-def scale_up_shortfall(reservation: dict[str, Any], config: AppConfig) -> str:
+def scale_up_shortfall(reservation: dict[str, Any], config: AppConfig, held: int = 0) -> str:
     """Why the GPU group cannot scale up to ``gpuNodeMaxCount`` inside the reservation, or "".
 
     The launch template targets the reservation by id (``CapacityReservationTarget``), and EC2
@@ -117,19 +118,22 @@ def scale_up_shortfall(reservation: dict[str, Any], config: AppConfig) -> str:
     same check as the GPU AZ custom resource's), and every node the Cluster Autoscaler adds
     above them needs one more: fewer than ``gpuNodeMaxCount`` is not a deploy failure, but the
     scale-ups past the free count never land (the Cluster Autoscaler backs off and retries).
+    ``held``: instances of the reservation this cluster's GPU nodes already run on.
     """
     available = int(reservation.get("AvailableInstanceCount", 0))
+    usable = available + held
     ceiling = config.gpu_node_max
-    if available >= ceiling:
+    if usable >= ceiling:
         return ""
     rid = reservation.get("CapacityReservationId", "")
+    holding = f" and this cluster's GPU nodes hold {held}" if held else ""
     return (
-        f"{rid} has {available} instances free but gpuNodeMaxCount={ceiling}: the launch "
-        f"template targets only this reservation, so the Cluster Autoscaler's scale-ups beyond "
-        f"{available} nodes fail to launch and decode cannot grow past them; enlarge it "
+        f"{rid} has {available} instances free{holding} but gpuNodeMaxCount={ceiling}: the "
+        "launch template targets only this reservation, so the Cluster Autoscaler's scale-ups "
+        f"beyond {usable} nodes fail to launch and decode cannot grow past them; enlarge it "
         f"(`aws ec2 modify-capacity-reservation --capacity-reservation-id {rid} "
-        f"--instance-count {int(reservation.get('TotalInstanceCount', 0)) + ceiling - available}`)"
-        f" or lower -c gpuNodeMaxCount={available} (and decodeMaxReplicas to fit)"
+        f"--instance-count {int(reservation.get('TotalInstanceCount', 0)) + ceiling - usable}`)"
+        f" or lower -c gpuNodeMaxCount={usable} (and decodeMaxReplicas to fit)"
     )
 
 
@@ -350,33 +354,66 @@ class Preflight:
                 "region, or leave gpuCapacityReservationId empty",
             )
             return
-        # The deploy's own checks (the GPU AZ custom resource), as on a first deploy.
+        r = found[0]
+        # The deploy's own checks (the GPU AZ custom resource), all but the free count, which
+        # is judged here counting the instances this cluster's GPU nodes already hold: on a
+        # running deployment they use the reservation, and a redeploy keeps them.
         problems = gpu_az.reservation_problems(
-            found[0],
+            r,
             instance_type=c.gpu_node_type,
             requested_az=c.gpu_az,
             placement_group=c.gpu_placement_group_name,
             instance_count=c.gpu_node_count,
-            creating=True,
+            creating=False,
         )
+        available = int(r.get("AvailableInstanceCount", 0))
+        total = int(r.get("TotalInstanceCount", 0))
+        held = self._held_by_this_cluster(rid)
+        holding = f" and this cluster's GPU nodes hold {held}" if held else ""
+        if available + held < c.gpu_node_count:
+            n = c.gpu_node_count
+            problems.append(
+                f"gpuCapacityReservationId={rid} has {available} of {total} instances free"
+                f"{holding}, but gpuNodeCount={n} nodes need {n}; stop the instances that use "
+                "it or enlarge the reservation, or lower -c gpuNodeCount"
+            )
         for problem in problems:
             yield Finding(FAIL, "capacity reservation", problem)
         if problems:
             return
-        r = found[0]
         az = r.get("AvailabilityZone", "?")
         group = gpu_az.placement_group_of(r)
         where = f" in placement group {group}" if group else ""
         yield Finding(
             OK,
             "capacity reservation",
-            f"{rid}: {c.gpu_node_type} in {az}{where}, {r.get('AvailableInstanceCount', 0)} of "
-            f"{r.get('TotalInstanceCount', 0)} instances free for gpuNodeCount="
-            f"{c.gpu_node_count}; the GPU AZ will be {az}, the reservation's",
+            f"{rid}: {c.gpu_node_type} in {az}{where}, {available} of {total} instances free"
+            f"{holding} for gpuNodeCount={c.gpu_node_count}; the GPU AZ will be {az}, the "
+            "reservation's",
         )
-        short = scale_up_shortfall(r, c)
+        short = scale_up_shortfall(r, c, held)
         if short:
             yield Finding(WARN, "capacity reservation", short)
+
+    def _held_by_this_cluster(self, reservation_id: str) -> int:
+        """Pending or running instances in the reservation that belong to this cluster (EKS
+        tags its nodes ``eks:cluster-name``); 0 when they cannot be listed."""
+        filters = [
+            {"Name": "capacity-reservation-id", "Values": [reservation_id]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            {"Name": "tag:eks:cluster-name", "Values": [self.config.cluster_name]},
+        ]
+        ec2 = self.aws.client("ec2")
+        try:
+            with self.aws.errors("ec2:DescribeInstances"):
+                pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+                return sum(
+                    len(reservation.get("Instances", []))
+                    for page in pages
+                    for reservation in page.get("Reservations", [])
+                )
+        except AccessError:
+            return 0
 
     def quota(self) -> Iterator[Finding]:
         itype = self.config.gpu_node_type
