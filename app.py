@@ -21,12 +21,12 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from pd_constructs.render import write_rendered
 from ray_pd_eks.config import AppConfig, ConfigError
 from ray_pd_eks.context import LOCAL_SETTINGS_FILE, SettingsFileError, with_local_settings
 from ray_pd_eks.pipeline_config import PipelineConfig, pipeline_from_context
-from ray_pd_eks.render import write_rendered
-from ray_pd_eks.stage import RayPdEksStage
 from stacks.pipeline_stack import PipelineStack
+from stacks.stage import RayPdEksStage
 
 STAGE_ID = "RayPdEks"
 PIPELINE_STACK_ID = "RayPdEksPipeline"

@@ -34,7 +34,10 @@ SYNTH = """
 import json, sys
 import aws_cdk as cdk
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.stage import RayPdEksStage
+try:
+    from stacks.stage import RayPdEksStage
+except ImportError:  # a checkout from before the Stage moved beside its stacks
+    from ray_pd_eks.stage import RayPdEksStage
 context = json.load(open("cdk.json"))["context"]
 app = cdk.App(context=context, outdir=sys.argv[1])
 RayPdEksStage(app, "RayPdEks", config=AppConfig.from_context(context))

@@ -16,7 +16,7 @@ from constructs import Construct, IConstruct
 
 from pd_constructs.nag import acknowledge
 from ray_pd_eks.pipeline_config import DeploymentEnvironment, PipelineConfig
-from ray_pd_eks.stage import RayPdEksStage
+from stacks.stage import RayPdEksStage
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_PREFIX = "RayPdEks"

@@ -14,7 +14,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.stage import RayPdEksStage
+from stacks.stage import RayPdEksStage
 
 ROOT = Path(__file__).resolve().parent.parent
 

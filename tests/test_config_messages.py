@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from pd_constructs.render import rendered_files
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
-from ray_pd_eks.render import rendered_files
 from tests.synth import cdk_json_context
 
 

@@ -23,8 +23,8 @@ from ray_pd_eks.pipeline_config import (
     is_production_name,
     pipeline_from_context,
 )
-from ray_pd_eks.stage import RayPdEksStage
 from stacks.pipeline_stack import INSTALL_COMMANDS, PipelineStack, cdk_cli_version
+from stacks.stage import RayPdEksStage
 from tests.synth import ROOT, cdk_json_context
 
 PIPELINE_ACCOUNT = "111111111111"

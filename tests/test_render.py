@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from pd_constructs.render import rendered_files, write_rendered
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
-from ray_pd_eks.render import rendered_files, write_rendered
 
 
 def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
