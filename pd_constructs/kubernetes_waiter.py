@@ -108,10 +108,11 @@ class KubernetesWaiter(Construct):
 
     Two shapes:
 
-    * With ``polling``, a waiter (STYLE #9): ``OnEvent`` runs outside the VPC (it calls only
-      CloudFormation's ``DescribeStacks``, on its own stack, to answer a rollback Update at
-      once), ``IsComplete`` polls from the VPC as ``polling`` says, and the Provider's waiter
-      state machine logs every transition (:func:`~pd_constructs.waiter.logged_waiter_provider`).
+    * With ``polling``, a waiter (``is_complete``, never a sleeping Lambda): ``OnEvent`` runs
+      outside the VPC (it calls only CloudFormation's ``DescribeStacks``, on its own stack, to
+      answer a rollback Update at once), ``IsComplete`` polls from the VPC as ``polling``
+      says, and the Provider's waiter state machine logs every transition
+      (:func:`~pd_constructs.waiter.logged_waiter_provider`).
     * Without it, one ``Function`` in the VPC answers every event at once through a plain
       ``Provider``.
 
@@ -122,11 +123,12 @@ class KubernetesWaiter(Construct):
     before the resource runs. Every log group (``Logs``, and ``WaiterLogs`` of a waiter) keeps
     ``log_retention`` and ``log_removal_policy``; ``environment`` goes to every function.
 
-    Subclass it; construct ids are those listed above, directly under the subclass, so that
-    logical ids stay those of the constructs it was extracted from. For the same reason (the
-    synthesized templates stay byte-identical, resource order included) the children are created
-    in the order each shape always had: a waiter's RBAC after its functions, a one-shot's
-    ``objects`` and RBAC before them.
+    Subclass it rather than nest it: its children (ids as above) then sit directly under the
+    subclass, so the logical ids are those the readiness check, the recreate and the token
+    writer had before they shared it; a child construct would have added a level to every
+    path. For the same reason (templates byte-identical, resource order included) the
+    children are created in the order each shape always had: a waiter's RBAC after its
+    functions, a one-shot's ``objects`` and RBAC before them.
     """
 
     def __init__(
