@@ -9,6 +9,7 @@ value without a placeholder, fails synthesis, so template and code cannot drift 
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,7 +26,14 @@ class TemplateError(ValueError):
 
 
 def load_yaml(relative: str) -> Any:
-    """Parse one YAML document under ``assets/``."""
+    """Parse one YAML document under ``assets/`` (a copy of its own for each caller)."""
+    return copy.deepcopy(_parsed(relative))
+
+
+@functools.cache
+def _parsed(relative: str) -> Any:
+    # Once per file and process: a synth renders the same few files many times over, and
+    # PyYAML's parser takes ~50 ms for the RayService template.
     return yaml.safe_load((ASSETS / relative).read_text(encoding="utf-8"))
 
 
