@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import aws_cdk as cdk
@@ -33,14 +34,16 @@ def test_cdk_nag_runs_and_fails_an_unacknowledged_finding(tmp_path: Any) -> None
         app.synth()
 
 
+@functools.cache  # a session app's tree is final; each jsii call is a round trip to Node.js
 def _acknowledgments(scope: cdk.Stage) -> list[dict[str, str]]:
     key = cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY
     found: list[dict[str, str]] = []
-    for node in scope.node.find_all():
-        for entry in node.node.metadata:
+    for construct in scope.node.find_all():
+        node = construct.node
+        for entry in node.metadata:
             if entry.type == key:
                 found.extend(
-                    {"id": rule, "reason": reason, "path": node.node.path}
+                    {"id": rule, "reason": reason, "path": node.path}
                     for rule, reason in entry.data.items()
                 )
     return found
