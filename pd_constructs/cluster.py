@@ -28,7 +28,12 @@ from aws_cdk.aws_lambda import ILayerVersion
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
-from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, HelmAddon
+from pd_constructs.helm import (
+    EFA_DEVICE_PLUGIN,
+    NVIDIA_DEVICE_PLUGIN,
+    HelmAddon,
+    efa_device_plugin_repository,
+)
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     LAMBDA_VPC,
@@ -574,7 +579,14 @@ class GpuDevicePlugins(Construct):
             "Efa",
             cluster=cluster,
             release=EFA_DEVICE_PLUGIN,
-            overrides={"supportedInstanceLabels": {"values": [gpu_instance_type]}},
+            overrides={
+                "supportedInstanceLabels": {"values": [gpu_instance_type]},
+                # EKS's registry in the deploy region, not the chart's us-west-2 default: no
+                # cross-region pull through the NAT gateway, and the right account where the
+                # region's registry is not 602401143452's. The node role's
+                # AmazonEC2ContainerRegistryPullOnly covers the pull.
+                "image": {"repository": efa_device_plugin_repository(self)},
+            },
         )
         self.nvidia = HelmAddon(self, "Nvidia", cluster=cluster, release=NVIDIA_DEVICE_PLUGIN)
 

@@ -7,13 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import Duration
+from aws_cdk import Aws, CfnMapping, Duration, Stack, Token
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.namespaces import OPERATOR_NAMESPACE
 from pd_constructs.templates import deep_merge, load_yaml
+from ray_pd_eks.eks_images import EKS_IMAGE_REGISTRIES
 
 HELM_TIMEOUT = Duration.minutes(10)
 
@@ -43,6 +44,33 @@ EFA_DEVICE_PLUGIN = HelmRelease(
     namespace="kube-system",
     values_file="efa-device-plugin.yaml",
 )
+# The plugin's image inside EKS's registry. Chart v0.5.30's values default
+# `image.repository` to the us-west-2 registry (602401143452.dkr.ecr.us-west-2.amazonaws.com/
+# eks/aws-efa-k8s-device-plugin) in every region, and `image.tag` to v0.5.20; the app sets the
+# repository to the deploy region's registry and keeps the chart's tag
+# (efa_device_plugin_repository below, docs/operations.md#efa-device-plugin-image).
+EFA_DEVICE_PLUGIN_IMAGE_PATH = "eks/aws-efa-k8s-device-plugin"
+
+
+def efa_device_plugin_repository(scope: Construct) -> str:
+    """The EFA device plugin's image repository in EKS's registry of ``scope``'s region.
+
+    An explicit region is looked up here (``region`` is validated against the table at synth);
+    an environment-agnostic stack gets ``Fn::FindInMap`` over a ``CfnMapping`` of the whole
+    table, resolved by CloudFormation in the deploy region (a region missing from the table
+    fails the stack's deploy before it changes anything)."""
+    stack = Stack.of(scope)
+    region = stack.region
+    if not Token.is_unresolved(region):
+        return f"{EKS_IMAGE_REGISTRIES[region]}/{EFA_DEVICE_PLUGIN_IMAGE_PATH}"
+    mapping = CfnMapping(
+        scope,
+        "EksImageRegistries",
+        mapping={r: {"registry": host} for r, host in EKS_IMAGE_REGISTRIES.items()},
+    )
+    return f"{mapping.find_in_map(Aws.REGION, 'registry')}/{EFA_DEVICE_PLUGIN_IMAGE_PATH}"
+
+
 NVIDIA_DEVICE_PLUGIN = HelmRelease(
     repository="https://nvidia.github.io/k8s-device-plugin",
     chart="nvidia-device-plugin",

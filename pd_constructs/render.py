@@ -13,7 +13,12 @@ from typing import Any
 import yaml
 
 from pd_constructs.cluster import gpu_node_config
-from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, HelmRelease
+from pd_constructs.helm import (
+    EFA_DEVICE_PLUGIN,
+    EFA_DEVICE_PLUGIN_IMAGE_PATH,
+    NVIDIA_DEVICE_PLUGIN,
+    HelmRelease,
+)
 from pd_constructs.network_policy import (
     render_ray_network_policies,
     render_warmup_network_policies,
@@ -26,6 +31,7 @@ from pd_constructs.warmup import (
 )
 from pd_constructs.workload import kuberay_values, render_namespace, render_rayservice
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.eks_images import EKS_IMAGE_REGISTRIES
 
 
 class _Dumper(yaml.SafeDumper):
@@ -58,7 +64,11 @@ def rendered_files(config: AppConfig) -> dict[str, str]:
     """File name -> YAML text, in the order they are applied."""
     region = config.region or "${AWS_REGION}"
     image = config.image_uri(region)
-    efa = EFA_DEVICE_PLUGIN.values({"supportedInstanceLabels": {"values": [config.gpu_node_type]}})
+    efa_overrides: dict[str, Any] = {"supportedInstanceLabels": {"values": [config.gpu_node_type]}}
+    if config.region:  # without one, the chart's default (us-west-2's registry) stays
+        registry = EKS_IMAGE_REGISTRIES[config.region]
+        efa_overrides["image"] = {"repository": f"{registry}/{EFA_DEVICE_PLUGIN_IMAGE_PATH}"}
+    efa = EFA_DEVICE_PLUGIN.values(efa_overrides)
     documents: list[tuple[str, str, Any]] = []
     node_config = gpu_node_config(config.uses_local_nvme)
     if node_config:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_pd_eks import instance_types
+from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 
 # Kubernetes versions this app can deploy, each with the kubectl Lambda layer package it ships.
 KUBECTL_LAYER_PACKAGES = {
@@ -598,6 +599,13 @@ def _environment(c: AppConfig) -> list[str]:
         out.append(
             _problem("region", c.region, "must be an AWS region such as us-west-2, or empty")
         )
+    elif c.region and c.region not in EKS_IMAGE_REGISTRIES:
+        # The EFA device plugin's image comes from EKS's registry in the deploy region.
+        why = (
+            "has no Amazon EKS image registry known to this app (ray_pd_eks/eks_images.py); "
+            f"add the region's registry from {ADD_ONS_IMAGES_DOC}, or deploy to another region"
+        )
+        out.append(_problem("region", c.region, why))
     return out
 
 

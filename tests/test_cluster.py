@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from tests.synth import Synthesized
+from tests.test_eks_images import deployed_in
 
 NODE_STACKS = {"system": "Workload", "gpu": "GpuNodes"}
 
@@ -199,13 +200,14 @@ def test_device_plugins_are_pinned_and_confined_to_gpu_nodes(default_app: Synthe
     assert nvidia["Properties"]["Repository"] == "https://nvidia.github.io/k8s-device-plugin"
     assert nvidia["Properties"]["Version"].startswith("0.20.")
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    mappings = default_app.templates["GpuNodes"].get("Mappings", {})
     for chart in (efa, nvidia):
-        values = json.loads(chart["Properties"]["Values"])
+        values = json.loads(deployed_in(chart["Properties"]["Values"], mappings, "us-west-2"))
         assert values["nodeSelector"] == {"role": "gpu-worker"}
         assert toleration in values["tolerations"]
         assert chart["Properties"]["Namespace"] == "kube-system"
     assert json.loads(nvidia["Properties"]["Values"])["mofedEnabled"] is False
-    efa_values = json.loads(efa["Properties"]["Values"])
+    efa_values = json.loads(deployed_in(efa["Properties"]["Values"], mappings, "us-west-2"))
     assert efa_values["supportedInstanceLabels"]["values"] == ["g6.8xlarge"]
 
 
