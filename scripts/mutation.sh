@@ -64,6 +64,11 @@ SCOPE=(
 )
 if [ "$#" -gt 0 ]; then SCOPE=("$@"); fi
 
+# One temporary directory per mutant's pytest session, removed at the end (tests/mutation_plugin.py).
+MUTMUT_BASETEMP=$(mktemp -d "${TMPDIR:-/tmp}/mutmut-basetemp.XXXXXX")
+export MUTMUT_BASETEMP
+trap 'rm -rf "$MUTMUT_BASETEMP"' EXIT
+
 start=$(date +%s)
 # mutmut's progress line redraws itself; keep the log readable.
 .venv/bin/mutmut run --max-children "${JOBS:-2}" "${SCOPE[@]}" 2>&1 | tr '\r' '\n' | grep -v '^\s*$' \

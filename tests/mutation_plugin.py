@@ -7,15 +7,25 @@ and the CLI load them as top-level modules (``checks``, ``kube``) or under priva
 ``assets/lambda/`` executes, this gives it its path-derived name, so the functions it defines
 carry that ``__module__``; the module keeps its own name in ``sys.modules`` afterwards. Normal
 test runs never load this plugin.
+
+Each mutant runs in its own pytest session (a forked child). Left alone, every session makes a
+numbered directory under the machine-wide ``pytest-of-<user>`` and, when it ends, deletes the
+oldest ones beyond three: thousands of sessions deleting each other's (and any other pytest
+run's) temporary files, which cost more than a short test run. Here each session gets a
+directory of its own under ``MUTMUT_BASETEMP`` (``scripts/mutation.sh`` sets it and removes it at
+the end), so nothing is cleaned up while mutants run.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 _ROOT = Path(__file__).resolve().parents[1]
 _LAMBDA = _ROOT / "assets" / "lambda"
@@ -45,3 +55,11 @@ def _path_named_exec(self: Any, module: ModuleType) -> None:
 
 
 importlib.machinery.SourceFileLoader.exec_module = _path_named_exec  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    root = os.environ.get("MUTMUT_BASETEMP")
+    if root and config.option.basetemp is None:
+        os.makedirs(root, exist_ok=True)
+        config.option.basetemp = os.path.join(root, str(os.getpid()))
