@@ -8,6 +8,14 @@ and the CLI load them as top-level modules (``checks``, ``kube``) or under priva
 carry that ``__module__``; the module keeps its own name in ``sys.modules`` afterwards. Normal
 test runs never load this plugin.
 
+A mutant is judged by the tests written for its module (``_JUDGES``), not by every test that
+happens to call it: mutmut selects each test that reached the function while the suite ran, so
+every test that builds a configuration (the CLI's, through ``cdk.json``) was selected for every
+configuration rule, and the CLI's loopback tests for every readiness check. Those calls exercise
+the default configuration and the happy path; the module's own tests hold its edges and
+branches. A surviving mutant ran every judge, so this can only make the score stricter, and it
+makes a survivor cost seconds instead of tens of seconds.
+
 Each mutant runs in its own pytest session (a forked child). Left alone, every session makes a
 numbered directory under the machine-wide ``pytest-of-<user>`` and, when it ends, deletes the
 oldest ones beyond three: thousands of sessions deleting each other's (and any other pytest
@@ -63,3 +71,28 @@ def pytest_configure(config: pytest.Config) -> None:
     if root and config.option.basetemp is None:
         os.makedirs(root, exist_ok=True)
         config.option.basetemp = os.path.join(root, str(os.getpid()))
+
+
+# The tests that judge each module's mutants (module prefix -> test files).
+_JUDGES = {
+    "ray_pd_eks.config.": ("tests/test_config.py", "tests/test_limits.py"),
+    "ray_pd_eks.cli.preflight.": ("tests/test_cli_preflight.py",),
+    "ray_pd_eks.cli.status.": ("tests/test_cli_status.py", "tests/test_branches.py"),
+    "assets.lambda.readiness.": ("tests/test_readiness_handler.py", "tests/test_branches.py"),
+    "assets.lambda.capacity.": ("tests/test_capacity_handler.py", "tests/test_branches.py"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if "__mutmut_" not in mutant:  # the clean run, the stats run, the forced failure
+        return
+    judges = next((f for prefix, f in _JUDGES.items() if mutant.startswith(prefix)), None)
+    if judges is None:
+        return
+    keep = [item for item in items if item.nodeid.split("::", 1)[0] in judges]
+    if not keep:  # never turn a mutant into "no tests": let every selected test judge it
+        return
+    kept = {id(item) for item in keep}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+    items[:] = keep

@@ -441,6 +441,32 @@ def test_fallback_placement_needs_two_one_gpu_workers_on_two_nodes(
     assert why in place.why and "dashboard unreachable" in place.why
 
 
+def test_fallback_placement_skips_other_pods_wherever_they_are_listed() -> None:
+    # The API lists pods by name: a non-Ray pod or a terminating worker may come first.
+    other = make_pod("aaa-sidecar", node=GPU_NODE_A, ip="10.0.0.99")
+    del other["metadata"]["labels"]["ray.io/node-type"]
+    leaving = make_pod("aab-old-worker", node=GPU_NODE_A, ip="10.0.0.98", deleting=True)
+    place = checks.placement({"items": [other, leaving, *APART]})
+    assert (place.ok, [p.name for p in place.pods]) == (
+        True,
+        [HEAD_POD, WORKER_POD_A, WORKER_POD_B],
+    )
+    assert place.why == (
+        "2 running worker pod(s) on 2 distinct node(s); replica placement unread: "
+        "Serve replica details not available"
+    )
+
+
+def test_placement_lists_the_head_first_then_pods_by_name() -> None:
+    head = make_pod("zz-head", node_type="head", node=SYSTEM_NODE, ip="10.0.0.30")
+    place = checks.placement({"items": [APART[2], head, APART[1]]})
+    assert [(p.role, p.name) for p in place.pods] == [
+        ("head", "zz-head"),
+        ("worker", WORKER_POD_A),
+        ("worker", WORKER_POD_B),
+    ]
+
+
 def test_replicas_on_one_node_are_a_conflict_and_apart_are_ok() -> None:
     shared = make_pd_serve_applications(decode=("c" * 56, WORKER_IP_A))
     place = checks.placement({"items": APART}, shared, "qwen")
@@ -505,6 +531,74 @@ def test_chat_completion_error_is_final_only_for_a_client_error(
         assert text == "" and "POST /v1/chat/completions via ray-llm-serve-svc:8000" in why
     # One attempt per poll: the next poll is the retry.
     assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1
+
+
+def _completion_client(kube_api: FakeKubeApi, status: int, body: Any) -> Any:
+    kube_api.set_stage("models")
+    kube_api.set_proxy(
+        kube_api.serve_service, 8000, "v1/chat/completions", method="POST", status=status, body=body
+    )
+    return kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.test", sleep=lambda _: None
+    )
+
+
+CHAT_WHERE = "POST /v1/chat/completions via ray-llm-serve-svc:8000"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (
+            200,
+            {"choices": [{"message": {"content": "OK"}}]},
+            ("OK", f"{CHAT_WHERE}: returned text"),
+        ),
+        (200, {"choices": [{"message": {"content": ""}}]}, ("", f"{CHAT_WHERE}: returned no text")),
+        (200, "<html>starting</html>", ("", f"{CHAT_WHERE}: response is not JSON")),
+        (503, {"object": "error", "message": "engine warming up"}, None),
+    ],
+    ids=["text", "no-text", "not-json", "pending-shows-the-reason"],
+)
+def test_chat_completion_says_what_it_got(
+    kube_api: FakeKubeApi, status: int, body: Any, expected: tuple[str, str] | None
+) -> None:
+    client = _completion_client(kube_api, status, body)
+    props = handler.Props.from_properties(kube_api.props())
+    got = handler._chat_completion(client, props)
+    if expected is None:
+        text, why = got
+        assert text == ""
+        assert why == f"{CHAT_WHERE}: engine warming up"  # the server's message, not the error
+    else:
+        assert got == expected
+
+
+def test_chat_completion_is_one_bounded_minimal_request(kube_api: FakeKubeApi) -> None:
+    """The request a Lambda poll can afford: one attempt, bounded by the chat time-out."""
+    calls: list[dict[str, Any]] = []
+    real = _completion_client(kube_api, 200, {"choices": [{"message": {"content": "OK"}}]})
+
+    class Recording:
+        def service_proxy(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append({"args": args, **kwargs})
+            return real.service_proxy(*args, **kwargs)
+
+    props = handler.Props.from_properties(kube_api.props())
+    assert handler._chat_completion(Recording(), props)[0] == "OK"  # type: ignore[arg-type]
+    (call,) = calls
+    assert call["args"] == (props.namespace, props.serve_service, 8000, "v1/chat/completions")
+    assert (call["method"], call["timeout"], call["retries"]) == (
+        "POST",
+        handler.CHAT_TIMEOUT_SECONDS,
+        0,
+    )
+    assert call["json_body"] == {
+        "model": props.model_id,
+        "messages": [{"role": "user", "content": "Say OK."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
 
 
 # --- rollback detection: only CloudFormation's rollback Update answers at once ----------------
@@ -572,6 +666,34 @@ def _warmup(**kwargs: Any) -> dict[str, Any]:
     return make_warmup_pod("p", daemonset="model-prefetch", node=node, **kwargs)
 
 
+def _unscheduled(reason: str | None) -> dict[str, Any]:
+    """A warm-up pod not bound to a node: no container statuses yet, and PodScheduled False
+    with the scheduler's reason, or no condition at all before the scheduler has seen it."""
+    pod = _warmup(node=None)
+    del pod["status"]["containerStatuses"]
+    pod["status"]["conditions"] = (
+        [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": reason,
+                "message": NO_ROOM,
+                "lastTransitionTime": at(60),
+            }
+        ]
+        if reason
+        else []
+    )
+    return pod
+
+
+def _no_statuses_yet() -> dict[str, Any]:
+    """Bound to a node, but the kubelet has not reported any container yet."""
+    pod = _warmup()
+    del pod["status"]["containerStatuses"]
+    return pod
+
+
 def _container(*args: Any, **kwargs: Any) -> dict[str, Any]:
     from tests.fakes.kube_api import make_container_status
 
@@ -622,6 +744,14 @@ def _container(*args: Any, **kwargs: Any) -> dict[str, Any]:
             "not scheduled: Pending",
             None,
         ),
+        (lambda: _unscheduled("Unschedulable"), "not scheduled: Unschedulable", None),
+        (lambda: _unscheduled(None), "not scheduled: Pending", None),
+        (lambda: _no_statuses_yet(), "pulling image", None),
+        (
+            lambda: _warmup(init=[_container("stage", "waiting", reason="CrashLoopBackOff")]),
+            "failed: stage CrashLoopBackOff",
+            f"kubectl logs -n {WARMUP_NS} {{pod}} -c stage",
+        ),
         (
             lambda: _warmup(containers=[_container("done", "waiting", reason="Blocked")]),
             "waiting: Blocked",
@@ -647,6 +777,10 @@ def _container(*args: Any, **kwargs: Any) -> dict[str, Any]:
         "init-exit-1",
         "ready",
         "unscheduled",
+        "unschedulable",
+        "not-seen-by-the-scheduler",
+        "no-container-statuses-yet",
+        "crash-loop-without-message",
         "waiting-other",
         "creating",
         "running-not-ready",

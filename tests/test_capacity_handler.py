@@ -779,6 +779,23 @@ def test_poll_notes_an_unreadable_group_and_raises_when_denied() -> None:
         _poll_direct(_eks()[0], denied)
 
 
+def test_poll_notes_a_group_it_cannot_reach() -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    class Unreachable:
+        def describe_scaling_activities(self, **_: Any) -> Any:
+            raise EndpointConnectionError(
+                endpoint_url="https://autoscaling.us-west-2.amazonaws.com/"
+            )
+
+    _status, note = _poll_direct(_eks()[0], Unreachable())
+    assert note == (
+        f"autoscaling:DescribeScalingActivities failed for {ASG}: Could not connect to the "
+        'endpoint URL: "https://autoscaling.us-west-2.amazonaws.com/"; '
+        "no failed launch since the watch started"
+    )
+
+
 def test_time_left_reaches_the_paging() -> None:
     autoscaling, _stub = _autoscaling(
         [_activity(50, "Failed", CAPACITY_MESSAGE)], [_activity(40, "Failed", CAPACITY_MESSAGE)]

@@ -131,7 +131,7 @@ def stub_all(
     itype: dict[str, Any] | None = None,
     zones: tuple[str, ...] = ("us-west-2a", "us-west-2c"),
     quota_code: str = "L-DB2E81BA",
-    quota: float = 128.0,
+    quota: float | str = 128.0,
     running: list[dict[str, Any]] | None = None,
     bootstrap: str | None = "28",
     reservation: dict[str, Any] | str | None = None,
@@ -143,7 +143,8 @@ def stub_all(
     ``reservation``: the capacity reservation EC2 describes (a dict), or the error code it
     answers with (a str); None when no reservation is configured (no call). ``held``: how many
     of this cluster's GPU nodes run in the reservation (when it is found), or the error code
-    listing them answers with (a str). ``addon``: queue
+    listing them answers with (a str). ``quota``: the quota's value, or the error code Service
+    Quotas answers with (a str). ``addon``: queue
     the observability check's happy answers (off when a test queues its own).
     """
     spec = itype or G6
@@ -193,11 +194,16 @@ def stub_all(
                     ]
                 },
             )
-    h.session.stub("service-quotas").add_response(
-        "get_service_quota",
-        {"Quota": {"QuotaCode": quota_code, "Value": quota}},
-        {"ServiceCode": "ec2", "QuotaCode": quota_code},
-    )
+    if isinstance(quota, str):
+        h.session.stub("service-quotas").add_client_error(
+            "get_service_quota", quota, http_status_code=400
+        )
+    else:
+        h.session.stub("service-quotas").add_response(
+            "get_service_quota",
+            {"Quota": {"QuotaCode": quota_code, "Value": quota}},
+            {"ServiceCode": "ec2", "QuotaCode": quota_code},
+        )
     if running is not None:
         ec2.add_response(
             "describe_instances", {"Reservations": [{"Instances": running}] if running else []}
@@ -287,6 +293,60 @@ def test_quota_used_by_other_instances_warns_but_not_this_clusters_nodes(
     assert result.code == 0
 
 
+def test_quota_that_fits_beside_other_instances_says_what_they_use(harness: Harness) -> None:
+    stub_all(harness, quota=128.0, running=[instance(48, "other")])
+    result = harness.run("preflight")
+    assert lines_of(result.out, "vCPU quota") == [
+        "OK    vCPU quota    'Running On-Demand G and VT instances' is 128 vCPUs, 48 in use "
+        "elsewhere; needs 2 x g6.8xlarge = 64 vCPUs"
+    ]
+    assert result.code == 0
+
+
+def test_quota_with_nothing_else_running_says_only_what_it_needs(harness: Harness) -> None:
+    stub_all(harness, quota=128.0, running=[])
+    result = harness.run("preflight")
+    assert lines_of(result.out, "vCPU quota") == [
+        "OK    vCPU quota    'Running On-Demand G and VT instances' is 128 vCPUs; "
+        "needs 2 x g6.8xlarge = 64 vCPUs"
+    ]
+
+
+def test_quota_unreadable_warns_and_names_the_quota(harness: Harness) -> None:
+    stub_all(harness, quota="AccessDeniedException")  # no instances queued: none may be listed
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "vCPU quota")
+    assert line.startswith(
+        "WARN  vCPU quota    cannot read 'Running On-Demand G and VT instances' (access denied "
+        "for servicequotas:GetServiceQuota"
+    ), line
+    assert result.code == 0
+    harness.session.assert_no_pending_responses()
+
+
+def test_quota_without_live_vcpus_sizes_from_the_offline_table(harness: Harness) -> None:
+    # DescribeInstanceTypes without VCpuInfo: the table's 32 vCPUs of a g6.8xlarge count.
+    spec = {k: v for k, v in G6.items() if k != "VCpuInfo"}
+    stub_all(harness, itype=spec, quota=63.0)
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "vCPU quota")
+    assert "is 63 vCPUs, below 2 x g6.8xlarge = 64 vCPUs" in line
+    assert result.code == 1
+
+
+def test_quota_of_a_family_without_a_known_quota_warns() -> None:
+    # The table holds only G and P types today; a new family must warn, not pass or crash.
+    from types import SimpleNamespace
+
+    from ray_pd_eks.cli.preflight import Preflight
+
+    check = Preflight(aws=None, config=SimpleNamespace(gpu_node_type="trn1.32xlarge"))  # type: ignore[arg-type]
+    findings = list(check.quota())
+    assert [(f.level, f.check, f.text) for f in findings] == [
+        ("WARN", "vCPU quota", "no known on-demand quota for trn1.32xlarge; check it")
+    ]
+
+
 def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
     harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuNodeType="p4d.24xlarge"))
     p4d = {
@@ -366,6 +426,24 @@ def test_ssm_denied_falls_back_to_the_cdktoolkit_stack(harness: Harness) -> None
     result = harness.run("preflight")
     assert "OK    bootstrap     CDKToolkit stack is UPDATE_COMPLETE" in result.out
     assert result.code == 0
+
+
+def test_ssm_denied_and_no_cdktoolkit_stack_fails_with_the_bootstrap_command(
+    harness: Harness,
+) -> None:
+    stub_all(harness, running=[], bootstrap="denied")
+    harness.session.stub("cloudformation").add_client_error(
+        "describe_stacks",
+        "ValidationError",
+        "Stack with id CDKToolkit does not exist",
+        http_status_code=400,
+        expected_params={"StackName": "CDKToolkit"},
+    )
+    result = harness.run("preflight")
+    assert lines_of(result.out, "bootstrap") == [
+        f"FAIL  bootstrap     no CDKToolkit stack: run `npx cdk bootstrap aws://{ACCOUNT}/{REGION}`"
+    ]
+    assert result.code == 1
 
 
 def test_admin_principal_from_an_assumed_role_is_recognised(harness: Harness) -> None:
