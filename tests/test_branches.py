@@ -585,7 +585,7 @@ def test_chat_completion_is_one_bounded_minimal_request(kube_api: FakeKubeApi) -
             return real.service_proxy(*args, **kwargs)
 
     props = handler.Props.from_properties(kube_api.props())
-    assert handler._chat_completion(Recording(), props)[0] == "OK"  # type: ignore[arg-type]
+    assert handler._chat_completion(Recording(), props)[0] == "OK"
     (call,) = calls
     assert call["args"] == (props.namespace, props.serve_service, 8000, "v1/chat/completions")
     assert (call["method"], call["timeout"], call["retries"]) == (
