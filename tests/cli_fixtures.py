@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import botocore.client
 import botocore.session
 from botocore.stub import Stubber
 
@@ -43,26 +42,6 @@ def _shared_botocore() -> Any:
     """One botocore session for all tests: its loader caches the service models, which
     otherwise take most of each test's time to load. Credentials are set per boto3 session."""
     return botocore.session.get_session()
-
-
-_make_client_class = botocore.client.ClientCreator._create_client_class
-_client_classes: dict[tuple[str, str], type] = {}
-
-
-def _shared_client_class(creator: Any, service_name: str, service_model: Any) -> type:
-    """The shared session's clients of one service share one generated class. botocore builds
-    a class (a method per operation) for every client: 60 ms for EC2, most of a CLI test's
-    time. Every client of that session would get the same class (same model, same
-    ``creating-client-class`` handlers); clients of any other session are left alone."""
-    if creator._event_emitter is not _shared_botocore().get_component("event_emitter"):
-        return _make_client_class(creator, service_name, service_model)
-    key = (service_name, service_model.api_version)
-    if key not in _client_classes:
-        _client_classes[key] = _make_client_class(creator, service_name, service_model)
-    return _client_classes[key]
-
-
-botocore.client.ClientCreator._create_client_class = _shared_client_class
 
 
 class StubbedSession:

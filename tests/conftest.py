@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
+import botocore.client
 import pytest
 
 from tests import cfn_lint_pool
@@ -23,6 +25,27 @@ ALARM_EMAIL = "oncall@example.com"
 _NODE_BIN = ROOT / "node_modules" / ".bin"
 if _NODE_BIN.is_dir() and str(_NODE_BIN) not in os.environ.get("PATH", ""):
     os.environ["PATH"] = f"{_NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+_make_client_class = botocore.client.ClientCreator._create_client_class
+_client_classes: dict[tuple[int, str, str], tuple[object, type]] = {}
+
+
+def _shared_client_class(creator: Any, service_name: str, service_model: Any) -> type:
+    """botocore generates a client class (a method per operation) for every client it creates:
+    60 ms for EC2, most of a stubbed-client test's time. The class depends only on the model and
+    on the session's ``creating-client-class`` handlers, so the clients of one session (one
+    event emitter, kept alive here so its id is not reused) share it in the tests."""
+    emitter = creator._event_emitter
+    key = (id(emitter), service_name, service_model.api_version)
+    cached = _client_classes.get(key)
+    if cached is None or cached[0] is not emitter:
+        made = _make_client_class(creator, service_name, service_model)
+        cached = _client_classes[key] = (emitter, made)
+    return cached[1]
+
+
+botocore.client.ClientCreator._create_client_class = _shared_client_class
 
 
 def pytest_configure(config: pytest.Config) -> None:
