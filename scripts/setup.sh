@@ -30,7 +30,10 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 
 "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check \
+# --no-compile: Python compiles a module when it is first imported. Compiling every installed
+# file up front (340 MB of bytecode, mostly aws-cdk-lib modules the app never imports) cost
+# about 35 s of CPU, over half of the install; the app and the tests import a few per cent.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile \
   -r requirements-dev.txt -c requirements-lock.txt
 npm ci --no-audit --no-fund --loglevel=error
 
