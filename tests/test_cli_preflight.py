@@ -1076,6 +1076,64 @@ def test_vcpu_quota_edges(harness: Harness, quota: float, in_use: int | None, ve
     harness.session.assert_no_pending_responses()
 
 
+@pytest.mark.parametrize(
+    ("quota", "in_use", "max_count", "verdict"),
+    [
+        (128.0, 0, 2, "OK"),  # 2 nodes + the update's 2 extra, x 32 vCPUs
+        (127.0, 0, 2, "WARN"),  # one vCPU short of the surge (the nodes alone fit)
+        (192.0, 64, 2, "OK"),  # what others use leaves exactly the 128
+        (192.0, 65, 2, "WARN"),
+        (192.0, 0, 4, "OK"),  # gpuNodeMaxCount=4: 4 + 2 nodes
+        (191.0, 0, 4, "WARN"),
+    ],
+    ids=["equal", "one-short", "free-equal", "free-one-short", "max4-equal", "max4-one-short"],
+)
+def test_node_update_headroom_edge(
+    tmp_path: Path, quota: float, in_use: int, max_count: int, verdict: str
+) -> None:
+    """Without a capacity reservation an EKS node update launches 2 extra GPU nodes (twice
+    the group's one AZ) before it drains the old ones: a WARN when the quota lacks room."""
+    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuNodeMaxCount=max_count))
+    stub_all(harness, quota=quota, running=[_cpus(in_use)] if in_use else [])
+    result = harness.run("preflight")
+    assert lines_of(result.out, "vCPU quota")[0].startswith("OK    vCPU quota")
+    (line,) = lines_of(result.out, "node updates")
+    assert line.startswith(f"{verdict:<6}node updates"), line
+    assert result.code == 0  # a WARN does not fail preflight
+    total = (max_count + 2) * 32
+    if verdict == "OK":
+        assert f"{max_count} + 2 x g6.8xlarge = {total} vCPUs" in line
+    else:
+        free = int(quota) - in_use
+        assert line == (
+            f"WARN  node updates  'Running On-Demand G and VT instances' leaves {free} vCPUs "
+            "for the GPU nodes: a node update (new AMI, launch template or Kubernetes version) "
+            "launches 2 more g6.8xlarge before draining the old ones, "
+            f"{max_count} + 2 x g6.8xlarge = {total} vCPUs, so it would fail with "
+            "NodeCreationFailure; request more with `aws service-quotas "
+            "request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
+            f"--desired-value {total + in_use} --region {REGION}`, or use a capacity "
+            "reservation (-c gpuCapacityReservationId=..., updates then replace nodes one at "
+            "a time)"
+        )
+
+
+def test_node_update_headroom_is_not_needed_with_a_capacity_reservation(tmp_path: Path) -> None:
+    """The group updates with MINIMAL (terminate first): the group's own vCPUs suffice."""
+    harness = reserved_harness(tmp_path)
+    stub_all(harness, reservation=reservation(), quota=64.0, running=[])
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "node updates")
+    assert line.startswith("OK    node updates  gpuCapacityReservationId set"), line
+
+
+def test_node_update_headroom_is_not_judged_when_the_nodes_do_not_fit(harness: Harness) -> None:
+    stub_all(harness, quota=63.0, running=None)
+    result = harness.run("preflight")
+    assert lines_of(result.out, "node updates") == []
+    assert result.code == 1
+
+
 @pytest.mark.parametrize(("version", "verdict"), [("6", "OK"), ("5", "FAIL")])
 def test_bootstrap_version_edge(harness: Harness, version: str, verdict: str) -> None:
     stub_all(harness, bootstrap=version, running=[])

@@ -54,7 +54,9 @@ Check, before a deploy, that the settings fit this account and region:
                has gpuNodeCount free instances (FAIL) and gpuNodeMaxCount free (else WARN:
                scale-ups past the free count cannot launch), counting those this cluster's
                GPU nodes already hold, and matches gpuPlacementGroupName
-  vCPU quota   on-demand G and VT (or P) vCPU quota >= gpuNodeCount x vCPUs
+  vCPU quota   on-demand G and VT (or P) vCPU quota >= gpuNodeMaxCount x vCPUs
+  node updates the quota also holds the 2 extra GPU nodes a node group update launches
+               before draining the old ones (else WARN; none with a capacity reservation)
   bootstrap    the environment is CDK-bootstrapped (cdk bootstrap aws://ACCOUNT/REGION)
   model in S3  modelS3Uri's bucket is in the deploy region; config.json and *.safetensors
   hugging face token
@@ -71,6 +73,11 @@ Check, before a deploy, that the settings fit this account and region:
                endpointAllowedCidrs suit the load balancer's scheme (private ranges for an
                internal one; what an open range means for an internet-facing one)
 Exit 1 if any check FAILs; WARNs do not change the exit code."""
+
+# Extra GPU nodes an EKS managed node group update launches before it drains the old ones:
+# the larger of 2 x its AZs (one) and maxUnavailable (EKS's default, 1) (EKS User Guide,
+# "Understand each phase of node updates"; see Preflight._update_headroom).
+GPU_UPDATE_SURGE_NODES = 2
 
 # On-demand vCPU quotas of EC2 (Service Quotas, service code ec2) by instance family class.
 QUOTAS = {
@@ -463,6 +470,52 @@ class Preflight:
             return
         used = f", {in_use} in use elsewhere" if in_use else ""
         yield Finding(OK, "vCPU quota", f"'{title}' is {limit} vCPUs{used}; needs {sizing}")
+        yield from self._update_headroom(limit, in_use or 0, needed, vcpus, title, request)
+
+    def _update_headroom(
+        self,
+        limit: int,
+        in_use: int,
+        needed: int,
+        vcpus: int,
+        title: str,
+        request: Callable[[int], str],
+    ) -> Iterator[Finding]:
+        """Whether the quota also holds the extra nodes a node group update launches.
+
+        With EKS's default update strategy the update first raises the Auto Scaling group's
+        desired size by the larger of twice its AZ count and maxUnavailable, and drains the
+        old nodes only once the new ones are Ready (EKS User Guide, "Understand each phase of
+        node updates", scale up phase). The GPU group is in one AZ with maxUnavailable at EKS's
+        default of 1 (no updateConfig), so that is 2 nodes above the group's size. With a
+        capacity reservation the group updates with MINIMAL (terminate first): no extra node.
+        """
+        itype = self.config.gpu_node_type
+        if self.config.gpu_capacity_reservation_id:
+            yield Finding(
+                OK,
+                "node updates",
+                "gpuCapacityReservationId set: updates terminate each old node before its "
+                "replacement launches (MINIMAL), so they need no vCPUs beyond the group's",
+            )
+            return
+        surge = GPU_UPDATE_SURGE_NODES * vcpus
+        total = needed + surge
+        free = limit - in_use
+        sizing = f"{self.config.gpu_node_max} + {GPU_UPDATE_SURGE_NODES} x {itype} = {total} vCPUs"
+        if free < total:
+            yield Finding(
+                WARN,
+                "node updates",
+                f"'{title}' leaves {free} vCPUs for the GPU nodes: a node update (new AMI, "
+                f"launch template or Kubernetes version) launches {GPU_UPDATE_SURGE_NODES} "
+                f"more {itype} before draining the old ones, {sizing}, so it would fail with "
+                f"NodeCreationFailure; request more with `{request(total + in_use)}`, or use a "
+                "capacity reservation (-c gpuCapacityReservationId=..., updates then replace "
+                "nodes one at a time)",
+            )
+            return
+        yield Finding(OK, "node updates", f"room for an update's extra nodes: {sizing}")
 
     def _in_use(self, patterns: tuple[str, ...]) -> int | None:
         """vCPUs of running instances in the same quota class, not counting this cluster's own.
