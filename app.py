@@ -13,10 +13,16 @@ finding fails `cdk synth`.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from ray_pd_eks.node_runtime import jsii_node_env
+
+# Importing aws_cdk starts jsii's Node.js: the project's, also outside `npx cdk`.
+os.environ.update(jsii_node_env())
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
