@@ -57,8 +57,8 @@ def efa_device_plugin_repository(scope: Construct) -> str:
 
     An explicit region is looked up here (``region`` is validated against the table at synth);
     an environment-agnostic stack gets ``Fn::FindInMap`` over a ``CfnMapping`` of the whole
-    table, resolved by CloudFormation in the deploy region (a region missing from the table
-    fails the stack's deploy before it changes anything)."""
+    table, resolved by CloudFormation in the deploy region (in a region missing from the
+    table, CloudFormation cannot resolve it and the stack's deploy fails)."""
     stack = Stack.of(scope)
     region = stack.region
     if not Token.is_unresolved(region):

@@ -520,6 +520,22 @@ def test_region_flag_wins_over_context(harness: Harness) -> None:
     assert "OK    region        us-east-2 (from --region)" in result.out
 
 
+@pytest.mark.parametrize(
+    ("region", "verdict"), [("ap-southeast-5", "OK"), ("us-iso-east-1", "FAIL")]
+)
+def test_region_needs_an_eks_image_registry(harness: Harness, region: str, verdict: str) -> None:
+    """An environment-agnostic deploy's region is known only here: the last region added to
+    the table passes, a well-formed one without a registry fails."""
+    stub_all(harness, running=[])
+    result = harness.run("preflight", "--region", region)
+    (line,) = lines_of(result.out, "region")
+    assert line.startswith(f"{verdict:<6}region        {region} (from --region)"), line
+    assert result.code == (1 if verdict == "FAIL" else 0)
+    if verdict == "FAIL":
+        assert "no Amazon EKS image registry known to this app" in line
+        assert "https://docs.aws.amazon.com/eks/latest/userguide/add-ons-images.html" in line
+
+
 def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
     from tests.cli_fixtures import StubbedSession
 

@@ -31,6 +31,7 @@ from ray_pd_eks.cli.errors import (
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
+from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 from ray_pd_eks.monitoring import (
     CLOUDWATCH_ADDON_NAME,
     CLOUDWATCH_AGENT_POLICY,
@@ -45,7 +46,8 @@ HELP = (
 )
 DESCRIPTION = """\
 Check, before a deploy, that the settings fit this account and region:
-  credentials  who you are (sts:GetCallerIdentity) and the region used
+  credentials  who you are (sts:GetCallerIdentity) and the region used (one with an Amazon
+               EKS image registry, for the EFA device plugin)
   gpu type     gpuNodeType supports EFA here, with its EFA interfaces, vCPUs and GPUs
   gpu storage  its instance-store NVMe (for gpuLocalStorage) matches what the stack expects
   gpu AZ       the Availability Zones that offer gpuNodeType; recommends -c gpuAz=...
@@ -182,7 +184,19 @@ class Preflight:
         identity = self.aws.identity()
         account = str(identity.get("Account", ""))
         yield Finding(OK, "credentials", f"{identity.get('Arn', '?')} (account {account})")
-        yield Finding(OK, "region", f"{self.aws.region} (from {self.aws.region_source})")
+        region = f"{self.aws.region} (from {self.aws.region_source})"
+        if self.aws.region in EKS_IMAGE_REGISTRIES:
+            yield Finding(OK, "region", region)
+        else:
+            # Synth checks a configured region; an environment-agnostic deploy's region is
+            # only known here (and to CloudFormation, whose mapping lookup would fail).
+            yield Finding(
+                FAIL,
+                "region",
+                f"{region}: no Amazon EKS image registry known to this app for the EFA device "
+                f"plugin (ray_pd_eks/eks_images.py); add the region's from {ADD_ONS_IMAGES_DOC} "
+                "or deploy to another region",
+            )
         if self.config.account and self.config.account != account:
             yield Finding(
                 FAIL,
