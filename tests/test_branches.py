@@ -357,6 +357,13 @@ def _rows() -> Iterator[tuple[str, Callable[[], Scenario], str | None]]:
         PENDING,
     )
     yield (
+        "refusal-without-a-wait-start-fails",  # how `status` judges: no deploy wait to date it
+        lambda: Scenario(
+            objects=[object_warning("FailedToCreateWorkerPod", count=3, seen_ago=5)], started=None
+        ),
+        "FailedToCreateWorkerPod x3",
+    )
+    yield (
         "other-warnings-of-the-cluster-wait",
         lambda: Scenario(objects=[object_warning("FailedScaleDown", count=9, seen_ago=5)]),
         PENDING,
@@ -475,6 +482,34 @@ def test_replicas_on_one_node_are_a_conflict_and_apart_are_ok() -> None:
     apart = checks.placement({"items": APART}, make_pd_serve_applications(), "qwen")
     assert (apart.ok, apart.conflict) == (True, False)
     assert (apart.prefill_nodes, apart.decode_nodes) == ((GPU_NODE_A,), (GPU_NODE_B,))
+
+
+def test_only_running_replicas_count_for_placement() -> None:
+    from tests.fakes.kube_api import RAY_NODE_A, RAY_NODE_B, make_replica, make_serve_applications
+
+    # A prefill replica still starting on the decode node: Serve may yet move it; not a conflict.
+    serve = make_serve_applications(
+        "qwen",
+        {
+            PREFILL_DEPLOYMENT: [
+                make_replica(RAY_NODE_A, WORKER_IP_A, deployment=PREFILL_DEPLOYMENT),
+                make_replica(
+                    RAY_NODE_B, WORKER_IP_B, deployment=PREFILL_DEPLOYMENT, state="STARTING"
+                ),
+            ],
+            DECODE_DEPLOYMENT: [
+                make_replica(RAY_NODE_B, WORKER_IP_B, deployment=DECODE_DEPLOYMENT)
+            ],
+        },
+    )
+    place = checks.placement({"items": APART}, serve, "qwen")
+    assert (place.method, place.ok, place.conflict) == ("serve-replicas", True, False)
+    assert (place.prefill_nodes, place.decode_nodes) == ((GPU_NODE_A,), (GPU_NODE_B,))
+
+
+def test_serve_details_without_the_app_name_fall_back_to_the_pods() -> None:
+    place = checks.placement({"items": APART}, make_pd_serve_applications(), None)
+    assert (place.method, place.ok) == ("worker-pods", True)
 
 
 def test_replica_on_an_unknown_ip_falls_back_to_the_pods() -> None:

@@ -260,8 +260,13 @@ def test_raid0_is_refused_for_a_type_without_instance_store(monkeypatch) -> None
 
     ebs_only = instance_types.InstanceSpec("x9.8xlarge", 32, 128, 1, 1, "L4", nvme_gb=0)
     monkeypatch.setitem(instance_types.EFA_GPU_TYPES, ebs_only.name, ebs_only)
-    with pytest.raises(ConfigError, match=r"x9\.8xlarge has no instance-store NVMe"):
+    with pytest.raises(ConfigError) as err:
         DEFAULTS.with_overrides({"gpuNodeType": "x9.8xlarge", "gpuLocalStorage": "raid0"})
+    assert str(err.value) == (
+        "context key 'gpuLocalStorage' = \"raid0\": x9.8xlarge has no instance-store NVMe; use "
+        "auto or none, or a type with NVMe such as g6.8xlarge (set it with -c "
+        "gpuLocalStorage=... or in settings.local.json)"
+    )
     auto = DEFAULTS.with_overrides({"gpuNodeType": "x9.8xlarge"})
     assert not auto.uses_local_nvme and auto.gpu_root_gib == 200
 
@@ -321,6 +326,7 @@ def test_prefetch_image_accepts_a_tag_or_a_digest() -> None:
         ({"gpuMemoryUtilization": False}, "= false: expected a number"),
         ({"gpuMemoryUtilization": "most"}, '= "most": expected a number'),
         ({"enforceEager": "yes"}, '= "yes": expected true or false'),
+        ({"clusterName": 7}, "context key 'clusterName' = 7: expected a string"),
         (
             {"adminPrincipalArns": ["arn:aws:iam::123456789012:role/A", 7]},
             "expected a list of strings (JSON list or comma-separated)",
@@ -333,6 +339,114 @@ def test_unparseable_values_say_what_was_expected(context: dict[str, object], li
     (problem,) = str(err.value).splitlines()
     # The reason ends where the fix begins: nothing added to it, nothing left out.
     assert f"{line} (set it with -c {next(iter(context))}=... " in problem
+
+
+EKS_NAME = "EKS name (letters, digits, '-' and '_', starting with a letter or digit)"
+GPU_EXAMPLES = "g6.8xlarge, g6e.8xlarge, g5.8xlarge, p4d.24xlarge or p5.48xlarge"
+
+
+@pytest.mark.parametrize(
+    ("context", "lines"),
+    [
+        # The replica check runs up to gpuNodeCount's own limit, and not past it.
+        (
+            {"gpuNodeCount": 64, "decodeReplicas": 64},
+            [
+                "decodeReplicas = 64: prefillReplicas + decodeReplicas = 65 exceeds gpuNodeCount "
+                "64; each replica needs its own GPU node: raise gpuNodeCount or lower the replicas"
+            ],
+        ),
+        (
+            {"gpuNodeCount": 65, "decodeReplicas": 65},
+            ["gpuNodeCount = 65: at most 64 nodes in one group"],
+        ),
+        (
+            {"gpuNodeCount": 2, "prefillReplicas": 1, "decodeReplicas": 2},
+            [
+                "decodeReplicas = 2: prefillReplicas + decodeReplicas = 3 exceeds gpuNodeCount 2; "
+                "each replica needs its own GPU node: raise gpuNodeCount or lower the replicas"
+            ],
+        ),
+        ({"prefillReplicas": 0}, ["prefillReplicas = 0: must be at least 1"]),
+        ({"tensorParallelSize": 0}, ["tensorParallelSize = 0: must be at least 1"]),
+        ({"systemNodeCount": 0}, ["systemNodeCount = 0: must be 1..20"]),
+        ({"maxModelLen": 0}, ["maxModelLen = 0: must be a positive token count"]),
+        (
+            {"dtype": "fp8"},
+            ['dtype = "fp8": must be one of auto, bfloat16, float16, half, float32, float'],
+        ),
+        (
+            {"gpuNodeType": "g4dn.xlarge"},
+            [
+                'gpuNodeType = "g4dn.xlarge": this GPU type has no EFA interface; use an '
+                f"EFA-capable type such as {GPU_EXAMPLES}"
+            ],
+        ),
+        (
+            {"gpuNodeType": "m7i.xlarge"},
+            [
+                'gpuNodeType = "m7i.xlarge": not an NVIDIA GPU instance type with EFA; use one '
+                f"such as {GPU_EXAMPLES}"
+            ],
+        ),
+        (
+            # Enough memory, too few vCPUs: either shortfall rejects the type.
+            {"systemNodeType": "r7i.large"},
+            [
+                'systemNodeType = "r7i.large": has 2 vCPU / 16 GiB; the Ray head and KubeRay need '
+                "at least 4 vCPU and 16 GiB"
+            ],
+        ),
+        (
+            {"gpuNodegroupName": "gpu workers"},
+            [
+                f'gpuNodegroupName = "gpu workers": is not a valid {EKS_NAME}, to which the AZ '
+                "and a hash are appended"
+            ],
+        ),
+        (
+            {"gpuRootVolumeGib": 29},
+            [
+                "gpuRootVolumeGib = 29: must be 0 (automatic) or 30..16384 GiB to hold the OS "
+                "(NVMe holds the rest)"
+            ],
+        ),
+        (
+            {"gpuRootVolumeGib": 99, "gpuLocalStorage": "none"},
+            [
+                "gpuRootVolumeGib = 99: must be 0 (automatic) or 100..16384 GiB to hold the "
+                "image and weights"
+            ],
+        ),
+    ],
+    ids=lambda v: "-".join(f"{k}={w}" for k, w in v.items()) if isinstance(v, dict) else "",
+)
+def test_rejection_lines_word_for_word(context: dict[str, object], lines: list[str]) -> None:
+    """The whole line of each rule: the setting, the value, why, and nothing else."""
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context(context)
+    assert str(err.value).splitlines() == [
+        f"context key '{line.split(' = ', 1)[0]}' = {line.split(' = ', 1)[1]} (set it with -c "
+        f"{line.split(' = ', 1)[0]}=... or in settings.local.json)"
+        for line in lines
+    ]
+
+
+def test_every_unparseable_value_has_its_own_line() -> None:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context({"gpuNodeCount": "x", "enforceEager": "maybe"})
+    assert str(err.value).split("\n") == [
+        "context key 'gpuNodeCount' = \"x\": expected a whole number (set it with -c "
+        "gpuNodeCount=... or in settings.local.json)",
+        "context key 'enforceEager' = \"maybe\": expected true or false (set it with -c "
+        "enforceEager=... or in settings.local.json)",
+    ]
+
+
+def test_keys_cdk_owns_are_ignored() -> None:
+    # "@..." (feature flags, with or without a colon) and "aws:cdk:..." are CDK's own keys.
+    config = AppConfig.from_context({"@aws-cdk/custom-flag": True, "aws:cdk:x": 1})
+    assert config == DEFAULTS
 
 
 @pytest.mark.parametrize(("raw", "value"), [("true", True), (" TRUE ", True), ("False", False)])
