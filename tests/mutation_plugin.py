@@ -10,11 +10,12 @@ test runs never load this plugin.
 
 A mutant is judged by the tests written for its module (``_JUDGES``), not by every test that
 happens to call it: mutmut selects each test that reached the function while the suite ran, so
-every test that builds a configuration (the CLI's, through ``cdk.json``) was selected for every
-configuration rule, and the CLI's loopback tests for every readiness check. Those calls exercise
-the default configuration and the happy path; the module's own tests hold its edges and
-branches. A surviving mutant ran every judge, so this can only make the score stricter, and it
-makes a survivor cost seconds instead of tens of seconds.
+every test that builds a configuration (preflight's and status's, through ``cdk.json``) was
+selected for every configuration rule. Those calls exercise the default configuration; the
+module's own tests hold its edges. ``status`` shows the readiness checks' verdicts, so its tests
+judge those. A surviving mutant ran every judge; a mutant only another module's tests would
+catch counts as surviving, so this can only make the score stricter, and a survivor costs
+seconds instead of tens of seconds.
 
 Each mutant runs in its own pytest session (a forked child). Left alone, every session makes a
 numbered directory under the machine-wide ``pytest-of-<user>`` and, when it ends, deletes the
@@ -78,7 +79,12 @@ _JUDGES = {
     "ray_pd_eks.config.": ("tests/test_config.py", "tests/test_limits.py"),
     "ray_pd_eks.cli.preflight.": ("tests/test_cli_preflight.py",),
     "ray_pd_eks.cli.status.": ("tests/test_cli_status.py", "tests/test_branches.py"),
-    "assets.lambda.readiness.": ("tests/test_readiness_handler.py", "tests/test_branches.py"),
+    # `status` reads the cluster with the readiness checks and shows their verdicts.
+    "assets.lambda.readiness.": (
+        "tests/test_readiness_handler.py",
+        "tests/test_branches.py",
+        "tests/test_cli_status.py",
+    ),
     "assets.lambda.capacity.": ("tests/test_capacity_handler.py", "tests/test_branches.py"),
 }
 

@@ -381,6 +381,58 @@ def _rows() -> Iterator[tuple[str, Callable[[], Scenario], str | None]]:
 ROWS = list(_rows())
 
 
+def _verdict_of(*problems: Any) -> str | None:
+    props = handler.Props(
+        cluster_name="ray-llm-multinode",
+        endpoint="https://127.0.0.1:1",
+        ca_data="",
+        namespace="inference",
+        rayservice=RAYSERVICE,
+        app_name="qwen",
+        model_id="qwen3.5-9b",
+        kv_backend="LIBFABRIC",
+        expected_gpu_nodes=2,
+    )
+    state = checks.rayservice_state(rayservice(ready=False, app_status=None), "qwen")
+    result: str | None = handler.terminal_failure(
+        props, checks.gpu_nodes(nodes(), 2), state, list(problems), NOW
+    )
+    return result
+
+
+CRASHING = checks.PodProblem(
+    WORKER_POD_B, "CrashLoopBackOff", "back-off 5m0s restarting failed container", "ray-worker"
+)
+WAITING_PROBLEMS = {
+    "unschedulable-too-soon": checks.PodProblem(
+        WORKER_POD_A, "Unschedulable", NO_ROOM, observed_at=NOW_DT, since=NOW_DT
+    ),
+    "err-image-pull": checks.PodProblem(WORKER_POD_A, "ErrImagePull", "pull failed", "ray-worker"),
+    "backoff-too-soon": checks.PodProblem(
+        WORKER_POD_A, "ImagePullBackOff", "pull failed", "ray-worker", since=NOW_DT
+    ),
+}
+
+
+@pytest.mark.parametrize("first", WAITING_PROBLEMS.values(), ids=WAITING_PROBLEMS.keys())
+def test_a_pod_that_may_yet_recover_does_not_hide_one_that_will_not(first: Any) -> None:
+    assert _verdict_of(first, CRASHING) == (
+        f"Ray pod stuck: pod {WORKER_POD_B} container ray-worker: CrashLoopBackOff: back-off 5m0s "
+        "restarting failed container; read its previous log: kubectl logs -n inference "
+        f"{WORKER_POD_B} -c ray-worker --previous"
+    )
+
+
+def test_a_missing_secret_or_config_map_is_named_as_the_cause() -> None:
+    problem = checks.PodProblem(
+        WORKER_POD_A, "CreateContainerConfigError", 'secret "hf-token" not found', "ray-worker"
+    )
+    assert _verdict_of(problem) == (
+        f"Ray pod stuck: pod {WORKER_POD_A} container ray-worker: CreateContainerConfigError: "
+        'secret "hf-token" not found; a referenced Secret, ConfigMap or key is missing'
+    )
+
+
 @pytest.mark.parametrize(("scenario", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_terminal_or_pending(scenario: Callable[[], Scenario], expected: str | None) -> None:
     verdict = scenario().verdict()
@@ -388,6 +440,68 @@ def test_terminal_or_pending(scenario: Callable[[], Scenario], expected: str | N
         assert verdict is None, verdict
     else:
         assert verdict is not None and expected in verdict, verdict
+
+
+# --- the RayService status as read ---------------------------------------------------------
+
+
+def test_a_rayservice_not_created_yet_is_absent() -> None:
+    for missing in (None, {}):
+        assert checks.rayservice_state(missing, "qwen") == checks.RayServiceState(
+            exists=False, app_name="qwen"
+        )
+
+
+def test_deployment_statuses_keep_their_message_and_role() -> None:
+    rs = rayservice(ready=False, app_status="DEPLOYING")
+    rs["status"]["activeServiceStatus"]["applicationStatuses"]["qwen"][
+        "serveDeploymentStatuses"
+    ] = {
+        DECODE_DEPLOYMENT: {"status": "HEALTHY", "message": ""},
+        PREFILL_DEPLOYMENT: {"status": "UNHEALTHY", "message": "replica failed health check"},
+    }
+    state = checks.rayservice_state(rs, "qwen")
+    assert state.deployments == (
+        checks.DeploymentState(DECODE_DEPLOYMENT, "HEALTHY", "", "decode"),
+        checks.DeploymentState(
+            PREFILL_DEPLOYMENT, "UNHEALTHY", "replica failed health check", "prefill"
+        ),
+    )
+    assert (state.terminal_reason, state.terminal_message) == (None, "")
+
+
+def test_an_upgrade_reads_both_clusters_and_the_ready_condition() -> None:
+    from datetime import timedelta
+
+    rs = rayservice(ready=False, app_status="RUNNING")
+    ready = rs["status"]["conditions"][0]
+    ready["message"] = "Serve is upgrading to a new RayCluster"
+    ready["lastTransitionTime"] = at(120)
+    rs["status"]["pendingServiceStatus"] = {"rayClusterName": RAY_CLUSTER + "-next"}
+    state = checks.rayservice_state(rs, "qwen")
+    assert (state.ready_status, state.ready_message, state.ready_since) == (
+        "False",
+        "Serve is upgrading to a new RayCluster",
+        NOW_DT - timedelta(seconds=120),
+    )
+    assert (state.active_cluster, state.pending_cluster) == (RAY_CLUSTER, RAY_CLUSTER + "-next")
+    assert state.cluster_names == (RAY_CLUSTER, RAY_CLUSTER + "-next")
+
+
+def test_a_terminal_condition_quotes_kuberays_message_when_it_has_one() -> None:
+    with_message = checks.rayservice_state(
+        rayservice(ready=False, extra_conditions=[condition("ValidationFailed")]), "qwen"
+    )
+    assert with_message.terminal_message == (
+        "KubeRay rejected the RayService spec (ValidationFailed); fix the manifest (condition "
+        "RayServiceReady: spec.rayClusterConfig.headGroupSpec is invalid)"
+    )
+    bare = condition("ValidationFailed")
+    del bare["message"]
+    without = checks.rayservice_state(rayservice(ready=False, extra_conditions=[bare]), "qwen")
+    assert without.terminal_message == (
+        "KubeRay rejected the RayService spec (ValidationFailed); fix the manifest"
+    )
 
 
 # --- placement: prefill and decode apart ---------------------------------------------------
@@ -482,6 +596,13 @@ def test_replicas_on_one_node_are_a_conflict_and_apart_are_ok() -> None:
     apart = checks.placement({"items": APART}, make_pd_serve_applications(), "qwen")
     assert (apart.ok, apart.conflict) == (True, False)
     assert (apart.prefill_nodes, apart.decode_nodes) == ((GPU_NODE_A,), (GPU_NODE_B,))
+
+
+def test_gpus_of_every_container_of_a_pod_count() -> None:
+    pod = worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A)
+    container = pod["spec"]["containers"][0]
+    pod["spec"]["containers"].append({**container, "name": "second-engine"})
+    assert checks._pod_gpus(pod) == 2
 
 
 def test_only_running_replicas_count_for_placement() -> None:
