@@ -446,6 +446,7 @@ def test_terminal_or_pending(scenario: Callable[[], Scenario], expected: str | N
 
 
 def test_a_rayservice_not_created_yet_is_absent() -> None:
+    missing: dict[str, Any] | None
     for missing in (None, {}):
         assert checks.rayservice_state(missing, "qwen") == checks.RayServiceState(
             exists=False, app_name="qwen"
