@@ -1,9 +1,9 @@
 """cfn-lint over the session's templates in a background process.
 
-Linting the 15 session templates (3 apps x 5 stacks, two regions each) costs about 15 s of CPU,
-a quarter of the suite. The session fixtures hand each template to one worker process as soon as
-it is synthesized; the worker lints it on the other core while the suite goes on, with one
-cfn-lint ``Runner`` (its rules load once, not once per template: about 1 s each). The
+Linting the 15 session templates (3 apps x 5 stacks, two regions each) costs about 10 s of CPU.
+The session fixtures hand each template to one worker process as soon as it is synthesized; the
+worker lints it on the other core while the suite goes on, with one cfn-lint ``Runner`` (its
+rules load once, not once per template: that was about 1 s each, half the cost). The
 per-template tests (``tests/test_compliance.py``) run last and collect the results, so a finding
 still fails the test that names the app and the stack, with the rule and its message.
 
