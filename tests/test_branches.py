@@ -442,6 +442,77 @@ def test_terminal_or_pending(scenario: Callable[[], Scenario], expected: str | N
         assert verdict is not None and expected in verdict, verdict
 
 
+# --- GPU nodes, parse_time and quantity as read -------------------------------------------
+
+GPU_AND_EFA = "nvidia.com/gpu and vpc.amazonaws.com/efa"
+
+
+def test_a_node_whose_device_plugins_restart_keeps_its_capacity_but_is_not_usable() -> None:
+    restarting = make_node(GPU_NODE_A)
+    restarting["status"]["allocatable"] |= {"nvidia.com/gpu": "0", "vpc.amazonaws.com/efa": "0"}
+    joining = make_node(GPU_NODE_B)
+    del joining["status"]["conditions"]  # the kubelet has not reported yet
+    found = checks.gpu_nodes({"items": [joining, restarting]}, 2)
+    a, b = found.nodes
+    assert (a.name, a.gpu_allocatable, a.gpu_capacity, a.efa_allocatable, a.efa_capacity) == (
+        GPU_NODE_A,
+        0,
+        1,
+        0,
+        1,
+    )
+    assert (b.name, b.ready, b.ready_since) == (GPU_NODE_B, False, None)
+    assert (found.ok, found.expected) == (False, 2)
+    assert found.why == (
+        f"0/2 GPU nodes Ready with {GPU_AND_EFA}; {GPU_NODE_A}: nvidia.com/gpu allocatable 0 "
+        "(NVIDIA device plugin not running?), vpc.amazonaws.com/efa allocatable 0 (EFA device "
+        f"plugin not running?); {GPU_NODE_B}: not Ready"
+    )
+
+
+def test_no_gpu_node_yet_names_the_label_it_looks_for() -> None:
+    found = checks.gpu_nodes({"items": [make_node(SYSTEM_NODE, role=None, gpus=0, efa=0)]}, 2)
+    assert (found.ok, found.expected, found.nodes) == (False, 2, ())
+    assert found.why == "no nodes labelled role=gpu-worker yet (expected 2)"
+
+
+@pytest.mark.parametrize(("zones", "warned"), [(("a", "a"), False), (("a", "b"), True)])
+def test_gpu_nodes_in_two_zones_are_a_warning(zones: tuple[str, str], warned: bool) -> None:
+    items = [
+        make_node(name, zone=f"us-west-2{zone}")
+        for name, zone in zip((GPU_NODE_A, GPU_NODE_B), zones, strict=True)
+    ]
+    why = checks.gpu_nodes({"items": items}, 2).why
+    warning = "; WARNING GPU nodes span zones us-west-2a, us-west-2b (EFA cannot cross AZs)"
+    assert why == f"2/2 GPU nodes Ready with {GPU_AND_EFA}" + (warning if warned else "")
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("2026-11-30T12:00:00Z", NOW_DT),
+        ("2026-11-30T14:00:00+02:00", NOW_DT),  # another offset: the same instant, in UTC
+        ("2026-11-30T12:00:00", NOW_DT),  # no offset: read as UTC, never naive
+        ("", None),
+        ("yesterday", None),
+        (1796040000, None),  # not a string
+        (None, None),
+    ],
+)
+def test_parse_time_reads_rfc3339_as_aware_utc(value: Any, parsed: datetime | None) -> None:
+    got = checks.parse_time(value)
+    assert got == parsed
+    if got is not None:
+        assert got.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    ("value", "count"), [("2", 2), (1, 1), ("0", 0), (True, 0), ("1Gi", 0), (None, 0), (1.0, 0)]
+)
+def test_quantity_counts_only_whole_device_counts(value: Any, count: int) -> None:
+    assert checks.quantity(value) == count
+
+
 # --- the RayService status as read ---------------------------------------------------------
 
 
