@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -513,6 +513,52 @@ def test_quantity_counts_only_whole_device_counts(value: Any, count: int) -> Non
     assert checks.quantity(value) == count
 
 
+# --- pod problems as read -------------------------------------------------------------------
+
+
+def test_a_stuck_pod_quotes_its_latest_event_whatever_else_is_listed() -> None:
+    pod, event = unschedulable(WORKER_POD_A, since_ago=300, seen_ago=30)
+    older = make_event(WORKER_POD_A, "FailedScheduling", "0/3 nodes are available: older")
+    older["lastTimestamp"] = older["firstTimestamp"] = at(200)
+    older["metadata"]["creationTimestamp"] = at(200)
+    # Listed first: a RayCluster's own event, and a crash-looping pod on its way out.
+    cluster_event = object_warning("FailedToCreateWorkerPod", count=2, seen_ago=5)
+    leaving = make_pod(
+        "aaa-leaving", node=GPU_NODE_A, deleting=True, waiting_reason="CrashLoopBackOff"
+    )
+    problems = checks.pod_problems(
+        {"items": [leaving, pod]}, {"items": [cluster_event, event, older]}
+    )
+    assert problems == [
+        checks.PodProblem(
+            pod=WORKER_POD_A,
+            reason="Unschedulable",
+            message=NO_ROOM,
+            event=f"FailedScheduling: {NO_ROOM}",
+            observed_at=NOW_DT - timedelta(seconds=30),
+            since=NOW_DT - timedelta(seconds=300),
+            requests_gpu=True,
+            role="worker",
+        )
+    ]
+
+
+def test_an_unschedulable_pod_without_an_event_is_dated_by_its_condition() -> None:
+    pod, _event = unschedulable(WORKER_POD_A, head=True, since_ago=300, seen_ago=30)
+    (problem,) = checks.pod_problems({"items": [pod]}, {"items": []})
+    assert (problem.event, problem.observed_at, problem.role) == (
+        "",
+        NOW_DT - timedelta(seconds=300),
+        "head",
+    )
+
+
+def test_a_pod_held_by_a_scheduling_gate_is_not_a_problem() -> None:
+    pod = make_pod(WORKER_POD_B, unschedulable_message="waiting for its scheduling gates")
+    pod["status"]["conditions"][0]["reason"] = "SchedulingGated"
+    assert checks.pod_problems({"items": [pod]}, {"items": []}) == []
+
+
 # --- the RayService status as read ---------------------------------------------------------
 
 
@@ -543,8 +589,6 @@ def test_deployment_statuses_keep_their_message_and_role() -> None:
 
 
 def test_an_upgrade_reads_both_clusters_and_the_ready_condition() -> None:
-    from datetime import timedelta
-
     rs = rayservice(ready=False, app_status="RUNNING")
     ready = rs["status"]["conditions"][0]
     ready["message"] = "Serve is upgrading to a new RayCluster"
