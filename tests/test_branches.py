@@ -553,6 +553,55 @@ def test_an_unschedulable_pod_without_an_event_is_dated_by_its_condition() -> No
     )
 
 
+def test_a_crash_loop_quotes_the_last_exit_of_the_container_that_loops() -> None:
+    pod = make_pod(
+        HEAD_POD,
+        node_type="head",
+        node=SYSTEM_NODE,
+        waiting_reason="CrashLoopBackOff",
+        restart_count=4,
+        last_exit_code=1,
+    )
+    # An init container that finished comes first in the status, then the looping one.
+    pod["status"]["initContainerStatuses"] = [
+        {
+            "name": "wait-gcs-ready",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        },
+        {
+            "name": "fetch-model",
+            "ready": False,
+            "restartCount": 2,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+            "lastState": {
+                "terminated": {"exitCode": 3, "reason": "Error", "message": "403 on the bucket"}
+            },
+        },
+    ]
+    event = make_event(HEAD_POD, "BackOff", "Back-off restarting failed container", ago=10)
+    problems = checks.pod_problems({"items": [pod]}, {"items": [event]})
+    assert [(p.container, p.message, p.event, p.role, p.requests_gpu) for p in problems] == [
+        (
+            "fetch-model",
+            "restarted 2 times, last exit code 3: 403 on the bucket",
+            "BackOff: Back-off restarting failed container",
+            "head",
+            False,
+        ),
+        (
+            "ray-head",
+            "restarted 4 times, last exit code 1: Error",  # no message: the reason
+            "BackOff: Back-off restarting failed container",
+            "head",
+            False,
+        ),
+    ]
+    assert {p.observed_at for p in problems} == {checks.event_time(event)}
+    assert {p.since for p in problems} == {None}
+
+
 def test_a_pod_held_by_a_scheduling_gate_is_not_a_problem() -> None:
     pod = make_pod(WORKER_POD_B, unschedulable_message="waiting for its scheduling gates")
     pod["status"]["conditions"][0]["reason"] = "SchedulingGated"
