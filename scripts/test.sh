@@ -20,6 +20,8 @@ trap 'exit 130' INT TERM
 
 pytest_status=0
 .venv/bin/python -m pytest "$@" || pytest_status=$?
+# pytest's 2 is an interrupted run (Ctrl-C): stop there rather than wait for a cold mypy.
+[ "$pytest_status" -ne 2 ] || exit 2
 mypy_status=0
 wait "$mypy_pid" || mypy_status=$?
 echo "mypy:"
