@@ -62,16 +62,20 @@ def want(keys: Iterable[tuple[str, str]]) -> None:
     _wanted.update(keys)
 
 
+def lint_in_background(template: dict[str, Any]) -> Future[list[str]]:
+    """Lint one template in the worker (started on first use)."""
+    global _pool
+    if _pool is None:
+        _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    return _pool.submit(lint_template, json.dumps(template, indent=1))
+
+
 def submit(app_name: str, templates: dict[str, dict[str, Any]]) -> None:
     """Start linting the wanted stacks of a just-synthesized app."""
-    global _pool
     for stack, template in templates.items():
         key = (app_name, stack)
-        if key not in _wanted or key in _pending:
-            continue
-        if _pool is None:
-            _pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        _pending[key] = _pool.submit(lint_template, json.dumps(template, indent=1))
+        if key in _wanted and key not in _pending:
+            _pending[key] = lint_in_background(template)
 
 
 def findings(app_name: str, stack: str, template: dict[str, Any]) -> list[str]:

@@ -59,8 +59,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     fixtures start it only on the (app, stack) pairs these tests ask for."""
     linted = [item for item in items if item.get_closest_marker("cfn_lint")]
     for item in linted:
-        params = item.callspec.params  # type: ignore[attr-defined]
-        cfn_lint_pool.want([(params["app_name"], params["stack"])])
+        params = getattr(item, "callspec", None)
+        if params is not None and "app_name" in params.params:
+            cfn_lint_pool.want([(params.params["app_name"], params.params["stack"])])
     items[:] = [item for item in items if not item.get_closest_marker("cfn_lint")] + linted
 
 

@@ -24,6 +24,16 @@ def test_cfn_lint_is_clean(stack: str, app_name: str, request: pytest.FixtureReq
     assert cfn_lint_pool.findings(app_name, stack, app.templates[stack]) == []
 
 
+@pytest.mark.cfn_lint
+def test_cfn_lint_in_the_background_reports_a_finding() -> None:
+    """The background lint is not vacuous: a template with a mistake that no ignored rule
+    covers comes back with the rule, the message and the line."""
+    bad = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {"DisplayNme": "x"}}}}
+    (finding,) = cfn_lint_pool.lint_in_background(bad).result()
+    assert finding.startswith("E3002 Additional properties are not allowed ('DisplayNme'")
+    assert finding.endswith("(line 6)")
+
+
 def test_cdk_nag_runs_and_fails_an_unacknowledged_finding(tmp_path: Any) -> None:
     # The session fixtures synthesize with the AwsSolutions plugin and would have raised on a
     # finding; this proves the plugin really rejects one.
