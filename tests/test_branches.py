@@ -805,6 +805,57 @@ def test_replica_on_an_unknown_ip_falls_back_to_the_pods() -> None:
     assert "replica node IPs not found among Ray pods" in place.why and "10.9.9.9" in place.why
 
 
+def test_replicas_on_unknown_ips_are_each_named() -> None:
+    from tests.fakes.kube_api import make_replica, make_serve_applications
+
+    serve = make_serve_applications(
+        "qwen",
+        {
+            PREFILL_DEPLOYMENT: [make_replica("d" * 56, "10.9.9.8", deployment=PREFILL_DEPLOYMENT)],
+            DECODE_DEPLOYMENT: [make_replica("e" * 56, "10.9.9.9", deployment=DECODE_DEPLOYMENT)],
+        },
+    )
+    place = checks.placement({"items": APART}, serve, "qwen")
+    assert place.why == (
+        "2 running worker pod(s) on 2 distinct node(s); replica placement unread: replica node "
+        f"IPs not found among Ray pods: {DECODE_DEPLOYMENT}@10.9.9.9, {PREFILL_DEPLOYMENT}@10.9.9.8"
+    )  # in Serve's order of deployments (by name)
+
+
+def test_decode_without_a_running_prefill_falls_back_to_the_pods() -> None:
+    from tests.fakes.kube_api import make_replica, make_serve_applications
+
+    serve = make_serve_applications(
+        "qwen",
+        {DECODE_DEPLOYMENT: [make_replica("c" * 56, WORKER_IP_B, deployment=DECODE_DEPLOYMENT)]},
+    )
+    place = checks.placement({"items": APART}, serve, "qwen")
+    assert (place.method, place.ok) == ("worker-pods", True)
+    assert place.why.endswith(
+        "replica placement unread: no RUNNING prefill and decode replicas in app qwen "
+        "(prefill 0, decode 1)"
+    )
+
+
+def test_replicas_apart_name_every_node() -> None:
+    from tests.fakes.kube_api import make_replica, make_serve_applications
+
+    third = worker(WORKER_POD_A + "-3", GPU_NODE_A + "-3", "10.0.1.22")
+    serve = make_serve_applications(
+        "qwen",
+        {
+            PREFILL_DEPLOYMENT: [
+                make_replica("b" * 56, WORKER_IP_A, deployment=PREFILL_DEPLOYMENT),
+                make_replica("d" * 56, "10.0.1.22", deployment=PREFILL_DEPLOYMENT),
+            ],
+            DECODE_DEPLOYMENT: [make_replica("c" * 56, WORKER_IP_B, deployment=DECODE_DEPLOYMENT)],
+        },
+    )
+    place = checks.placement({"items": [*APART, third]}, serve, "qwen")
+    assert (place.method, place.ok) == ("serve-replicas", True)
+    assert place.why == f"prefill on {GPU_NODE_A}, {GPU_NODE_A}-3, decode on {GPU_NODE_B}"
+
+
 @pytest.mark.parametrize(("usable", "ok"), [(2, True), (1, False)])
 def test_gpu_nodes_are_ok_at_exactly_the_expected_count(usable: int, ok: bool) -> None:
     found = checks.gpu_nodes(nodes(usable=usable), 2)
