@@ -506,6 +506,20 @@ def test_parse_time_reads_rfc3339_as_aware_utc(value: Any, parsed: datetime | No
         assert got.tzinfo is UTC
 
 
+def test_parse_time_reads_a_time_without_offset_as_utc_in_any_local_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert checks.parse_time("2026-11-30T12:00:00") == NOW_DT
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 @pytest.mark.parametrize(
     ("value", "count"), [("2", 2), (1, 1), ("0", 0), (True, 0), ("1Gi", 0), (None, 0), (1.0, 0)]
 )
@@ -527,7 +541,7 @@ def test_a_stuck_pod_quotes_its_latest_event_whatever_else_is_listed() -> None:
         "aaa-leaving", node=GPU_NODE_A, deleting=True, waiting_reason="CrashLoopBackOff"
     )
     problems = checks.pod_problems(
-        {"items": [leaving, pod]}, {"items": [cluster_event, event, older]}
+        {"items": [leaving, pod]}, {"items": [cluster_event, older, event]}
     )
     assert problems == [
         checks.PodProblem(
@@ -600,6 +614,24 @@ def test_a_crash_loop_quotes_the_last_exit_of_the_container_that_loops() -> None
     ]
     assert {p.observed_at for p in problems} == {checks.event_time(event)}
     assert {p.since for p in problems} == {None}
+
+
+def test_a_missing_secret_after_a_crash_quotes_the_kubelet_not_the_crash() -> None:
+    pod = make_pod(
+        WORKER_POD_A,
+        node=GPU_NODE_A,
+        waiting_reason="CreateContainerConfigError",
+        waiting_message='secret "hf-token" not found',
+        restart_count=1,
+        last_exit_code=137,
+    )
+    (problem,) = checks.pod_problems({"items": [pod]}, {"items": []})
+    assert (problem.reason, problem.message, problem.requests_gpu, problem.role) == (
+        "CreateContainerConfigError",
+        'secret "hf-token" not found',
+        True,
+        "worker",
+    )
 
 
 def test_a_pod_held_by_a_scheduling_gate_is_not_a_problem() -> None:
