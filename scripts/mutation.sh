@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Mutation testing of the code that decides: configuration validation, the readiness checks and
-# handler, the capacity watch, and the CLI's verdicts. Not part of CI (it takes ~15 minutes on
-# two cores); run it before resolving work that touches those modules. docs/testing.md has the
-# current score and the survivors judged equivalent.
+# handler, the capacity watch, and the CLI's verdicts. Not part of CI (about 24 minutes of CPU:
+# some 12 minutes on two idle cores); run it before resolving work that touches those modules.
+# docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
+# which module's mutants (tests/mutation_plugin.py).
 #
 #   scripts/mutation.sh                 the whole scope below
 #   scripts/mutation.sh 'GLOB' ...      only the mutants matching these mutmut names, e.g.
