@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the code that decides: configuration validation, the readiness checks and
-# handler, the capacity watch, and the CLI's verdicts. Not part of CI (about 24 minutes of CPU:
-# some 12 minutes on two idle cores); run it before resolving work that touches those modules.
+# handler, the capacity watch, and the CLI's verdicts. Not part of CI (9 minutes on two idle
+# cores, 15 minutes of CPU); run it before resolving work that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #

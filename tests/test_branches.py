@@ -888,6 +888,48 @@ def test_replicas_apart_name_every_node() -> None:
     assert place.why == f"prefill on {GPU_NODE_A}, {GPU_NODE_A}-3, decode on {GPU_NODE_B}"
 
 
+def test_replicas_apart_name_every_decode_node() -> None:
+    from tests.fakes.kube_api import make_replica, make_serve_applications
+
+    third = worker(WORKER_POD_B + "-3", GPU_NODE_B + "-3", "10.0.1.23")
+    serve = make_serve_applications(
+        "qwen",
+        {
+            PREFILL_DEPLOYMENT: [
+                make_replica("b" * 56, WORKER_IP_A, deployment=PREFILL_DEPLOYMENT)
+            ],
+            DECODE_DEPLOYMENT: [
+                make_replica("c" * 56, WORKER_IP_B, deployment=DECODE_DEPLOYMENT),
+                make_replica("d" * 56, "10.0.1.23", deployment=DECODE_DEPLOYMENT),
+            ],
+        },
+    )
+    place = checks.placement({"items": [*APART, third]}, serve, "qwen")
+    assert (place.method, place.ok) == ("serve-replicas", True)
+    assert place.why == f"prefill on {GPU_NODE_A}, decode on {GPU_NODE_B}, {GPU_NODE_B}-3"
+
+
+def test_a_replica_without_a_node_ip_is_named_with_a_question_mark() -> None:
+    """Serve's ``ReplicaDetails.node_ip`` is optional (null until the actor is placed): the
+    fallback names such a replica ``deployment@?`` rather than ``deployment@None``."""
+    from tests.fakes.kube_api import make_replica, make_serve_applications
+
+    decode = make_replica("c" * 56, WORKER_IP_B, deployment=DECODE_DEPLOYMENT)
+    decode["node_ip"] = None
+    serve = make_serve_applications(
+        "qwen",
+        {
+            PREFILL_DEPLOYMENT: [
+                make_replica("b" * 56, WORKER_IP_A, deployment=PREFILL_DEPLOYMENT)
+            ],
+            DECODE_DEPLOYMENT: [decode],
+        },
+    )
+    place = checks.placement({"items": APART}, serve, "qwen")
+    assert (place.method, place.ok) == ("worker-pods", True)
+    assert place.why.endswith(f"replica node IPs not found among Ray pods: {DECODE_DEPLOYMENT}@?")
+
+
 @pytest.mark.parametrize(("usable", "ok"), [(2, True), (1, False)])
 def test_gpu_nodes_are_ok_at_exactly_the_expected_count(usable: int, ok: bool) -> None:
     found = checks.gpu_nodes(nodes(usable=usable), 2)
