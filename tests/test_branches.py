@@ -136,17 +136,7 @@ class Scenario:
     started: float | None = NOW - 600  # when the wait started (on_event)
 
     def verdict(self) -> str | None:
-        props = handler.Props(
-            cluster_name="ray-llm-multinode",
-            endpoint="https://127.0.0.1:1",
-            ca_data="",
-            namespace="inference",
-            rayservice=RAYSERVICE,
-            app_name="qwen",
-            model_id="qwen3.5-9b",
-            kv_backend="LIBFABRIC",
-            expected_gpu_nodes=2,
-        )
+        props = _props_with()
         pods = {"items": [o for o in self.objects if o.get("kind") == "Pod"]}
         events = {"items": [o for o in self.objects if o.get("kind") == "Event"]}
         state = checks.rayservice_state(self.rs, "qwen")
@@ -382,17 +372,7 @@ ROWS = list(_rows())
 
 
 def _verdict_of(*problems: Any) -> str | None:
-    props = handler.Props(
-        cluster_name="ray-llm-multinode",
-        endpoint="https://127.0.0.1:1",
-        ca_data="",
-        namespace="inference",
-        rayservice=RAYSERVICE,
-        app_name="qwen",
-        model_id="qwen3.5-9b",
-        kv_backend="LIBFABRIC",
-        expected_gpu_nodes=2,
-    )
+    props = _props_with()
     state = checks.rayservice_state(rayservice(ready=False, app_status=None), "qwen")
     result: str | None = handler.terminal_failure(
         props, checks.gpu_nodes(nodes(), 2), state, list(problems), NOW
@@ -1256,14 +1236,15 @@ def test_a_terminating_warmup_pod_is_terminating_unless_it_failed() -> None:
 
 
 def _props_with(**changes: Any) -> Any:
+    """The readiness handler's properties for the default app, with ``changes``."""
     return handler.Props(
-        cluster_name="c",
+        cluster_name="ray-llm-multinode",
         endpoint="https://127.0.0.1:1",
         ca_data="",
         namespace="inference",
         rayservice=RAYSERVICE,
         app_name="qwen",
-        model_id="m",
+        model_id="qwen3.5-9b",
         kv_backend="LIBFABRIC",
         expected_gpu_nodes=2,
         **changes,
