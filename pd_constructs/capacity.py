@@ -18,7 +18,11 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
-from pd_constructs.nag import LAMBDA_BASIC, acknowledge, nag_flatten
+from pd_constructs.nag import (
+    acknowledge,
+    acknowledge_basic_execution_role,
+    nag_flatten,
+)
 from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
@@ -156,12 +160,7 @@ class GpuCapacityWatch(Construct):
         )
 
         for fn in (on_event, is_complete):
-            acknowledge(
-                fn,
-                "AwsSolutions-IAM4",
-                "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-                findings=[LAMBDA_BASIC],
-            )
+            acknowledge_basic_execution_role(fn)
         acknowledge(
             is_complete,
             "AwsSolutions-IAM5",

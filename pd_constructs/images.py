@@ -21,7 +21,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
-from pd_constructs.nag import LAMBDA_BASIC, acknowledge
+from pd_constructs.nag import acknowledge_basic_execution_role
 from pd_constructs.network import suppress_provider_framework
 from pd_constructs.rollback import grant_describe_own_stack
 
@@ -91,12 +91,7 @@ class ImageDigests(Construct):
             resource_type="Custom::ImageDigests",
             properties=dict(images),
         )
-        acknowledge(
-            fn,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-            findings=[LAMBDA_BASIC],
-        )
+        acknowledge_basic_execution_role(fn)
         suppress_provider_framework(provider, fn)
 
     def reference(self, key: str) -> str:

@@ -20,7 +20,12 @@ from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
 from pd_constructs.eks_types import as_icluster
-from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
+from pd_constructs.nag import (
+    LAMBDA_BASIC,
+    LAMBDA_VPC,
+    acknowledge,
+    acknowledge_basic_execution_role,
+)
 from pd_constructs.network import suppress_provider_framework
 from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import logged_waiter_provider
@@ -236,12 +241,7 @@ class KubernetesWaiter(Construct):
                     findings=[LAMBDA_BASIC, LAMBDA_VPC],
                 )
             else:
-                acknowledge(
-                    function,
-                    "AwsSolutions-IAM4",
-                    "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-                    findings=[LAMBDA_BASIC],
-                )
+                acknowledge_basic_execution_role(function)
         if polling is None:
             suppress_provider_framework(provider, self.function)
 

@@ -22,6 +22,16 @@ def acknowledge(scope: IConstruct, rule: str, reason: str, findings: Sequence[st
     Validations.of(scope).acknowledge(*(Acknowledgment(id=i, reason=reason) for i in ids))
 
 
+def acknowledge_basic_execution_role(function: IConstruct) -> None:
+    """Acknowledge AwsSolutions-IAM4 for a Lambda function's AWSLambdaBasicExecutionRole only."""
+    acknowledge(
+        function,
+        "AwsSolutions-IAM4",
+        "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+        findings=[LAMBDA_BASIC],
+    )
+
+
 def function_versions_finding(function: IConstruct) -> str:
     """The IAM5 finding for a policy that invokes every version of ``function`` (``<arn>:*``)."""
     cfn = function.node.default_child

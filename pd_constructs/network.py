@@ -15,7 +15,13 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
-from pd_constructs.nag import LAMBDA_BASIC, acknowledge, function_versions_finding, nag_flatten
+from pd_constructs.nag import (
+    LAMBDA_BASIC,
+    acknowledge,
+    acknowledge_basic_execution_role,
+    function_versions_finding,
+    nag_flatten,
+)
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 
 
@@ -84,12 +90,7 @@ class GpuAvailabilityZoneProvider(Construct):
         provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
         self.service_token = provider.service_token
         self._describe_findings: list[str] = []
-        acknowledge(
-            fn,
-            "AwsSolutions-IAM4",
-            "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-            findings=[LAMBDA_BASIC],
-        )
+        acknowledge_basic_execution_role(fn)
         suppress_provider_framework(provider, fn)
 
     def serve_stack(self, stack: Stack) -> None:
