@@ -102,7 +102,8 @@ class Deploy:
         return cls(templates, dependencies)
 
 
-def _refs(value: Any) -> set[str]:
+def refs(value: Any) -> set[str]:
+    """Logical ids a template value refers to (Ref, Fn::GetAtt, Fn::Sub; not DependsOn)."""
     found: set[str] = set()
     if isinstance(value, dict):
         for key, arg in value.items():
@@ -114,12 +115,12 @@ def _refs(value: Any) -> set[str]:
                 text = arg[0] if isinstance(arg, list) else arg
                 found |= {m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", str(text))}
                 if isinstance(arg, list):
-                    found |= _refs(arg[1])
+                    found |= refs(arg[1])
             else:
-                found |= _refs(arg)
+                found |= refs(arg)
     elif isinstance(value, list):
         for item in value:
-            found |= _refs(item)
+            found |= refs(item)
     return found
 
 
@@ -259,7 +260,7 @@ class _Model:
         while pending:
             progressed = False
             for logical_id, resource in list(pending.items()):
-                deps = (_refs(resource.get("Properties", {})) | _depends_on(resource)) & set(
+                deps = (refs(resource.get("Properties", {})) | _depends_on(resource)) & set(
                     resources
                 )
                 names = [f"{stack}/{d}" for d in deps]

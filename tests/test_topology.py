@@ -16,24 +16,8 @@ from aws_cdk import aws_eks_v2 as eks
 
 from pd_constructs.cluster import GPU_AMI_TYPE, gpu_nodegroup_name
 from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX, AppConfig, ConfigError
+from ray_pd_eks.timeline import refs
 from tests.synth import Synthesized
-
-
-def _refs(value: Any) -> set[str]:
-    """Logical ids a template value refers to (Ref, Fn::GetAtt, DependsOn excluded)."""
-    found: set[str] = set()
-    if isinstance(value, dict):
-        for key, arg in value.items():
-            if key == "Ref" and isinstance(arg, str) and not arg.startswith("AWS::"):
-                found.add(arg)
-            elif key == "Fn::GetAtt":
-                found.add(arg[0] if isinstance(arg, list) else str(arg).split(".")[0])
-            else:
-                found |= _refs(arg)
-    elif isinstance(value, list):
-        for item in value:
-            found |= _refs(item)
-    return found
 
 
 def _changes_with(template: dict[str, Any], root: str) -> set[str]:
@@ -44,7 +28,7 @@ def _changes_with(template: dict[str, Any], root: str) -> set[str]:
     while grew:
         grew = False
         for logical_id, resource in resources.items():
-            if logical_id not in changed and _refs(resource.get("Properties", {})) & changed:
+            if logical_id not in changed and refs(resource.get("Properties", {})) & changed:
                 changed.add(logical_id)
                 grew = True
     return changed
