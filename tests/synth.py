@@ -3,7 +3,10 @@ as a policy-validation plugin, so a finding without an acknowledgment fails synt
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +20,23 @@ from ray_pd_eks.config import AppConfig
 from stacks.stage import RayPdEksStage
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Every synthesized cloud assembly (about 60 MB each) goes under one folder that is removed when
+# the test process ends, so repeated runs do not fill the disk. Only the process that made it
+# removes it: a forked child (a mutation run's) exiting must not delete its parent's assemblies.
+_OUTDIRS = Path(tempfile.mkdtemp(prefix="ray-pd-eks-tests-"))
+_OWNER = os.getpid()
+
+
+@atexit.register
+def _remove_outdirs() -> None:
+    if os.getpid() == _OWNER:
+        shutil.rmtree(_OUTDIRS, ignore_errors=True)
+
+
+def outdir(prefix: str) -> str:
+    """A fresh folder for one synthesized assembly, removed with the others at exit."""
+    return tempfile.mkdtemp(prefix=prefix, dir=_OUTDIRS)
 
 
 def cdk_json_context() -> dict[str, Any]:
@@ -44,8 +64,8 @@ class Synthesized:
 
 def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Synthesized:
     context = {**cdk_json_context(), **(overrides or {})}
-    outdir = Path(tempfile.mkdtemp(prefix="ray-pd-eks-synth-"))
-    app = cdk.App(context=context, outdir=str(outdir))
+    out = Path(outdir("synth-"))
+    app = cdk.App(context=context, outdir=str(out))
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     config = AppConfig.from_context(context)
@@ -55,7 +75,7 @@ def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Sy
     for stack in stage.stacks:
         artifact = assembly.get_stack_artifact(stack.artifact_id)
         templates[stack.node.id] = json.loads(Path(artifact.template_full_path).read_text())
-    return Synthesized(config, stage, templates, outdir)
+    return Synthesized(config, stage, templates, out)
 
 
 # The region the tests read synthesized manifests in (CloudFormation fills it at deploy time).

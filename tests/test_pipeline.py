@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from ray_pd_eks.pipeline_config import (
 )
 from stacks.pipeline_stack import INSTALL_COMMANDS, PipelineStack, cdk_cli_version
 from stacks.stage import RayPdEksStage
-from tests.synth import ROOT, cdk_json_context
+from tests.synth import ROOT, cdk_json_context, outdir
 
 PIPELINE_ACCOUNT = "111111111111"
 DEV_ACCOUNT = "222222222222"
@@ -95,9 +94,7 @@ def pipeline_context(**extra: Any) -> dict[str, Any]:
 @functools.cache
 def synth_pipeline() -> SynthesizedPipeline:
     """Synthesize the app with the test pipeline declared, once per process."""
-    app = cdk.App(
-        context=pipeline_context(), outdir=tempfile.mkdtemp(prefix="ray-pd-eks-pipeline-")
-    )
+    app = cdk.App(context=pipeline_context(), outdir=outdir("pipeline-"))
     stack = app_module.build(app)
     assert isinstance(stack, PipelineStack)
     assembly = app.synth()  # raises on an unacknowledged cdk-nag finding
@@ -485,7 +482,7 @@ def test_a_single_account_pipeline_passes_cdk_nag_without_a_kms_key() -> None:
     context = pipeline_context(
         environments=[{"name": "sandbox", "account": PIPELINE_ACCOUNT, "region": "us-west-2"}]
     )
-    app = cdk.App(context=context, outdir=tempfile.mkdtemp(prefix="ray-pd-eks-pipeline-"))
+    app = cdk.App(context=context, outdir=outdir("pipeline-"))
     stack = app_module.build(app)
     assembly = app.synth()
     assert [a.stack_name for a in assembly.stacks] == ["RayPdEksPipeline"]
