@@ -536,7 +536,7 @@ class AppConfig:
                 raise ConfigError(_problem(key, raw, why, fix_key=close[0]))
             raise ConfigError(
                 f"context key '{key}' = {json.dumps(raw)}: unknown setting; the settings are "
-                f"{', '.join(sorted(keys, key=str.lower))} (README.md, Settings)"
+                f"{', '.join(sorted(keys, key=str.lower))} (docs/settings.md, Every setting)"
             )
         ftype = str(cls.__dataclass_fields__[keys[key]].type)
         try:

@@ -28,7 +28,7 @@ def test_an_unknown_key_says_to_set_the_key_it_suggests() -> None:
 def test_an_unknown_key_without_a_close_match_lists_the_settings() -> None:
     (line,) = problems(colour="blue")
     assert line.startswith("context key 'colour' = \"blue\": unknown setting; the settings are ")
-    listed = line.split("the settings are ", 1)[1].split(" (README.md")[0].split(", ")
+    listed = line.split("the settings are ", 1)[1].split(" (docs/settings.md")[0].split(", ")
     assert sorted(listed) == sorted(AppConfig.context_keys())
     assert "-c colour=" not in line
 
