@@ -22,7 +22,8 @@ from pd_constructs.templates import ASSETS, render
 from ray_pd_eks.config import AppConfig
 
 MODEL_CACHE = "/data/model-cache"  # where pods mount the node's model cache
-HF_HOME = f"{MODEL_CACHE}/hf"
+HF_SUBDIR = "hf"  # the Hugging Face cache inside it
+HF_HOME = f"{MODEL_CACHE}/{HF_SUBDIR}"
 VLLM_CACHE_ROOT = f"{MODEL_CACHE}/vllm"
 TOKEN_DIR = "/var/run/secrets/huggingface"
 SERVICE_ACCOUNT = "model-fetch"
@@ -108,7 +109,11 @@ def stage_container(
             {
                 "AWS_CLI_IMAGE": aws_cli_image,
                 "MODEL_S3_URI": uri,
+                "BUCKET": config.model_s3_bucket,
+                "PREFIX": config.model_s3_prefix,
+                "BUCKET_OWNER": config.model_s3_bucket_owner,
                 "DEST": f"{MODEL_CACHE}/{config.staged_model_dir}",
+                "SUBDIR": config.staged_model_dir,
                 "REGION": region,
                 "SYNC_ARGS": CONFIG_ONLY_SYNC_ARGS if config_only else "",
                 "RESOURCES": resources,
@@ -133,7 +138,9 @@ def prefetch_container(config: AppConfig, *, image: str) -> dict[str, Any]:
                 "IMAGE": image,
                 "REQUIREMENTS": prefetch_requirements(),
                 "MODEL_SOURCE": config.model_source,
+                "MODEL_REVISION": config.model_revision,
                 "HF_HOME": HF_HOME,
+                "HF_SUBDIR": HF_SUBDIR,
                 "ALLOW_PATTERNS": ",".join(ALLOW_PATTERNS),
             },
         )
@@ -188,23 +195,35 @@ def service_account_name(config: AppConfig) -> str:
     return SERVICE_ACCOUNT if config.needs_model_access else "default"
 
 
+def bucket_owner(config: AppConfig) -> str:
+    """The account that must own the staging bucket: ``modelS3BucketOwner`` or this one."""
+    return config.model_s3_bucket_owner or Aws.ACCOUNT_ID
+
+
 def model_access_statements(config: AppConfig) -> list[iam.PolicyStatement]:
-    """Read-only access to exactly the staged prefix and/or the token secret."""
+    """Read-only access to exactly the staged prefix and/or the token secret. S3 access holds
+    only while the bucket belongs to :func:`bucket_owner` (``s3:ResourceAccount``): a bucket
+    of the same name in another account matches the ARNs but not the condition."""
     statements = []
     if config.model_s3_uri:
         bucket, prefix = config.model_s3_bucket, config.model_s3_prefix
         bucket_arn = f"arn:{Aws.PARTITION}:s3:::{bucket}"
+        owner = {"s3:ResourceAccount": bucket_owner(config)}
         statements += [
             iam.PolicyStatement(
                 sid="ReadStagedModel",
                 actions=["s3:GetObject"],
                 resources=[f"{bucket_arn}/{prefix}/*"],
+                conditions={"StringEquals": owner},
             ),
             iam.PolicyStatement(
                 sid="ListStagedModel",
                 actions=["s3:ListBucket"],
                 resources=[bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix}/*", prefix]}},
+                conditions={
+                    "StringLike": {"s3:prefix": [f"{prefix}/*", prefix]},
+                    "StringEquals": owner,
+                },
             ),
         ]
     if config.hf_token_secret_arn:

@@ -103,23 +103,46 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
         "PLACEMENT_GROUP_CONFIG": placement_group_config(config),
     }
     if not config.is_pd:
-        return dict(
+        serve = dict(
             render(
                 "manifests/serve-config-aggregated.yaml",
                 {**common, "REPLICAS": config.worker_replicas},
             )
         )
-    return dict(
-        render(
-            "manifests/serve-config.yaml",
-            {
-                **common,
-                "KV_BACKENDS": [config.kv_backend],
-                "PREFILL_REPLICAS": config.prefill_replicas,
-                "DECODE_DEPLOYMENT_CONFIG": decode_deployment_config(config),
-            },
+    else:
+        serve = dict(
+            render(
+                "manifests/serve-config.yaml",
+                {
+                    **common,
+                    "KV_BACKENDS": [config.kv_backend],
+                    "PREFILL_REPLICAS": config.prefill_replicas,
+                    "DECODE_DEPLOYMENT_CONFIG": decode_deployment_config(config),
+                },
+            )
         )
-    )
+    for llm_config in llm_configs(serve):
+        llm_config["engine_kwargs"].update(revision_kwargs(config))
+    return serve
+
+
+def llm_configs(serve: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every engine's ``LLMConfig`` in a rendered Serve config: prefill and decode, or the
+    aggregated app's ``llm_configs``."""
+    args = serve["applications"][0]["args"]
+    if "llm_configs" in args:
+        return list(args["llm_configs"])
+    return [args["prefill_config"], args["decode_config"]]
+
+
+def revision_kwargs(config: AppConfig) -> dict[str, str]:
+    """vLLM engine arguments that pin the Hugging Face revision (``modelRevision``) of the
+    weights and config (``revision``) and of the tokenizer (``tokenizer_revision``; vLLM 0.26
+    ``EngineArgs``), the revision the prefetch downloads. None with ``modelS3Uri``: the engines
+    then load the staged copy from a local directory, which has no revisions."""
+    if config.model_s3_uri:
+        return {}
+    return {"revision": config.model_revision, "tokenizer_revision": config.model_revision}
 
 
 # Ray's metric cardinality (ray/_private/telemetry/metric_cardinality.py, Ray 2.58): "legacy"
@@ -190,6 +213,23 @@ def worker_resources(config: AppConfig) -> dict[str, Any]:
     return resources
 
 
+def worker_security_context(config: AppConfig) -> dict[str, Any]:
+    """The GPU worker container's securityContext (docs/security.md, "GPU workers without
+    privileged"). ``gpuWorkerPrivileged`` on: ``privileged`` (every device, every capability,
+    no seccomp), the walkthrough's setting. Off (the default): no capability but ``IPC_LOCK``
+    when the KV cache moves over EFA, so libfabric's EFA provider may pin the memory it
+    registers beyond the container's locked-memory limit (the kernel's ``ib_umem_get`` lets a
+    process with ``CAP_IPC_LOCK`` exceed ``RLIMIT_MEMLOCK``); the GPU and EFA device files come
+    from their device plugins, which mount exactly the allocated ones. KubeRay copies this
+    context onto its ``wait-gcs-ready`` init container."""
+    if config.gpu_worker_privileged:
+        return {"privileged": True}
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if config.uses_efa_transport:
+        capabilities["add"] = ["IPC_LOCK"]
+    return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+
+
 def worker_volumes(config: AppConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumeMounts, volumes) of a GPU worker."""
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, cache_mount()]
@@ -207,10 +247,14 @@ def worker_volumes(config: AppConfig) -> tuple[list[dict[str, Any]], list[dict[s
 
 
 def head_volumes(config: AppConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumeMounts, volumes) of the head: only what model access needs. With S3 staging the
-    head gets the model's config and tokenizer in a pod-local copy at the workers' path."""
+    """(volumeMounts of ``ray-head``, volumes) of the head: only what model access needs. With
+    S3 staging the head gets the model's config and tokenizer in a pod-local copy at the
+    workers' path. When decode scales the pod also carries the autoscaler's API token volume
+    (:func:`autoscaler_token_volume`), which ``ray-head`` does not mount."""
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
+    if config.decode_autoscales:
+        volumes.append(autoscaler_token_volume())
     if config.model_s3_uri:
         mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE})
         volumes.append({"name": "model-cache", "emptyDir": {"sizeLimit": "1Gi"}})
@@ -271,12 +315,28 @@ def head_service_account_name(config: AppConfig) -> str:
     return service_account_name(config)
 
 
+# The head pod's projected volume with the API token of its account, mounted only into
+# KubeRay's autoscaler sidecar, at the path in-cluster Kubernetes clients read.
+AUTOSCALER_TOKEN_VOLUME = "autoscaler-api-token"
+SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def autoscaler_token_volume() -> dict[str, Any]:
+    """The projected token volume (assets/manifests/autoscaler-api-token.yaml)."""
+    return dict(render("manifests/autoscaler-api-token.yaml", {"NAME": AUTOSCALER_TOKEN_VOLUME}))
+
+
 def autoscaler_options() -> dict[str, Any]:
-    """``rayClusterConfig.autoscalerOptions`` (assets/manifests/ray-autoscaler-options.yaml)."""
+    """``rayClusterConfig.autoscalerOptions`` (assets/manifests/ray-autoscaler-options.yaml):
+    bounds, resources, the sidecar's security context and its mount of the API token."""
     return dict(
         render(
             "manifests/ray-autoscaler-options.yaml",
-            {"IDLE_TIMEOUT_SECONDS": AUTOSCALER_IDLE_TIMEOUT_SECONDS},
+            {
+                "IDLE_TIMEOUT_SECONDS": AUTOSCALER_IDLE_TIMEOUT_SECONDS,
+                "TOKEN_VOLUME": AUTOSCALER_TOKEN_VOLUME,
+                "TOKEN_PATH": SERVICE_ACCOUNT_TOKEN_PATH,
+            },
         )
     )
 
@@ -330,7 +390,6 @@ def _render_rayservice_template(
                     config,
                     ["ray-head", "autoscaler"] if config.decode_autoscales else ["ray-head"],
                 ),
-                "HEAD_AUTOMOUNT_TOKEN": config.decode_autoscales,
                 "WORKER_ANNOTATIONS": credential_annotations(
                     config, ["ray-worker", "wait-gcs-ready"]
                 ),
@@ -348,7 +407,7 @@ def _render_rayservice_template(
                 "IN_TREE_AUTOSCALING": config.decode_autoscales,
                 "HEAD_SERVICE_ACCOUNT": head_service_account_name(config),
                 "WORKER_RESOURCES": worker_resources(config),
-                "WORKER_PRIVILEGED": config.uses_efa_transport,
+                "WORKER_SECURITY_CONTEXT": worker_security_context(config),
                 "WORKER_ENV": worker_env(config),
                 "WORKER_INIT_CONTAINERS": fetch_init_containers(
                     config, region=region, aws_cli_image=aws_cli_image

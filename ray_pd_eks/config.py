@@ -47,6 +47,10 @@ CLUSTER_NAME_MAX = 100
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
 DLC_ACCOUNT = "763104351884"
 DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
+# A commit of Qwen/Qwen3.5-9B on the Hugging Face Hub (cited, with its commit URL, by public
+# projects that pin this model; docs/security.md, "Model revision").
+MODEL_REVISION = "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
+MODEL_REVISION_MAX = 128
 MIN_GPU_ROOT_GIB = 100  # ~20 GB image + ~18 GB weights + the HF cache's temp copy + logs.
 MIN_GPU_OS_ROOT_GIB = 30  # the NVIDIA AMI's own snapshot, when NVMe holds images and caches
 MIN_SYSTEM_ROOT_GIB = 80  # the Ray head runs the ~20 GB (compressed) DLC image there
@@ -101,6 +105,7 @@ _ACCOUNT = re.compile(r"^\d{12}$")
 _PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MODEL_SOURCE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_MODEL_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]*$")
 _S3_URI = re.compile(
     r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[\w!\-.*'()/]+?)/?$"
 )
@@ -265,13 +270,21 @@ class AppConfig:
     ray_service_name: str = "ray-llm"
     model_id: str = ""  # empty = derived from model_source (see derive_model_id)
     model_source: str = "Qwen/Qwen3.5-9B"
+    # The Hugging Face revision (commit, tag or branch) the prefetch downloads and the engines
+    # load: a commit, so a push to the repository cannot change what serves (docs/security.md).
+    model_revision: str = MODEL_REVISION
     model_s3_uri: str = ""  # s3://bucket/prefix holding the model: staged to the node's NVMe
+    # The account that must own modelS3Uri's bucket; empty = the deploy account.
+    model_s3_bucket_owner: str = ""
     hf_token_secret_arn: str = ""  # Secrets Manager secret with a Hugging Face token
     max_model_len: int = 4096
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.90
     enforce_eager: bool = True
     kv_backend: str = "LIBFABRIC"
+    # true = the GPU workers run privileged (the walkthrough's setting); false = only the
+    # devices their GPUs and EFA interfaces bring, plus IPC_LOCK with EFA (docs/security.md).
+    gpu_worker_privileged: bool = False
     serving_mode: str = "pd"  # "aggregated": build_openai_app, one engine per GPU node
     prefill_replicas: int = 1
     decode_replicas: int = 1
@@ -848,8 +861,24 @@ def _capacity(c: AppConfig) -> list[str]:
     return out
 
 
+def _model_revision(c: AppConfig) -> list[str]:
+    rev = c.model_revision
+    if _MODEL_REVISION.match(rev) and len(rev) <= MODEL_REVISION_MAX:
+        return []
+    why = (
+        f"must be a Hugging Face revision of at most {MODEL_REVISION_MAX} characters: a "
+        "40-hex commit (recommended: what serves can then not change under you), a tag or a "
+        "branch (letters, digits, '.', '_', '-', '/')"
+    )
+    return [_problem("modelRevision", rev, why)]
+
+
 def _model_access(c: AppConfig) -> list[str]:
     out = []
+    owner = c.model_s3_bucket_owner
+    if owner and not _ACCOUNT.match(owner):
+        why = "must be the 12-digit AWS account id that owns modelS3Uri's bucket, or empty"
+        out.append(_problem("modelS3BucketOwner", owner, why + " (= the deploy account)"))
     if c.model_s3_uri and not _S3_URI.match(c.model_s3_uri):
         why = "must be s3://<bucket>/<prefix> (the folder holding config.json and the weights)"
         out.append(_problem("modelS3Uri", c.model_s3_uri, why))
@@ -1320,6 +1349,7 @@ _CHECKS.extend(
         _gpu_storage,
         _capacity,
         _model_access,
+        _model_revision,
         _gpu_az,
         _system_nodes,
         _software,

@@ -85,6 +85,10 @@ LIMITS: list[Edge] = [
     Edge("namespace", "n" * 63, "n" * 64, "is 64 characters; the limit is 63"),
     Edge("gpuNodegroupName", "g" * 33, "g" * 34, "is 34 characters; the limit is 33"),
     Edge("modelId", "m" * 128, "m" * 129, "is 129 characters; the limit is 128"),
+    # -- the model revision and the staging bucket's owner ------------------------------------
+    Edge("modelRevision", "r" * 128, "r" * 129, "Hugging Face revision of at most 128"),
+    Edge("modelRevision", "v1.0/rc-2_x", "-main", "must be a Hugging Face revision", why="ref"),
+    Edge("modelS3BucketOwner", "123456789012", "12345678901", "12-digit AWS account id"),
     # The oldest minor EKS still creates is 1.32, but this app ships kubectl layers for 1.35 and
     # 1.36 only: the oldest accepted is 1.35, and 1.34 is refused for the missing layer.
     Edge("kubernetesVersion", "1.35", "1.34", "this app has no kubectl layer for it", why="min"),

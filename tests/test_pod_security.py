@@ -41,9 +41,17 @@ def _pods(app: Synthesized) -> list[tuple[str, str, dict[str, Any]]]:
             cluster = obj["spec"]["rayClusterConfig"]
             head = copy.deepcopy(cluster["headGroupSpec"]["template"])
             if cluster.get("enableInTreeAutoscaling"):
-                # KubeRay adds its autoscaler as a sidecar of the head (container "autoscaler").
+                # KubeRay adds its autoscaler as a sidecar of the head (container "autoscaler"),
+                # with autoscalerOptions' securityContext and volumeMounts (KubeRay 1.7.0
+                # common/pod.go, mergeAutoscalerOverrides).
+                options = cluster.get("autoscalerOptions") or {}
                 head["spec"]["containers"].append(
-                    {"name": "autoscaler", "image": head["spec"]["containers"][0]["image"]}
+                    {
+                        "name": "autoscaler",
+                        "image": head["spec"]["containers"][0]["image"],
+                        "securityContext": copy.deepcopy(options.get("securityContext")),
+                        "volumeMounts": copy.deepcopy(options.get("volumeMounts") or []),
+                    }
                 )
             pods.append((ns, "ray-head", head))
             for group in cluster["workerGroupSpecs"]:
@@ -92,13 +100,35 @@ def test_the_ucx_workers_need_more_than_baseline_for_the_node_cache(
     assert violations(head["spec"], "baseline") == []
 
 
-def test_efa_workers_are_privileged_and_nothing_else_is(default_app: Synthesized) -> None:
+def test_efa_workers_add_only_ipc_lock_and_nothing_else_needs_more(
+    default_app: Synthesized,
+) -> None:
+    """No pod is privileged by default; beyond the cache's hostPath, the EFA workers (and
+    KubeRay's wait-gcs-ready, which copies their context) add IPC_LOCK and nothing else."""
     for _, name, template in _pods(default_app):
         found = [v for v in violations(template["spec"], "baseline") if "hostPath" not in v]
         if name == "gpu-workers":
-            assert found == ["privileged:ray-worker", "privileged:wait-gcs-ready"]
+            assert found == [
+                "capabilities_baseline:ray-worker:IPC_LOCK",
+                "capabilities_baseline:wait-gcs-ready:IPC_LOCK",
+            ]
         else:
             assert found == [], name
+
+
+def test_head_and_warmup_pods_run_under_runtime_default_seccomp_without_capabilities(
+    default_app: Synthesized,
+) -> None:
+    """The Ray head and both warm-up DaemonSets pass `restricted`'s seccomp and capability
+    checks (what is left is hostPath and root, which their jobs need)."""
+    for _, name, template in _pods(default_app):
+        if name == "gpu-workers":
+            continue
+        found = violations(template["spec"], "restricted")
+        assert not [v for v in found if v.startswith(("seccomp", "capabilities", "allowPriv"))], (
+            name,
+            found,
+        )
 
 
 def test_warmup_pods_would_even_pass_restricted_but_for_the_cache_and_root(
@@ -118,17 +148,33 @@ def test_no_pod_mounts_a_kubernetes_api_token(
     app: Synthesized = request.getfixturevalue(app_name)
     pods = _pods(app)
     for _, name, template in pods:
+        # The kubelet mounts no token anywhere; with decode autoscaling only KubeRay's
+        # autoscaler sidecar mounts the head account's token from a projected volume.
+        assert template["spec"]["automountServiceAccountToken"] is False, name
+        spec = template["spec"]
+        token_volumes = {
+            v["name"]
+            for v in spec.get("volumes") or []
+            if any(
+                "serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources", [])
+            )
+        }
+        holders = [
+            c["name"]
+            for c in [*spec["containers"], *(spec.get("initContainers") or [])]
+            if token_volumes & {m["name"] for m in c.get("volumeMounts") or []}
+        ]
         if name == "ray-head" and app.config.decode_autoscales:
-            # KubeRay's autoscaler sidecar patches the RayCluster through the API, with the
-            # head's own account, which no other pod uses (docs/scaling.md).
-            account = template["spec"]["serviceAccountName"]
+            # The sidecar patches the RayCluster through the API, with the head's own
+            # account, which no other pod uses (docs/scaling.md).
+            account = spec["serviceAccountName"]
             assert account == f"{app.config.ray_service_name}-ray-head"
             assert [n for _, n, t in pods if t["spec"].get("serviceAccountName") == account] == [
                 "ray-head"
             ]
-            assert template["spec"]["automountServiceAccountToken"] is True
+            assert holders == ["autoscaler"]
             continue
-        assert template["spec"]["automountServiceAccountToken"] is False, name
+        assert holders == [], name
 
 
 @pytest.mark.parametrize("app_name", ("variant_app", "token_app"))

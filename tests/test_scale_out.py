@@ -130,8 +130,9 @@ def test_the_head_has_its_own_account_for_the_autoscaler_role() -> None:
     (group,) = cluster["workerGroupSpecs"]
     head = cluster["headGroupSpec"]["template"]["spec"]
     assert head["serviceAccountName"] == "ray-llm-ray-head"
-    # The autoscaler sidecar calls the Kubernetes API; the workers still mount no token.
-    assert head["automountServiceAccountToken"] is True
+    # The autoscaler sidecar calls the Kubernetes API with a token only it mounts (below);
+    # the kubelet mounts none into any container of the head, and the workers get none.
+    assert head["automountServiceAccountToken"] is False
     assert group["template"]["spec"]["serviceAccountName"] == "default"
     assert group["template"]["spec"]["automountServiceAccountToken"] is False
     fixed = _cluster(DEFAULTS)["headGroupSpec"]["template"]["spec"]
@@ -371,3 +372,39 @@ def test_a_bad_starting_size_is_reported_once_not_again_by_the_ranges() -> None:
     assert [line.split(":")[0] for line in str(err.value).splitlines()] == [
         "context key 'decodeReplicas' = 2"
     ]
+
+
+def test_only_the_autoscaler_sidecar_mounts_the_api_token() -> None:
+    """The head pod carries the projected token volume; KubeRay appends autoscalerOptions'
+    volumeMounts to the sidecar only (KubeRay 1.7.0 common/pod.go mergeAutoscalerOverrides),
+    and no container the template itself defines (ray-head, init containers) mounts it."""
+    cluster = _cluster(SCALING)
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    (volume,) = [v for v in head["volumes"] if v["name"] == "autoscaler-api-token"]
+    sources = volume["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
+    assert sources[1]["configMap"] == {
+        "name": "kube-root-ca.crt",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    assert sources[2]["downwardAPI"]["items"] == [
+        {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+    ]
+    assert cluster["autoscalerOptions"]["volumeMounts"] == [
+        {
+            "name": "autoscaler-api-token",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True,
+        }
+    ]
+    for container in [*head["containers"], *head.get("initContainers", [])]:
+        mounted = {m["name"] for m in container.get("volumeMounts") or []}
+        assert "autoscaler-api-token" not in mounted, container["name"]
+    assert cluster["autoscalerOptions"]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    # Without scaling there is no sidecar and no token volume.
+    fixed = _cluster(DEFAULTS)["headGroupSpec"]["template"]["spec"]
+    assert all(v["name"] != "autoscaler-api-token" for v in fixed.get("volumes") or [])

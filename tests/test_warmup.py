@@ -164,7 +164,15 @@ def test_prefetch_fills_the_same_cache_from_hugging_face(default_app: Synthesize
     assert "--require-hashes" in fetch["args"][0] and "--no-deps" in fetch["args"][0]
     assert any(r.startswith("huggingface-hub==") for r in requirements)
     assert env["MODEL_SOURCE"] == "Qwen/Qwen3.5-9B"
+    assert env["MODEL_REVISION"] == "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
+    assert 'revision=os.environ["MODEL_REVISION"]' in fetch["args"][0]
     assert env["HF_HOME"] == _env(_workers(default_app)["containers"][0])["HF_HOME"]
+    # Only the Hugging Face cache of the node cache is mounted, not the directories the
+    # workers load vLLM's compile cache (or a staged copy) from.
+    assert fetch["volumeMounts"] == [
+        {"name": "model-cache", "mountPath": f"{MODEL_CACHE}/hf", "subPath": "hf"}
+    ]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert "*.safetensors" in env["ALLOW_PATTERNS"].split(",")
     assert "snapshot_download" in fetch["args"][0]
     (cache,) = pod["volumes"]
@@ -190,6 +198,20 @@ def test_s3_staging_renders_only_when_configured(variant_app: Synthesized) -> No
     assert (env["MODEL_S3_URI"], env["DEST"], env["SYNC_ARGS"]) == (S3_URI, dest, "")
     assert env["REGION"] == REGION
     assert "aws s3 sync" in stage["args"][0] and ".complete" in stage["args"][0]
+    # The owner is checked before the copy: ListObjectsV2 with --expected-bucket-owner
+    # (aws s3 sync has no such option), the deploy account unless modelS3BucketOwner says.
+    script = stage["args"][0]
+    assert script.index("--expected-bucket-owner") < script.index("aws s3 sync")
+    assert (env["BUCKET"], env["PREFIX"], env["BUCKET_OWNER"]) == (
+        "example-models",
+        "qwen/Qwen3.5-9B",
+        "",
+    )
+    assert "sts get-caller-identity" in script
+    # It mounts only its own copy's directory of the node cache.
+    assert stage["volumeMounts"] == [
+        {"name": "model-cache", "mountPath": dest, "subPath": config.staged_model_dir}
+    ]
     (worker,) = spec["containers"]
     assert _env(worker)["HF_HUB_OFFLINE"] == "1"
     assert spec["serviceAccountName"] == "model-fetch"
@@ -243,9 +265,14 @@ def test_staging_access_is_read_only_on_exactly_the_prefix(variant_app: Synthesi
         get = json.dumps(by_action["s3:GetObject"]["Resource"])
         assert ":s3:::example-models/qwen/Qwen3.5-9B/*" in get
         listing = by_action["s3:ListBucket"]
+        # Only while the bucket belongs to this account: a bucket of the same name
+        # re-created in another account matches the ARNs but not s3:ResourceAccount.
+        owner = {"s3:ResourceAccount": {"Ref": "AWS::AccountId"}}
         assert listing["Condition"] == {
-            "StringLike": {"s3:prefix": ["qwen/Qwen3.5-9B/*", "qwen/Qwen3.5-9B"]}
+            "StringLike": {"s3:prefix": ["qwen/Qwen3.5-9B/*", "qwen/Qwen3.5-9B"]},
+            "StringEquals": owner,
         }
+        assert by_action["s3:GetObject"]["Condition"] == {"StringEquals": owner}
     addons = variant_app.resources("Cluster", "AWS::EKS::Addon").values()
     assert sorted(a["Properties"]["AddonName"] for a in addons) == [
         "eks-pod-identity-agent",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pd_constructs.templates import TemplateError, render
-from pd_constructs.workload import render_rayservice, render_serve_config
+from pd_constructs.workload import llm_configs, render_rayservice, render_serve_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.synth import TEST_REGION, Synthesized, image_refs, resolve
 
@@ -144,6 +144,9 @@ def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
                     "engine_id": phase,
                     "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
                 },
+                # modelRevision pins weights, config and tokenizer (vLLM EngineArgs).
+                "revision": "c202236235762e1c871ad0ccb60c8ee5ba337b9a",
+                "tokenizer_revision": "c202236235762e1c871ad0ccb60c8ee5ba337b9a",
             },
             "placement_group_config": {"bundles": [{"GPU": 1}], "strategy": "STRICT_PACK"},
             "deployment_config": {"num_replicas": 1},
@@ -216,7 +219,10 @@ def test_aggregated_replicas_fill_the_same_gpu_nodes() -> None:
 def test_aggregated_workers_need_neither_efa_nor_privilege() -> None:
     rs = render_rayservice(AGGREGATED, image="img:1")
     c = _worker_container(rs)
-    assert c["securityContext"] == {"privileged": False}
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert c["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 1}
     env = {e["name"] for e in c["env"]}
     # No NIXL/EFA/UCX knobs.
@@ -291,7 +297,12 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "tolerations"
     ]
     c = _worker_container(rs)
-    assert c["securityContext"] == {"privileged": True}
+    # Not privileged: every capability dropped but IPC_LOCK (EFA memory registration).
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+    }
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     expected = {
         "cpu": "16",
         "memory": "64Gi",
@@ -356,7 +367,10 @@ def test_ucx_variant_renders_the_tcp_fallback(variant_app: Synthesized) -> None:
     assert "FI_PROVIDER" not in env and env["UCX_TLS"] == "tcp,cuda_copy"
     assert env["UCX_TCP_PORT_RANGE"] == "5700-5799"
     assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"]
-    assert c["securityContext"] == {"privileged": False}
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert _workers(rs)["replicas"] == 3  # 1 prefill + 2 decode
 
 
@@ -546,3 +560,46 @@ def test_the_checks_tell_the_modes_apart_on_the_rendered_rayservice() -> None:
     checks = lambda_code.checks()
     assert checks.serving_mode(render_rayservice(DEFAULTS, image="img:1")) == "pd"
     assert checks.serving_mode(render_rayservice(AGGREGATED, image="img:1")) == "aggregated"
+
+
+# -- pod security: what the head and the workers may do on their nodes ------------------------
+
+
+def test_gpu_worker_privileged_restores_the_walkthroughs_worker() -> None:
+    config = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
+    c = _worker_container(render_rayservice(config, image="img:1"))
+    assert c["securityContext"] == {"privileged": True}
+
+
+def test_the_head_drops_every_capability_under_runtime_default_seccomp(
+    rs: dict[str, Any],
+) -> None:
+    head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    (ray,) = head["containers"]
+    assert ray["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+# -- modelRevision ------------------------------------------------------------------------------
+
+
+def test_model_revision_pins_every_engine_of_both_modes() -> None:
+    config = DEFAULTS.with_overrides({"modelRevision": "0123abcd" * 5})
+    for mode in ("pd", "aggregated"):
+        serve = render_serve_config(config.with_overrides({"servingMode": mode}))
+        engines = llm_configs(serve)
+        assert len(engines) == (2 if mode == "pd" else 1)
+        for engine in engines:
+            kwargs = engine["engine_kwargs"]
+            assert kwargs["revision"] == kwargs["tokenizer_revision"] == "0123abcd" * 5
+
+
+def test_a_staged_copy_loads_without_a_revision() -> None:
+    """The engines load a local directory then, which has no revisions to pin."""
+    staged = DEFAULTS.with_overrides({"modelS3Uri": "s3://models/qwen/Qwen3.5-9B"})
+    for engine in llm_configs(render_serve_config(staged)):
+        assert "revision" not in engine["engine_kwargs"]
+        assert "tokenizer_revision" not in engine["engine_kwargs"]
