@@ -13,6 +13,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from pd_constructs.admission import render_gpu_node_policy, render_warmup_pod_policy
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.model_access import (
     ModelFetchServiceAccount,
@@ -79,8 +80,9 @@ def render_model_prefetch(
 
 
 class NodeWarmup(Construct):
-    """The warm-up namespace, its default-deny NetworkPolicy, the pre-pull and prefetch
-    DaemonSets and, when the prefetch needs AWS access, its Pod Identity service account.
+    """The warm-up namespace, its default-deny NetworkPolicy, its admission policy and the
+    cluster-wide GPU-node one, the pre-pull and prefetch DaemonSets and, when the prefetch
+    needs AWS access, its Pod Identity service account.
     ``image`` (the Ray image), ``prefetch_image`` and ``aws_cli_image`` (default: as
     configured) and ``region`` may be CloudFormation tokens (digests resolved at deploy time,
     the deploy region)."""
@@ -111,6 +113,20 @@ class NodeWarmup(Construct):
             self, "DaemonSets", cluster=as_icluster(cluster), manifest=self.manifests
         )
         self.daemon_sets.node.add_dependency(self.namespace)
+        # What warm-up pods may ask of their nodes, and (cluster-wide) that the GPU nodes serve
+        # only our namespaces (pd_constructs/admission.py): in force before the DaemonSets'
+        # pods, and early in the deploy, beside the namespace.
+        self.admission_manifest = [
+            *render_warmup_pod_policy(config),
+            *render_gpu_node_policy(config),
+        ]
+        self.admission = eks.KubernetesManifest(
+            self,
+            "AdmissionPolicies",
+            cluster=as_icluster(cluster),
+            manifest=self.admission_manifest,
+        )
+        self.daemon_sets.node.add_dependency(self.admission)
         self.network_policies = eks.KubernetesManifest(
             self,
             "NetworkPolicies",

@@ -15,6 +15,7 @@ import yaml
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from pd_constructs.admission import render_ray_pod_policy, render_raycluster_policy
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import HelmAddon, kuberay_operator
 from pd_constructs.model_access import (
@@ -463,6 +464,18 @@ class PdWorkload(Construct):
             manifest=render_ray_network_policies(config),
         )
         self.network_policies.node.add_dependency(self.namespace)
+        # What the namespace's pods may ask of their nodes, and who may change the Ray
+        # cluster's shape (pd_constructs/admission.py): in force before any Ray pod exists.
+        self.admission_manifest = [
+            *render_ray_pod_policy(config),
+            *render_raycluster_policy(config),
+        ]
+        self.admission = eks.KubernetesManifest(
+            self,
+            "AdmissionPolicies",
+            cluster=as_icluster(cluster),
+            manifest=self.admission_manifest,
+        )
         self.ray_token = RayAuthToken(
             self,
             "RayAuthToken",
@@ -497,7 +510,7 @@ class PdWorkload(Construct):
         )
         # The Ray pods read the token when they start: it exists before the RayService does.
         self.rayservice.node.add_dependency(
-            self.operator, self.network_policies, self.ray_token.resource
+            self.operator, self.network_policies, self.admission, self.ray_token.resource
         )
         # Before the manifest: when the Ray cluster spec changed, the old RayService and its
         # pods go first, so the manifest's `kubectl apply` creates it from the new spec

@@ -1,0 +1,105 @@
+"""ValidatingAdmissionPolicies: what pods of our namespaces may ask of their nodes, who may
+change the Ray cluster's shape, and that the GPU nodes serve only our pods.
+
+Pod Security admission works per namespace and level; both of ours must enforce `privileged`
+(the node cache is a hostPath, which `baseline` forbids), which alone would admit any pod the
+namespace's writers create. These policies (Kubernetes >= 1.30, GA) narrow that to exactly our
+pods, told apart by the identity that creates them: KubeRay creates the Ray pods with its own
+service account, the DaemonSet controller the warm-up pods. Each file under
+``assets/manifests/admission/`` is a policy and its binding (``validationActions: [Deny]``,
+``failurePolicy: Fail``); its header says what it admits and why. Rendering is pure, like
+:mod:`pd_constructs.workload`; ``tests/admission_cases.py`` holds the requests each policy
+must admit or refuse, for the test evaluator and for the real API server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
+from pd_constructs.templates import render
+from ray_pd_eks.config import AppConfig
+
+# The KubeRay chart's service account (kuberay-operator chart 1.7.0 values.yaml,
+# serviceAccount.name), in its release's namespace.
+OPERATOR_SERVICE_ACCOUNT = "kuberay-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+# Who creates a DaemonSet's pods: the controller's own account when kube-controller-manager
+# runs with --use-service-account-credentials, else the controller manager itself.
+DAEMONSET_CONTROLLER_USERS = (
+    "system:serviceaccount:kube-system:daemon-set-controller",
+    "system:kube-controller-manager",
+)
+WORKER_GROUP = "gpu-workers"  # assets/manifests/rayservice.yaml, workerGroupSpecs[0].groupName
+CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"  # the observability add-on's agents
+
+
+def _cel_list(values: list[str]) -> str:
+    """A CEL list literal of strings (each a Kubernetes name or capability: no quotes in it)."""
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def worker_capabilities(config: AppConfig) -> list[str]:
+    """Capabilities a GPU worker may add (pd_constructs/workload.worker_security_context)."""
+    return ["IPC_LOCK"] if config.uses_efa_transport and not config.gpu_worker_privileged else []
+
+
+def render_ray_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
+    return list(
+        render(
+            "manifests/admission/ray-pods.yaml",
+            {
+                "NAMESPACE": config.namespace,
+                "RAY_SERVICE": config.ray_service_name,
+                "WORKER_GROUP": WORKER_GROUP,
+                "OPERATOR": OPERATOR_USER,
+                "CACHE_DIR": config.node_cache_dir,
+                "WORKER_CAPABILITIES": _cel_list(worker_capabilities(config)),
+                "PRIVILEGED_WORKERS": "true" if config.gpu_worker_privileged else "false",
+            },
+        )
+    )
+
+
+def render_raycluster_policy(config: AppConfig) -> list[dict[str, Any]]:
+    return list(
+        render(
+            "manifests/admission/rayclusters.yaml",
+            {
+                "NAMESPACE": config.namespace,
+                "RAY_SERVICE": config.ray_service_name,
+                "OPERATOR": OPERATOR_USER,
+            },
+        )
+    )
+
+
+def render_warmup_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
+    return list(
+        render(
+            "manifests/admission/warmup-pods.yaml",
+            {
+                "NAMESPACE": WARMUP_NAMESPACE,
+                "CONTROLLERS": _cel_list(list(DAEMONSET_CONTROLLER_USERS)),
+                "CACHE_DIR": config.node_cache_dir,
+            },
+        )
+    )
+
+
+def gpu_namespaces(config: AppConfig) -> list[str]:
+    """Namespaces whose pods may request GPUs or EFA and tolerate the GPU taint: ours, the
+    system's (device plugins, node agents, the Cluster Autoscaler) and the CloudWatch agents'."""
+    namespaces = [config.namespace, WARMUP_NAMESPACE, "kube-system"]
+    if config.observability_enabled:
+        namespaces.append(CLOUDWATCH_NAMESPACE)
+    return namespaces
+
+
+def render_gpu_node_policy(config: AppConfig) -> list[dict[str, Any]]:
+    return list(
+        render(
+            "manifests/admission/gpu-nodes.yaml",
+            {"EXEMPT_NAMESPACES": gpu_namespaces(config)},
+        )
+    )

@@ -1,0 +1,147 @@
+"""The ValidatingAdmissionPolicies (assets/manifests/admission/): their structure, their CEL,
+where they are deployed, and the case table (tests/admission_cases.py) they must decide.
+
+The table runs through tests/admission.py (cel-python) here; the real API server of the
+cluster integration tier is the authority and can run the same table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pd_constructs.admission import OPERATOR_USER
+from pd_constructs.namespaces import WARMUP_NAMESPACE
+from ray_pd_eks.config import DEFAULTS, AppConfig
+from tests.admission import compile_cel, decide
+from tests.admission_cases import AdmissionCase, admission_objects, cases
+from tests.synth import Synthesized, resolve
+
+PRIVILEGED = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
+CONFIGS = {"defaults": DEFAULTS, "gpuWorkerPrivileged": PRIVILEGED}
+POLICIES = (
+    "ray-pd-eks-ray-pods.inference",
+    "ray-pd-eks-rayclusters.inference",
+    f"ray-pd-eks-warmup-pods.{WARMUP_NAMESPACE}",
+    "ray-pd-eks-gpu-nodes",
+)
+
+
+def _by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS)
+def test_each_policy_fails_closed_and_its_binding_denies(config: AppConfig) -> None:
+    objects = admission_objects(config)
+    policies = _by_kind(objects, "ValidatingAdmissionPolicy")
+    bindings = _by_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert sorted(policies) == sorted(POLICIES) == sorted(bindings)
+    for name, policy in policies.items():
+        assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+        spec = policy["spec"]
+        assert spec["failurePolicy"] == "Fail", name
+        assert spec["matchConstraints"]["resourceRules"], name
+        assert spec["validations"], name
+        binding = bindings[name]["spec"]
+        assert binding["policyName"] == name
+        assert binding["validationActions"] == ["Deny"], name
+        assert binding["matchResources"]["namespaceSelector"], name
+
+
+def test_namespaced_policies_bind_to_their_namespace_only() -> None:
+    bindings = _by_kind(admission_objects(DEFAULTS), "ValidatingAdmissionPolicyBinding")
+    for name, namespace in (
+        ("ray-pd-eks-ray-pods.inference", "inference"),
+        ("ray-pd-eks-rayclusters.inference", "inference"),
+        (f"ray-pd-eks-warmup-pods.{WARMUP_NAMESPACE}", WARMUP_NAMESPACE),
+    ):
+        selector = bindings[name]["spec"]["matchResources"]["namespaceSelector"]
+        assert selector == {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    gpu = bindings["ray-pd-eks-gpu-nodes"]["spec"]["matchResources"]["namespaceSelector"]
+    assert gpu == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["inference", WARMUP_NAMESPACE, "kube-system", "amazon-cloudwatch"],
+            }
+        ]
+    }
+    without = DEFAULTS.with_overrides({"observability": "none"})
+    gpu = _by_kind(admission_objects(without), "ValidatingAdmissionPolicyBinding")[
+        "ray-pd-eks-gpu-nodes"
+    ]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert "amazon-cloudwatch" not in gpu
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS)
+def test_every_cel_expression_parses(config: AppConfig) -> None:
+    count = 0
+    for policy in _by_kind(admission_objects(config), "ValidatingAdmissionPolicy").values():
+        for item in [*policy["spec"].get("variables", []), *policy["spec"]["validations"]]:
+            for key in ("expression", "messageExpression"):
+                if key in item:
+                    compile_cel(item[key])
+                    count += 1
+            assert "${" not in json.dumps(item), "an unfilled placeholder"
+    assert count >= 25
+
+
+def test_the_policies_name_the_operator_and_the_cache_they_allow() -> None:
+    text = json.dumps(admission_objects(DEFAULTS))
+    assert f"'{OPERATOR_USER}'" in text
+    assert OPERATOR_USER == "system:serviceaccount:kuberay-system:kuberay-operator"
+    assert f"'{DEFAULTS.node_cache_dir}'" in text
+
+
+def _cases() -> list[tuple[str, AppConfig, AdmissionCase]]:
+    return [(f"{label}: {c.name}", cfg, c) for label, cfg in CONFIGS.items() for c in cases(cfg)]
+
+
+@pytest.mark.parametrize(
+    "config,case", [(c, k) for _, c, k in _cases()], ids=[i for i, _, _ in _cases()]
+)
+def test_case_table(config: AppConfig, case: AdmissionCase) -> None:
+    refused = decide(admission_objects(config), case.request)
+    if case.admit:
+        assert refused == {}, refused
+    else:
+        assert list(refused) == [case.refused_by], refused
+
+
+def test_the_table_covers_every_policy_both_ways() -> None:
+    verdicts = {(c.refused_by, c.admit) for _, _, c in _cases()}
+    for policy in POLICIES:
+        assert (policy, False) in verdicts, policy
+    assert sum(c.admit for _, _, c in _cases()) >= 15
+
+
+# -- where they are deployed ------------------------------------------------------------------
+
+
+def _manifest_resources(app: Synthesized) -> dict[str, dict[str, Any]]:
+    return dict(app.resources("Workload", "Custom::AWSCDK-EKS-KubernetesResource"))
+
+
+def test_policies_are_applied_before_the_pods_they_judge(default_app: Synthesized) -> None:
+    resources = _manifest_resources(default_app)
+    holders: dict[str, str] = {}
+    for logical_id, r in resources.items():
+        for obj in json.loads(resolve(r["Properties"]["Manifest"])):
+            if obj["kind"] in ("ValidatingAdmissionPolicy", "RayService", "DaemonSet"):
+                holders.setdefault(obj["kind"] + "/" + obj["metadata"]["name"], logical_id)
+    template = default_app.templates["Workload"]["Resources"]
+
+    def depends(resource: str, on: str) -> bool:
+        deps = template[resource].get("DependsOn") or []
+        return on in ([deps] if isinstance(deps, str) else deps)
+
+    ray_policy = holders["ValidatingAdmissionPolicy/ray-pd-eks-ray-pods.inference"]
+    assert holders["ValidatingAdmissionPolicy/ray-pd-eks-rayclusters.inference"] == ray_policy
+    assert depends(holders["RayService/ray-llm"], ray_policy)
+    warm_policy = holders[f"ValidatingAdmissionPolicy/ray-pd-eks-warmup-pods.{WARMUP_NAMESPACE}"]
+    assert holders["ValidatingAdmissionPolicy/ray-pd-eks-gpu-nodes"] == warm_policy
+    assert depends(holders["DaemonSet/model-prefetch"], warm_policy)
