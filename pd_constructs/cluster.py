@@ -10,6 +10,7 @@ import yaml
 from aws_cdk import (
     Annotations,
     CfnCondition,
+    CfnTag,
     Duration,
     Fn,
     RemovalPolicy,
@@ -42,6 +43,7 @@ from pd_constructs.nag import (
     function_versions_finding,
 )
 from pd_constructs.templates import load_yaml
+from pd_constructs.vpc_cni import NODE_TAG
 from ray_pd_eks import instance_types
 from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX
 
@@ -295,13 +297,26 @@ def _launch_template_data(
     root_volume_throughput: int | None = None,
     user_data: str | None = None,
     capacity_reservation_id: str = "",
+    cluster_name: str = "",
 ) -> ec2.CfnLaunchTemplate.LaunchTemplateDataProperty:
     """IMDSv2 only, with hop limit 1: the node and its host-network pods (aws-node, kube-proxy,
     the EKS Pod Identity agent) reach IMDS, pods on the pod network do not, so no pod can take
     the node role's credentials (docs/security.md); an encrypted gp3 root volume (with raised
     IOPS/throughput when it holds images and caches), optional nodeadm user data and an
-    optional targeted capacity reservation."""
+    optional targeted capacity reservation. With ``cluster_name``, every instance launched is
+    tagged ``cluster.k8s.amazonaws.com/name=<cluster_name>``: the VPC CNI's role may attach
+    network interfaces to exactly those instances (pd_constructs/vpc_cni.py)."""
     return ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+        tag_specifications=(
+            [
+                ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                    resource_type="instance",
+                    tags=[CfnTag(key=NODE_TAG, value=cluster_name)],
+                )
+            ]
+            if cluster_name
+            else None
+        ),
         metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
             http_endpoint="enabled",
             http_tokens="required",
@@ -401,6 +416,7 @@ class SystemNodeGroup(Construct):
                 root_volume_gib,
                 root_volume_iops=root_volume_iops,
                 root_volume_throughput=root_volume_throughput,
+                cluster_name=cluster.cluster_name,
             ),
         )
         self.nodegroup = eks.Nodegroup(
@@ -517,6 +533,7 @@ class EfaGpuNodeGroup(Construct):
                 root_volume_throughput=None if node_config else root_volume_throughput,
                 user_data=nodeadm_user_data(node_config) if node_config else None,
                 capacity_reservation_id=capacity_reservation_id,
+                cluster_name=cluster.cluster_name,
             ),
         )
         self.launch_template = template

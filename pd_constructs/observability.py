@@ -3,7 +3,8 @@
 What you get by default:
 
 - the EKS add-on ``amazon-cloudwatch-observability`` (``cloudwatchAddonVersion``, >= 8.0) with
-  its ``cloudwatch-agent`` service account on EKS Pod Identity (``CloudWatchAgentServerPolicy``)
+  its ``cloudwatch-agent`` service account on EKS Pod Identity (``CloudWatchAgentServerPolicy``
+  narrowed to this cluster's log groups: :func:`agent_statements`)
   and ``preserveOnDelete`` off, so ``cdk destroy`` uninstalls it;
 - its log groups created first, with ``logRetentionDays``/``retainLogs``, so container logs
   outlive pods and nodes and still expire;
@@ -34,7 +35,7 @@ from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
-from pd_constructs.nag import MANAGED_POLICY, acknowledge
+from pd_constructs.nag import acknowledge
 from pd_constructs.promql import AlarmSpec, Panel, alarm_specs, dashboard_panels
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
@@ -79,20 +80,59 @@ def panel_markdown(panel: Panel) -> str:
     return "\n".join(lines)
 
 
+def agent_statements(cluster_name: str) -> list[iam.PolicyStatement]:
+    """The agent's and Fluent Bit's rights: ``CloudWatchAgentServerPolicy`` (the policy EKS
+    recommends for the add-on's ``cloudwatch-agent``) narrowed to what this add-on
+    configuration uses (assets/addons/cloudwatch-observability.yaml). Logs: only this
+    cluster's Container Insights log groups and their streams. Metrics: ``PutMetricData``
+    takes no resource, and no ``cloudwatch:namespace`` condition is set because the OTLP
+    metrics the agent sends (OTel Container Insights, the PodMonitors) carry no namespace.
+    Dropped: X-Ray (Application Signals is not enabled) and ``ssm:GetParameter`` (the add-on
+    configures the agent through its own ConfigMap, not SSM)."""
+    groups = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:"
+    prefix = f"/aws/containerinsights/{cluster_name}/"
+    assert all(name.startswith(prefix) for name in log_group_names(cluster_name).values())
+    return [
+        iam.PolicyStatement(
+            sid="WriteClusterLogs",
+            actions=[
+                "logs:CreateLogGroup",
+                "logs:CreateLogStream",
+                "logs:DescribeLogStreams",
+                "logs:PutLogEvents",
+            ],
+            # The groups and every stream in them (…:log-group:<name>:log-stream:<stream>).
+            resources=[f"{groups}{prefix}*"],
+        ),
+        iam.PolicyStatement(
+            sid="FindLogGroups",
+            actions=["logs:DescribeLogGroups"],
+            resources=[f"{groups}*"],
+        ),
+        iam.PolicyStatement(
+            sid="Metrics",
+            actions=["cloudwatch:PutMetricData", "ec2:DescribeTags", "ec2:DescribeVolumes"],
+            resources=["*"],
+        ),
+    ]
+
+
 class CloudWatchAgentIdentity(Construct):
     """The IAM role of the add-on's ``cloudwatch-agent`` service account, assumed through EKS
-    Pod Identity (the association is the add-on's own, so it goes with the add-on)."""
+    Pod Identity (the association is the add-on's own, so it goes with the add-on), allowed
+    :func:`agent_statements` for ``cluster_name``."""
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, cluster_name: str) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
             "Resource",
             assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
             description="CloudWatch agent and Fluent Bit of the amazon-cloudwatch-observability "
-            "add-on (EKS Pod Identity)",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
+            "add-on (EKS Pod Identity), this cluster's log groups only",
         )
+        for statement in agent_statements(cluster_name):
+            self.role.add_to_principal_policy(statement)
         # EKS Pod Identity needs sts:TagSession besides sts:AssumeRole.
         assert self.role.assume_role_policy is not None
         self.role.assume_role_policy.add_statements(
@@ -103,11 +143,15 @@ class CloudWatchAgentIdentity(Construct):
         )
         acknowledge(
             self.role,
-            "AwsSolutions-IAM4",
-            "CloudWatchAgentServerPolicy is the policy AWS documents for the CloudWatch agent "
-            "and Fluent Bit of this add-on (metrics, logs, X-Ray); AWS keeps it current as the "
-            "agent gains pipelines.",
-            findings=[MANAGED_POLICY + AGENT_POLICY],
+            "AwsSolutions-IAM5",
+            "Logs: this cluster's Container Insights log groups and their streams only; "
+            "DescribeLogGroups, PutMetricData and EC2 Describe calls take no resource scope.",
+            findings=[
+                "Resource::*",
+                "Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:*",
+                "Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
+                f"/aws/containerinsights/{cluster_name}/*",
+            ],
         )
 
 
@@ -167,7 +211,9 @@ class PdObservability(Construct):
             )
             for cid, name in log_group_names(config.cluster_name).items()
         }
-        self.agent = CloudWatchAgentIdentity(self, "AgentIdentity")
+        self.agent = CloudWatchAgentIdentity(
+            self, "AgentIdentity", cluster_name=config.cluster_name
+        )
         self.addon = eks.Addon(
             self,
             "Addon",

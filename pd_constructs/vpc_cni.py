@@ -9,20 +9,107 @@ app applies (pd_constructs/network_policy.py). ``aws-node`` gets ``AmazonEKS_CNI
 through EKS Pod Identity (the add-on's ``podIdentityAssociations``; vpc-cni supports Pod
 Identity), from a role only this cluster can use. ``preserveOnDelete`` is off: ``cdk destroy``
 removes the add-on with the cluster instead of leaving an unmanaged DaemonSet behind.
+
+The role does not carry ``AmazonEKS_CNI_Policy`` (every network interface of the region) but
+:func:`cni_statements`, the CNI project's "scope-down IAM policy per EKS cluster" for IPv4
+(aws/amazon-vpc-cni-k8s ``docs/iam-policy.md``) narrowed further: every network-interface
+write is conditioned on this cluster's VPC (``ec2:Vpc``; the sample's cluster-name tag is
+set only when the CNI knows ``CLUSTER_NAME``), the instance side on the tag our launch
+templates put on every node (:data:`NODE_TAG`), and ARNs on this account and region. Root
+on a node (which reaches these credentials) can then manage network interfaces of this VPC
+and attach them to this cluster's nodes, not those of any other VPC or instance.
 """
 
 from __future__ import annotations
 
+from aws_cdk import Aws
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
-from pd_constructs.nag import MANAGED_POLICY, acknowledge
+from pd_constructs.nag import acknowledge
 from pd_constructs.pod_identity import pod_identity_principal
 
-CNI_POLICY = "AmazonEKS_CNI_Policy"
+CNI_POLICY = "AmazonEKS_CNI_Policy"  # what the role no longer carries
 CNI_SERVICE_ACCOUNT = "aws-node"  # in kube-system
+# The tag every node of this cluster carries from its launch template (pd_constructs/cluster.py),
+# the one the CNI itself puts on the interfaces it creates when it knows the cluster's name.
+NODE_TAG = "cluster.k8s.amazonaws.com/name"
+# Read-only calls the CNI makes (the sample policy's Describe list, plus DescribeSecurityGroups
+# of the generic one); EC2 Describe* calls support no resource-level scoping.
+DESCRIBE_ACTIONS = (
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+)
+INTERFACE_ACTIONS = (
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
+)
+
+
+def _ec2_arn(resource: str) -> str:
+    return f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:{resource}"
+
+
+def cni_statements(*, vpc_id: str, cluster_name: str) -> list[iam.PolicyStatement]:
+    """What ``aws-node`` may do in EC2: describe, and change network interfaces of ``vpc_id``
+    and their attachment to the nodes tagged with ``cluster_name`` only."""
+    in_vpc = {"ArnEquals": {"ec2:Vpc": _ec2_arn(f"vpc/{vpc_id}")}}
+    return [
+        iam.PolicyStatement(sid="Describe", actions=list(DESCRIBE_ACTIONS), resources=["*"]),
+        # An interface can only be created in a subnet (and with security groups) of the VPC;
+        # the new interface itself has no VPC to condition on before it exists.
+        iam.PolicyStatement(
+            sid="CreateInterfaceInVpc",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[_ec2_arn("subnet/*"), _ec2_arn("security-group/*")],
+            conditions=in_vpc,
+        ),
+        iam.PolicyStatement(
+            sid="CreateInterface",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[_ec2_arn("network-interface/*")],
+        ),
+        iam.PolicyStatement(
+            sid="TagNewInterface",
+            actions=["ec2:CreateTags"],
+            resources=[_ec2_arn("network-interface/*")],
+            conditions={"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}},
+        ),
+        iam.PolicyStatement(
+            sid="ManageInterfacesInVpc",
+            actions=[*INTERFACE_ACTIONS, "ec2:CreateTags"],
+            resources=[_ec2_arn("network-interface/*")],
+            conditions=in_vpc,
+        ),
+        iam.PolicyStatement(
+            sid="AttachToClusterNodes",
+            actions=[
+                "ec2:AttachNetworkInterface",
+                "ec2:DetachNetworkInterface",
+                "ec2:ModifyNetworkInterfaceAttribute",
+            ],
+            resources=[_ec2_arn("instance/*")],
+            conditions={"StringEquals": {f"aws:ResourceTag/{NODE_TAG}": cluster_name}},
+        ),
+        iam.PolicyStatement(
+            sid="SecurityGroupsInVpc",
+            actions=["ec2:ModifyNetworkInterfaceAttribute"],
+            resources=[_ec2_arn("security-group/*")],
+            conditions=in_vpc,
+        ),
+    ]
+
+
 # The add-on's configuration values (its JSON schema: `aws eks describe-addon-configuration`).
 CONFIGURATION_VALUES = {"enableNetworkPolicy": "true"}
 
@@ -37,22 +124,37 @@ class VpcCniAddon(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, addon_version: str
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        addon_version: str,
+        cluster_name: str,
     ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
             "Role",
             assumed_by=pod_identity_principal(as_icluster(cluster)),
-            description="VPC CNI (aws-node) through EKS Pod Identity",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY)],
+            description="VPC CNI (aws-node) through EKS Pod Identity, scoped to this VPC",
         )
+        for statement in cni_statements(vpc_id=cluster.vpc.vpc_id, cluster_name=cluster_name):
+            self.role.add_to_principal_policy(statement)
         acknowledge(
             self.role,
-            "AwsSolutions-IAM4",
-            "AmazonEKS_CNI_Policy is the policy EKS documents for the VPC CNI; it moves here "
-            "from the node role, so only aws-node holds it.",
-            findings=[MANAGED_POLICY + CNI_POLICY],
+            "AwsSolutions-IAM5",
+            "EC2 Describe calls take no resource scope; every write is scoped to this account "
+            "and region and conditioned on this VPC (ec2:Vpc) or this cluster's node tag; a "
+            "new interface's ARN cannot be known before it exists (its subnet must be in the "
+            "VPC).",
+            findings=[
+                "Resource::*",
+                *(
+                    f"Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:{r}/*"
+                    for r in ("subnet", "security-group", "network-interface", "instance")
+                ),
+            ],
         )
         self.addon = eks.Addon(
             self,

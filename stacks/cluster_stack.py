@@ -66,7 +66,11 @@ class ClusterStack(AppStack):
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
         # they go before it.
         self.vpc_cni = VpcCniAddon(
-            self, "VpcCni", cluster=self.cluster, addon_version=config.vpc_cni_addon_version
+            self,
+            "VpcCni",
+            cluster=self.cluster,
+            addon_version=config.vpc_cni_addon_version,
+            cluster_name=config.cluster_name,
         )
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)

@@ -324,10 +324,25 @@ def test_agent_identity_is_pod_identity_with_the_agent_policy(default_app: Synth
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert set(trust["Action"]) == {"sts:AssumeRole", "sts:TagSession"}
-    assert json.dumps(role["ManagedPolicyArns"]).endswith(
-        ':iam::aws:policy/CloudWatchAgentServerPolicy"]]}]'
-    )
-    assert "Policies" not in role
+    # Not the managed policy: its actions narrowed to this cluster's log groups.
+    assert "ManagedPolicyArns" not in role
+    statements = _role_statements(default_app, role_id)
+    by_sid = {s["Sid"]: s for s in statements}
+    assert set(by_sid) == {"WriteClusterLogs", "FindLogGroups", "Metrics"}
+    logs = json.dumps(by_sid["WriteClusterLogs"]["Resource"])
+    assert ":log-group:/aws/containerinsights/ray-llm-multinode/*" in logs
+    assert sorted(by_sid["WriteClusterLogs"]["Action"]) == [
+        "logs:CreateLogGroup",
+        "logs:CreateLogStream",
+        "logs:DescribeLogStreams",
+        "logs:PutLogEvents",
+    ]
+    actions = {
+        a
+        for s in statements
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert not {a for a in actions if a.startswith(("xray:", "ssm:"))}
     agents = [
         a
         for stack in default_app.templates
@@ -560,3 +575,11 @@ def test_every_scrape_target_is_reachable_under_the_rendered_policies(
     dcgm = Pod("dcgm-exporter", AGENT_NAMESPACE, {"k8s-app": "dcgm-exporter"}, ip="10.0.200.20")
     assert not cluster.selecting(dcgm, "Ingress")
     assert cluster.allowed(External(ip="10.0.1.5", node="sys-1"), dcgm, 9400)
+
+
+def _role_statements(app: Synthesized, role_id: str) -> list[dict[str, Any]]:
+    out = []
+    for policy in app.resources("Workload", "AWS::IAM::Policy").values():
+        if {r["Ref"] for r in policy["Properties"]["Roles"]} == {role_id}:
+            out.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return out

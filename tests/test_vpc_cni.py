@@ -48,7 +48,8 @@ def test_vpc_cni_gets_the_cni_policy_through_pod_identity_of_this_cluster_only(
     (association,) = addon["Properties"]["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "aws-node"
     role = resources[association["RoleArn"]["Fn::GetAtt"][0]]
-    assert _managed_policy_names(role) == [CNI_POLICY]
+    # Not AmazonEKS_CNI_Policy (every interface of the region): tests below scope it.
+    assert _managed_policy_names(role) == []
     (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
@@ -79,3 +80,85 @@ def test_node_roles_pull_only_and_carry_no_cni_policy(default_app: Synthesized) 
 def _stack_dependencies(app: Synthesized, stack: str) -> set[str]:
     (match,) = [s for s in app.stage.stacks if s.node.id == stack]
     return {d.node.id for d in match.dependencies}
+
+
+def _cni_statements(app: Synthesized) -> dict[str, dict[str, Any]]:
+    _, addon = _addon(app, "vpc-cni")
+    (association,) = addon["Properties"]["PodIdentityAssociations"]
+    role_id = association["RoleArn"]["Fn::GetAtt"][0]
+    statements = []
+    for policy in app.resources("Cluster", "AWS::IAM::Policy").values():
+        if {r["Ref"] for r in policy["Properties"]["Roles"]} == {role_id}:
+            statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return {s["Sid"]: s for s in statements}
+
+
+def _actions(statement: dict[str, Any]) -> set[str]:
+    action = statement["Action"]
+    return {action} if isinstance(action, str) else set(action)
+
+
+def test_cni_writes_only_network_interfaces_of_this_vpc_and_nodes_of_this_cluster(
+    default_app: Synthesized,
+) -> None:
+    """Root on a node reaches aws-node's credentials: with them it may change interfaces of
+    this VPC and attach them to this cluster's nodes, nothing in any other VPC."""
+    by_sid = _cni_statements(default_app)
+    vpc_condition = {"ArnEquals": {"ec2:Vpc": _ANY}}
+    writes = {a for s in by_sid.values() for a in _actions(s) if not a.startswith("ec2:Describe")}
+    assert writes == {
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:AttachNetworkInterface",
+        "ec2:CreateNetworkInterface",
+        "ec2:CreateTags",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DetachNetworkInterface",
+        "ec2:ModifyNetworkInterfaceAttribute",
+        "ec2:UnassignPrivateIpAddresses",
+    }
+    for sid in ("CreateInterfaceInVpc", "ManageInterfacesInVpc", "SecurityGroupsInVpc"):
+        assert by_sid[sid]["Condition"].keys() == vpc_condition.keys(), sid
+        vpc = json.dumps(by_sid[sid]["Condition"]["ArnEquals"]["ec2:Vpc"])
+        assert ":vpc/" in vpc, vpc
+    assert by_sid["ManageInterfacesInVpc"]["Condition"]["ArnEquals"]
+    # Deleting, re-addressing or re-attaching an interface needs it to be in the VPC.
+    assert {
+        "ec2:DeleteNetworkInterface",
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:UnassignPrivateIpAddresses",
+    } <= _actions(by_sid["ManageInterfacesInVpc"])
+    assert by_sid["AttachToClusterNodes"]["Condition"] == {
+        "StringEquals": {"aws:ResourceTag/cluster.k8s.amazonaws.com/name": "ray-llm-multinode"}
+    }
+    assert by_sid["TagNewInterface"]["Condition"] == {
+        "StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}
+    }
+    # The only unconditioned write creates an interface, which also needs a subnet of the VPC.
+    unconditioned = [s for s in by_sid.values() if "Condition" not in s]
+    assert {s["Sid"] for s in unconditioned} == {"Describe", "CreateInterface"}
+    assert by_sid["Describe"]["Resource"] == "*"
+    assert all(a.startswith("ec2:Describe") for a in _actions(by_sid["Describe"]))
+    for statement in by_sid.values():
+        if statement["Sid"] != "Describe":
+            resources = json.dumps(statement["Resource"])
+            assert "AWS::Region" in resources and "AWS::AccountId" in resources
+
+
+def test_every_node_carries_the_tag_the_cni_may_attach_to(default_app: Synthesized) -> None:
+    found = 0
+    for stack in default_app.templates:
+        for lt in default_app.resources(stack, "AWS::EC2::LaunchTemplate").values():
+            specs = lt["Properties"]["LaunchTemplateData"]["TagSpecifications"]
+            (instance,) = [s for s in specs if s["ResourceType"] == "instance"]
+            (tag,) = instance["Tags"]
+            assert tag["Key"] == "cluster.k8s.amazonaws.com/name"
+            found += 1
+    assert found == 2
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+_ANY = _Any()

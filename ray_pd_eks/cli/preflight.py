@@ -968,7 +968,8 @@ class Preflight:
     def _agent_identity(self, identities: list[dict[str, Any]]) -> Iterator[Finding]:
         """EKS names the service account(s) of the add-on that take a Pod Identity role, and
         the managed policies it recommends: the stack associates one role, with
-        CloudWatchAgentServerPolicy, to ``cloudwatch-agent``."""
+        CloudWatchAgentServerPolicy's actions narrowed to this cluster's log groups, to
+        ``cloudwatch-agent``."""
         if not identities:
             return
         by_account = {i.get("serviceAccount"): i for i in identities}
@@ -991,7 +992,7 @@ class Preflight:
                 WARN,
                 "addon identity",
                 f"EKS recommends {', '.join(recommended)} for {CLOUDWATCH_AGENT_SERVICE_ACCOUNT}; "
-                f"the stack attaches {CLOUDWATCH_AGENT_POLICY}",
+                f"the stack's role is {CLOUDWATCH_AGENT_POLICY} narrowed to this cluster",
             )
             return
         yield Finding(
