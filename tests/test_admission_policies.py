@@ -20,7 +20,21 @@ from tests.admission_cases import AdmissionCase, admission_objects, cases
 from tests.synth import Synthesized, resolve
 
 PRIVILEGED = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
-CONFIGS = {"defaults": DEFAULTS, "gpuWorkerPrivileged": PRIVILEGED}
+# UCX (no IPC_LOCK), weights staged from S3 (init containers), decode autoscaling (the head's
+# token volume and sidecar), the cache on the root volume, no observability namespace.
+VARIANT = DEFAULTS.with_overrides(
+    {
+        "kvBackend": "UCX",
+        "modelS3Uri": "s3://example-models/qwen/Qwen3.5-9B/",
+        "gpuNodeCount": 3,
+        "decodeReplicas": 2,
+        "decodeMaxReplicas": 3,
+        "gpuNodeMaxCount": 4,
+        "gpuLocalStorage": "none",
+        "observability": "none",
+    }
+)
+CONFIGS = {"defaults": DEFAULTS, "gpuWorkerPrivileged": PRIVILEGED, "variant": VARIANT}
 POLICIES = (
     "ray-pd-eks-ray-pods.inference",
     "ray-pd-eks-rayclusters.inference",

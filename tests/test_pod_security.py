@@ -116,12 +116,15 @@ def test_efa_workers_add_only_ipc_lock_and_nothing_else_needs_more(
             assert found == [], name
 
 
+@pytest.mark.parametrize("app_name", VARIANTS)
 def test_head_and_warmup_pods_run_under_runtime_default_seccomp_without_capabilities(
-    default_app: Synthesized,
+    app_name: str, request: pytest.FixtureRequest
 ) -> None:
-    """The Ray head and both warm-up DaemonSets pass `restricted`'s seccomp and capability
-    checks (what is left is hostPath and root, which their jobs need)."""
-    for _, name, template in _pods(default_app):
+    """The Ray head (with KubeRay's autoscaler sidecar when decode scales, and the fetch init
+    containers with model access) and both warm-up DaemonSets pass `restricted`'s seccomp
+    and capability checks (what is left is hostPath and root, which their jobs need)."""
+    app: Synthesized = request.getfixturevalue(app_name)
+    for _, name, template in _pods(app):
         if name == "gpu-workers":
             continue
         found = violations(template["spec"], "restricted")
