@@ -437,6 +437,7 @@ def validate(instance: Any, validator: Any) -> None:
         {"hfTokenSecretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-AbCdEf"},
         {"servingMode": "aggregated", "gpuNodeCount": 3, "decodeReplicas": 2},
         {"decodeMaxReplicas": 3, "gpuNodeMaxCount": 4},
+        {"gpuWorkerPrivileged": True},
         {"gpuNodeType": "p5.48xlarge", "tensorParallelSize": 8},
     ],
 )
