@@ -1303,6 +1303,13 @@ def _observability(c: AppConfig) -> list[str]:
     return out
 
 
+# Repository names of checkpoints quantized by another method than FP8 (Hugging Face naming).
+_QUANTIZED_NAME = re.compile(
+    r"(?:^|[-_.])(AWQ|GPTQ|GGUF|INT4|INT8|W4A16|W8A8|W4A8|NVFP4|MXFP4|bnb|EXL2)(?:$|[-_.])",
+    re.IGNORECASE,
+)
+
+
 def _engine(c: AppConfig) -> list[str]:
     """The engine options: FP8 only where the GPU has FP8 tensor cores, a request router that
     has a deployment of several replicas to route between, Serve's graceful-shutdown bound."""
@@ -1332,6 +1339,15 @@ def _engine(c: AppConfig) -> list[str]:
                 f"{', '.join(fp8_types)} families"
             )
             out.append(_problem(key, value, why))
+    quantized = _QUANTIZED_NAME.search(c.model_source.rsplit("/", 1)[-1])
+    if c.quantization == "fp8" and quantized:
+        why = (
+            f"{c.model_source} is already quantized ({quantized[1]}, by its name): vLLM 0.26 "
+            "refuses a quantization argument that differs from the checkpoint's own "
+            "(config/model.py, 'does not match the quantization method'): use quantization="
+            "none, or the model's 16-bit checkpoint"
+        )
+        out.append(_problem("quantization", c.quantization, why))
     if c.request_router not in REQUEST_ROUTERS:
         why = (
             "must be power-of-two (Serve's default: the less loaded of two random replicas) "

@@ -112,6 +112,17 @@ def test_fit_check_counts_one_byte_per_parameter_with_fp8_weights() -> None:
     DEFAULTS.with_overrides({"modelSource": "Qwen/Qwen3-14B", "quantization": "fp8"})
 
 
+@pytest.mark.parametrize(
+    "source", ["Qwen/Qwen3-8B-AWQ", "org/Llama-3.1-8B-Instruct-GPTQ-Int4", "org/m-7b-w4a16"]
+)
+def test_fp8_quantization_of_an_otherwise_quantized_checkpoint_is_refused(source: str) -> None:
+    line = _problem({"modelSource": source, "quantization": "fp8"})
+    assert f"{source} is already quantized" in line and "use quantization=none" in line
+    DEFAULTS.with_overrides({"modelSource": source})  # served as the checkpoint says
+    # An FP8 checkpoint is FP8 already: the same method, accepted.
+    DEFAULTS.with_overrides({"modelSource": "Qwen/Qwen3-8B-FP8", "quantization": "fp8"})
+
+
 @pytest.mark.parametrize("mode", [{}, AGGREGATED])
 def test_fp8_reaches_every_engine_and_the_default_renders_neither(mode: dict[str, Any]) -> None:
     for cfg in _engines(DEFAULTS.with_overrides(mode)).values():
