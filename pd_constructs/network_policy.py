@@ -84,6 +84,68 @@ class RayPorts:
 
 RAY_PORTS = RayPorts()
 
+
+@dataclass(frozen=True)
+class ServeSwitch:
+    """An environment switch of Ray Serve (LLM) that, turned on, opens ports outside
+    :data:`RAY_PORTS` or moves traffic between deployments off Ray's actor calls."""
+
+    name: str
+    would_open: tuple[tuple[int, int], ...]  # (first, last) ports it would listen on
+    why: str
+
+
+# Ray 2.58, python/ray/serve/_private/constants.py (and ray/llm/_internal/serve/constants.py
+# for the last one), read in the ray-2.58.0 wheel. Each is pinned "0" on the head and the
+# workers (every Ray process inherits the container's environment), so an image or a user
+# default that turns one on cannot open a port the NetworkPolicies do not list. With them
+# off, Serve listens only on RAY_PORTS.serve (its HTTP proxy) and calls replicas through Ray
+# actor calls on the pinned worker ports. (Each replica also starts its inter-deployment gRPC
+# server on a random port, "[::]:0" in replica.py; with these off no caller uses it, and the
+# default-deny policy keeps it closed.)
+DIRECT_INGRESS_PORTS = ((30000, 31000), (40000, 41000))  # RAY_SERVE_DIRECT_INGRESS_MIN/MAX_*
+SERVE_SWITCHES: tuple[ServeSwitch, ...] = (
+    ServeSwitch(
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED",
+        DIRECT_INGRESS_PORTS,
+        "defaults RAY_SERVE_ENABLE_DIRECT_INGRESS and RAY_SERVE_USE_GRPC_BY_DEFAULT to 1",
+    ),
+    ServeSwitch(
+        "RAY_SERVE_ENABLE_HA_PROXY",
+        ((8404, 8404), (9101, 9101), *DIRECT_INGRESS_PORTS),
+        "HAProxy in front of the replicas (stats 8404, metrics 9101); forces direct ingress "
+        "and binds replicas' HTTP ports on all interfaces",
+    ),
+    ServeSwitch(
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS",
+        ((8500, 8500), (9500, 9500), *DIRECT_INGRESS_PORTS),
+        "ingress replicas serve HTTP/gRPC on their own ports (30000-31000, 40000-41000), a "
+        "fallback proxy on the head (8500, 9500)",
+    ),
+    ServeSwitch(
+        "RAY_SERVE_USE_GRPC_BY_DEFAULT",
+        (),
+        "deployment handles call replicas' gRPC servers (random ports) instead of Ray actor calls",
+    ),
+    ServeSwitch(
+        "RAY_SERVE_PROXY_USE_GRPC",
+        (),
+        "the HTTP proxy calls replicas' gRPC servers (random ports) instead of Ray actor calls",
+    ),
+    ServeSwitch(
+        "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING",
+        (),
+        "Ray Serve LLM makes decode the ASGI ingress behind an ingress request router "
+        "(direct ingress)",
+    ),
+)
+
+
+def serve_switches_env() -> list[dict[str, str]]:
+    """The environment that pins every :data:`SERVE_SWITCHES` entry off."""
+    return [{"name": switch.name, "value": "0"} for switch in SERVE_SWITCHES]
+
+
 # The policies of each namespace, in the order they are applied. A file under POLICY_DIR that
 # is in neither tuple fails the tests (tests/test_network_policies.py).
 KV_TRANSFER_POLICY = "ray-kv-transfer.yaml"

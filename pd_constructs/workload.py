@@ -32,7 +32,11 @@ from pd_constructs.model_access import (
     token_mount,
     token_volume,
 )
-from pd_constructs.network_policy import RAY_PORTS, render_ray_network_policies
+from pd_constructs.network_policy import (
+    RAY_PORTS,
+    render_ray_network_policies,
+    serve_switches_env,
+)
 from pd_constructs.ray_auth import RayAuthToken
 from pd_constructs.recreate import RayServiceRecreate
 from pd_constructs.templates import render
@@ -70,23 +74,107 @@ def placement_group_config(config: AppConfig) -> dict[str, Any]:
     return {"bundles": bundles, "strategy": "STRICT_PACK"}
 
 
+# requestRouter=prefix-aware: Ray Serve LLM's PrefixCacheAffinityRouter, as Serve's
+# RequestRouterConfig names it (ray/serve/config.py, Ray 2.58: "module.Class" or
+# "module:Class"). Its initialize_state keywords (routing_policies/prefix_aware/
+# prefix_aware_router.py) with our values; docs/benchmarking.md says why each.
+PREFIX_ROUTER_CLASS = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
+PREFIX_ROUTER_MATCH_RATE_THRESHOLD = 0.1  # Ray's default
+PREFIX_ROUTER_EVICTION_THRESHOLD_CHARS = 400_000  # Ray's default, used with eviction on
+PREFIX_ROUTER_EVICTION_TARGET_CHARS = 360_000  # Ray's default
+PREFIX_ROUTER_EVICTION_INTERVAL_SECS = 10  # Ray's default
+
+
+def request_router_config(config: AppConfig) -> dict[str, Any]:
+    """Serve's ``request_router_config`` for ``requestRouter=prefix-aware``. Ray's defaults
+    but two: ``imbalanced_threshold`` (Ray: infinity, so a popular prefix would take every
+    request to one replica however long its queue) is one autoscaling target's worth of
+    requests, ``decodeTargetOngoingRequests``; ``do_eviction`` (Ray: off, so the prefix tree
+    grows with every prompt ever routed) is on."""
+    return {
+        "request_router_class": PREFIX_ROUTER_CLASS,
+        "request_router_kwargs": {
+            "imbalanced_threshold": config.decode_target_ongoing_requests,
+            "match_rate_threshold": PREFIX_ROUTER_MATCH_RATE_THRESHOLD,
+            "do_eviction": True,
+            "eviction_threshold_chars": PREFIX_ROUTER_EVICTION_THRESHOLD_CHARS,
+            "eviction_target_chars": PREFIX_ROUTER_EVICTION_TARGET_CHARS,
+            "eviction_interval_secs": PREFIX_ROUTER_EVICTION_INTERVAL_SECS,
+        },
+    }
+
+
+def _routed(config: AppConfig, deployment: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the request router of ``deployment`` when it is one of
+    :attr:`AppConfig.routed_deployments`."""
+    if deployment in config.routed_deployments:
+        return {**options, "request_router_config": request_router_config(config)}
+    return options
+
+
+def _streaming(config: AppConfig, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of a deployment that streams answers (decode, the aggregated engines, the
+    ingress), with the graceful shutdown that lets a stopping replica finish the longest one.
+    Serve's default is 20 s (``DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S``, Ray 2.58
+    serve/_private/constants.py)."""
+    return {**options, "graceful_shutdown_timeout_s": config.graceful_shutdown_s}
+
+
+def prefill_deployment_config(config: AppConfig) -> dict[str, Any]:
+    """The prefill deployment's Serve options: fixed replicas (docs/scaling.md), the request
+    router when it has several. Serve's default graceful shutdown: a prefill request ends
+    with its first token."""
+    return _routed(config, "prefill", {"num_replicas": config.prefill_replicas})
+
+
 def decode_deployment_config(config: AppConfig) -> dict[str, Any]:
     """The decode deployment's Serve options: a fixed ``num_replicas``, or, when decode scales,
     an explicit ``autoscaling_config`` (Ray Serve 2.58's ``AutoscalingConfig`` fields; Serve
     refuses ``num_replicas`` beside it). Explicit because Ray Serve LLM's own defaults for an
-    LLM deployment set the target so high that nothing triggers a scale-up."""
+    LLM deployment set the target so high that nothing triggers a scale-up. Plus the graceful
+    shutdown of a deployment that streams, and the request router when it has several
+    replicas."""
+    options: dict[str, Any]
     if not config.decode_autoscales:
-        return {"num_replicas": config.decode_replicas}
-    return {
-        "autoscaling_config": {
-            "min_replicas": config.decode_min,
-            "initial_replicas": config.decode_replicas,
-            "max_replicas": config.decode_max,
-            "target_ongoing_requests": config.decode_target_ongoing_requests,
-            "upscale_delay_s": config.decode_upscale_delay_seconds,
-            "downscale_delay_s": config.decode_downscale_delay_seconds,
+        options = {"num_replicas": config.decode_replicas}
+    else:
+        options = {
+            "autoscaling_config": {
+                "min_replicas": config.decode_min,
+                "initial_replicas": config.decode_replicas,
+                "max_replicas": config.decode_max,
+                "target_ongoing_requests": config.decode_target_ongoing_requests,
+                "upscale_delay_s": config.decode_upscale_delay_seconds,
+                "downscale_delay_s": config.decode_downscale_delay_seconds,
+            }
         }
-    }
+    return _routed(config, "decode", _streaming(config, options))
+
+
+def engine_deployment_config(config: AppConfig) -> dict[str, Any]:
+    """The aggregated app's engines: one per GPU worker, each streaming its own answers."""
+    options = _streaming(config, {"num_replicas": config.worker_replicas})
+    return _routed(config, "engines", options)
+
+
+def ingress_deployment_config(config: AppConfig) -> dict[str, Any]:
+    """The OpenAI ingress (``ingress_deployment_config`` of both builders): it relays every
+    streamed answer, so it drains as long as the engines do."""
+    return _streaming(config, {})
+
+
+def engine_kwargs_extra(config: AppConfig) -> dict[str, Any]:
+    """vLLM engine arguments set only when chosen, so the default engines are unchanged:
+    ``quantization: fp8`` (FP8 weights, quantized at load) and ``kv_cache_dtype: fp8``. Both
+    engines of the PD app get the same: NIXL moves raw KV blocks, and vLLM 0.26's NixlConnector
+    refuses a peer whose model dtype, KV cache dtype or attention backend differs
+    (nixl/metadata.py ``compute_nixl_compatibility_hash``, checked at the handshake)."""
+    extra: dict[str, Any] = {}
+    if config.quantization != "none":
+        extra["quantization"] = config.quantization
+    if config.kv_cache_dtype != "auto":
+        extra["kv_cache_dtype"] = config.kv_cache_dtype
+    return extra
 
 
 def render_serve_config(config: AppConfig) -> dict[str, Any]:
@@ -102,29 +190,31 @@ def render_serve_config(config: AppConfig) -> dict[str, Any]:
         "ENFORCE_EAGER": config.enforce_eager,
         "TENSOR_PARALLEL_SIZE": config.tensor_parallel_size,
         "PLACEMENT_GROUP_CONFIG": placement_group_config(config),
+        "INGRESS_DEPLOYMENT_CONFIG": ingress_deployment_config(config),
     }
     if not config.is_pd:
-        serve = dict(
-            render(
-                "manifests/serve-config-aggregated.yaml",
-                {**common, "REPLICAS": config.worker_replicas},
-            )
+        app = render(
+            "manifests/serve-config-aggregated.yaml",
+            {**common, "ENGINE_DEPLOYMENT_CONFIG": engine_deployment_config(config)},
         )
     else:
-        serve = dict(
-            render(
-                "manifests/serve-config.yaml",
-                {
-                    **common,
-                    "KV_BACKENDS": [config.kv_backend],
-                    "PREFILL_REPLICAS": config.prefill_replicas,
-                    "DECODE_DEPLOYMENT_CONFIG": decode_deployment_config(config),
-                },
-            )
+        app = render(
+            "manifests/serve-config.yaml",
+            {
+                **common,
+                "KV_BACKENDS": [config.kv_backend],
+                "PREFILL_DEPLOYMENT_CONFIG": prefill_deployment_config(config),
+                "DECODE_DEPLOYMENT_CONFIG": decode_deployment_config(config),
+            },
         )
-    for llm_config in llm_configs(serve):
-        llm_config["engine_kwargs"].update(revision_kwargs(config))
-    return serve
+    for engine in llm_configs(app):  # the optional vLLM arguments, after the template's own
+        kwargs = engine["engine_kwargs"]
+        kv_transfer = kwargs.pop("kv_transfer_config", None)
+        kwargs.update(engine_kwargs_extra(config))
+        kwargs.update(revision_kwargs(config))
+        if kv_transfer is not None:
+            kwargs["kv_transfer_config"] = kv_transfer
+    return dict(app)
 
 
 def llm_configs(serve: dict[str, Any]) -> list[dict[str, Any]]:
@@ -170,6 +260,7 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     env += [
         *model_env(config),
         *metrics_env(),
+        *serve_switches_env(),
         # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
         # on the node cache too, so a restarted worker skips the recompilation.
         {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE_ROOT},
@@ -397,7 +488,7 @@ def _render_rayservice_template(
                 "HEAD_INIT_CONTAINERS": fetch_init_containers(
                     config, region=region, config_only=True, aws_cli_image=aws_cli_image
                 ),
-                "HEAD_ENV": [*model_env(config), *metrics_env()],
+                "HEAD_ENV": [*model_env(config), *metrics_env(), *serve_switches_env()],
                 "HEAD_VOLUME_MOUNTS": head_mounts,
                 "HEAD_VOLUMES": head_vols,
                 "HEAD_CPU": str(system.vcpus // 2),

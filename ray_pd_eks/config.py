@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,17 @@ OLDEST_EKS_MINOR = 32
 NEWEST_EKS_MINOR = 36
 
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
+# vLLM's FP8 weights (quantized when loading a 16-bit checkpoint) and FP8 KV cache; both need a
+# GPU with FP8 tensor cores (instance_types.GpuFacts.fp8). docs/benchmarking.md says what each
+# changes.
+QUANTIZATIONS = ("none", "fp8")
+KV_CACHE_DTYPES = ("auto", "fp8")
+# How Serve picks an engine replica: its default PowerOfTwoChoicesRequestRouter, or Ray Serve
+# LLM's PrefixCacheAffinityRouter (ray.serve.llm.request_router, Ray 2.58).
+REQUEST_ROUTERS = ("power-of-two", "prefix-aware")
+# gracefulShutdownSeconds: Serve's DeploymentConfig accepts any non-negative value; a stopping
+# replica holds the serve-config update that stops it, and a deploy waits at most an hour.
+MAX_GRACEFUL_SHUTDOWN_SECONDS = 3600
 KV_BACKENDS = ("LIBFABRIC", "UCX")
 # pd: prefill and decode engines on separate GPU nodes, KV cache over NIXL (the product);
 # aggregated: ordinary engines doing both phases on the same GPU nodes (the baseline to beat).
@@ -281,6 +293,14 @@ class AppConfig:
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.90
     enforce_eager: bool = True
+    # FP8 on GPUs with FP8 tensor cores (L4, L40S, H100, H200): weights quantized at load
+    # (1 byte per parameter), and the KV cache stored in FP8; both engines alike.
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
+    request_router: str = "power-of-two"  # or prefix-aware, for deployments of 2+ replicas
+    # Seconds a stopping decode/ingress replica may take to finish its answers (Serve's
+    # graceful_shutdown_timeout_s); 0 = the longest answer the configuration allows.
+    graceful_shutdown_seconds: int = 0
     kv_backend: str = "LIBFABRIC"
     # true = the GPU workers run privileged (the walkthrough's setting); false = only the
     # devices their GPUs and EFA interfaces bring, plus IPC_LOCK with EFA (docs/security.md).
@@ -388,6 +408,40 @@ class AppConfig:
     def gpu_nodes_autoscale(self) -> bool:
         """Whether the GPU node group scales (the Cluster Autoscaler is installed)."""
         return self.gpu_node_max > self.gpu_node_min
+
+    @property
+    def longest_answer_seconds(self) -> int:
+        """How long the longest answer takes at the alarm thresholds: the first token at
+        ``alarmTtftP95Seconds``, then ``maxModelLen`` tokens at ``alarmInterTokenP95Seconds``
+        (an answer cannot be longer than the context), rounded up."""
+        return math.ceil(
+            self.alarm_ttft_p95_seconds + self.max_model_len * self.alarm_inter_token_p95_seconds
+        )
+
+    @property
+    def graceful_shutdown_s(self) -> int:
+        """Serve's ``graceful_shutdown_timeout_s`` for the deployments that stream answers:
+        ``gracefulShutdownSeconds``, or the longest answer, at most
+        :data:`MAX_GRACEFUL_SHUTDOWN_SECONDS`."""
+        if self.graceful_shutdown_seconds:
+            return self.graceful_shutdown_seconds
+        return min(self.longest_answer_seconds, MAX_GRACEFUL_SHUTDOWN_SECONDS)
+
+    @property
+    def routed_deployments(self) -> tuple[str, ...]:
+        """The engine deployments that get ``requestRouter=prefix-aware``: those that can have
+        more than one replica (``prefill``, ``decode`` when fixed above one or autoscaling;
+        ``engines`` of an aggregated app). Empty with ``power-of-two``."""
+        if self.request_router != "prefix-aware":
+            return ()
+        if not self.is_pd:
+            return ("engines",) if self.worker_replicas > 1 else ()
+        found = []
+        if self.prefill_replicas > 1:
+            found.append("prefill")
+        if self.decode_max > 1:
+            found.append("decode")
+        return tuple(found)
 
     @property
     def ray_auth_secret_name(self) -> str:
@@ -1278,6 +1332,76 @@ def _observability(c: AppConfig) -> list[str]:
     return out
 
 
+# Repository names of checkpoints quantized by another method than FP8 (Hugging Face naming).
+_QUANTIZED_NAME = re.compile(
+    r"(?:^|[-_.])(AWQ|GPTQ|GGUF|INT4|INT8|W4A16|W8A8|W4A8|NVFP4|MXFP4|bnb|EXL2)(?:$|[-_.])",
+    re.IGNORECASE,
+)
+
+
+def _engine(c: AppConfig) -> list[str]:
+    """The engine options: FP8 only where the GPU has FP8 tensor cores, a request router that
+    has a deployment of several replicas to route between, Serve's graceful-shutdown bound."""
+    out: list[str] = []
+    if c.quantization not in QUANTIZATIONS:
+        why = (
+            "must be none (the checkpoint's weights at dtype) or fp8 (vLLM quantizes the "
+            "weights to FP8 when loading: 1 byte per parameter)"
+        )
+        out.append(_problem("quantization", c.quantization, why))
+    if c.kv_cache_dtype not in KV_CACHE_DTYPES:
+        why = "must be auto (the KV cache at the model's dtype) or fp8 (half the bytes per token)"
+        out.append(_problem("kvCacheDtype", c.kv_cache_dtype, why))
+    facts = instance_types.gpu_facts(c.gpu_node_type)
+    fp8_types = sorted(
+        family for family, gpu in instance_types.GPU_FACTS_BY_FAMILY.items() if gpu.fp8
+    )
+    for key, value, off in (
+        ("quantization", c.quantization, "none"),
+        ("kvCacheDtype", c.kv_cache_dtype, "auto"),
+    ):
+        if value == "fp8" and facts is not None and not facts.fp8:
+            why = (
+                f"the {facts.model} GPU of {c.gpu_node_type} (compute capability "
+                f"{facts.compute_capability}) has no FP8 tensor cores, which need 8.9 or newer "
+                f"(L4, L40S, H100, H200, B200): use {key}={off}, or a GPU type of the "
+                f"{', '.join(fp8_types)} families"
+            )
+            out.append(_problem(key, value, why))
+    quantized = _QUANTIZED_NAME.search(c.model_source.rsplit("/", 1)[-1])
+    if c.quantization == "fp8" and quantized:
+        why = (
+            f"{c.model_source} is already quantized ({quantized[1]}, by its name): vLLM 0.26 "
+            "refuses a quantization argument that differs from the checkpoint's own "
+            "(config/model.py, 'does not match the quantization method'): use quantization="
+            "none, or the model's 16-bit checkpoint"
+        )
+        out.append(_problem("quantization", c.quantization, why))
+    if c.request_router not in REQUEST_ROUTERS:
+        why = (
+            "must be power-of-two (Serve's default: the less loaded of two random replicas) "
+            "or prefix-aware (Ray Serve LLM's PrefixCacheAffinityRouter)"
+        )
+        out.append(_problem("requestRouter", c.request_router, why))
+    elif c.request_router == "prefix-aware" and not c.routed_deployments:
+        # Only PD gets here: an aggregated app has prefillReplicas + decodeReplicas >= 2.
+        why = (
+            "has no effect: every engine deployment has one replica (prefillReplicas and "
+            "decodeReplicas (or decodeMaxReplicas) are 1); the router chooses between "
+            "replicas: raise the replicas, or use requestRouter=power-of-two"
+        )
+        out.append(_problem("requestRouter", c.request_router, why))
+    if not 0 <= c.graceful_shutdown_seconds <= MAX_GRACEFUL_SHUTDOWN_SECONDS:
+        why = (
+            f"must be 0 (the longest answer: maxModelLen x alarmInterTokenP95Seconds, now "
+            f"{c.longest_answer_seconds} s) or 1..{MAX_GRACEFUL_SHUTDOWN_SECONDS} seconds: a "
+            "stopping replica holds up the Serve update that stops it, and a deploy waits at "
+            "most an hour"
+        )
+        out.append(_problem("gracefulShutdownSeconds", c.graceful_shutdown_seconds, why))
+    return out
+
+
 # -- model and GPU fit ------------------------------------------------------------------------
 
 # Bytes per weight for each dtype; "auto" keeps the checkpoint's, which for the models this
@@ -1300,9 +1424,11 @@ def params_billions_from_name(model_source: str) -> float | None:
 
 
 def _model_fit(c: AppConfig) -> list[str]:
-    """The model's weights must fit the GPUs of one replica at the configured dtype:
-    params x bytes per weight <= tensorParallelSize x GPU memory x gpuMemoryUtilization
-    (vLLM also needs room for the KV cache and activations; this is the floor)."""
+    """The model's weights must fit the GPUs of one replica at the configured dtype (1 byte
+    per parameter with ``quantization=fp8``): params x bytes per weight <= tensorParallelSize
+    x GPU memory x gpuMemoryUtilization (vLLM also needs room for the KV cache and
+    activations; this is the floor). Whether CUDA graphs fit beside them is an estimate
+    (:func:`memory_estimate`), which the ``settings`` command prints: it refuses nothing."""
     facts = instance_types.gpu_facts(c.gpu_node_type)
     out = []
     stated = c.model_params_billions
@@ -1322,12 +1448,14 @@ def _model_fit(c: AppConfig) -> list[str]:
     tp = c.tensor_parallel_size
     if not params or tp < 1 or not 0 <= stated <= MAX_MODEL_PARAMS_BILLIONS:
         return out  # unknown size, or reported by their own checks
-    weights_gib = params * 1e9 * _DTYPE_BYTES[c.dtype] / 2**30
-    room_gib = tp * facts.memory_gib * c.gpu_memory_utilization
+    estimate = memory_estimate(c)
+    assert estimate is not None  # the GPU and the size are known here
+    weights_gib, room_gib = estimate.weights_gib, estimate.room_gib
     if weights_gib > room_gib:
         source = "modelParamsBillions" if stated else f"{params:g}B from the model's name"
         why = (
-            f"{params:g} billion parameters ({source}) in {c.dtype} need {weights_gib:.1f} GiB "
+            f"{params:g} billion parameters ({source}) in {estimate.weights_format} need "
+            f"{weights_gib:.1f} GiB "
             f"for the weights alone, more than one replica's GPUs hold: {tp} x "
             f"{facts.model} {facts.memory_gib:g} GiB x gpuMemoryUtilization "
             f"{c.gpu_memory_utilization:g} = {room_gib:.1f} GiB. Use a GPU type with more "
@@ -1336,6 +1464,80 @@ def _model_fit(c: AppConfig) -> list[str]:
         key = "modelParamsBillions" if stated else "modelSource"
         out.append(_problem(key, stated if stated else c.model_source, why))
     return out
+
+
+# -- the engine's memory, estimated (docs/settings.md, "Model and GPU fit") --------------------
+
+# Per GPU, in GiB: what vLLM 0.26 keeps besides the weights and the KV cache. Rough values
+# from vLLM's own start-up logs for 7-14B models; the engine measures both when it starts
+# (v1/worker/gpu_worker.py: a profiling run for the activation peak, then, since 0.21, an
+# estimate of the CUDA-graph pool, taken off the KV cache before it is allocated). They
+# vary with the model, max_num_batched_tokens and the capture sizes: an estimate, not a bound.
+ACTIVATION_GIB = 1.5  # the profiling run's activation peak, CUDA context and NCCL buffers
+CUDA_GRAPH_GIB = 1.0  # the captured graphs' memory pool at vLLM's default capture sizes
+MIN_KV_GIB = 1.0  # below this left for the KV cache, CUDA graphs are "tight"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Where one engine replica's GPU memory goes, per the fit check's arithmetic."""
+
+    gpu: str
+    room_gib: float  # tensorParallelSize x GPU memory x gpuMemoryUtilization
+    weights_gib: float
+    weights_format: str  # "bfloat16", "FP8", ...
+    kv_eager_gib: float  # left for the KV cache without CUDA graphs
+    kv_graphs_gib: float  # left with them
+    kv_dtype: str
+    enforce_eager: bool
+
+    @property
+    def verdict(self) -> str:
+        """Whether CUDA graphs fit: ``fit``, ``tight`` (under :data:`MIN_KV_GIB` of KV cache
+        left) or ``no room`` (the graphs' pool alone does not fit)."""
+        if self.kv_graphs_gib < 0:
+            return "no room"
+        return "tight" if self.kv_graphs_gib < MIN_KV_GIB else "fit"
+
+    def summary(self) -> str:
+        graphs = {
+            "fit": "CUDA graphs fit",
+            "tight": "CUDA graphs fit, tightly",
+            "no room": "CUDA graphs do not fit",
+        }[self.verdict]
+        mode = "enforceEager=true (no graphs)" if self.enforce_eager else "CUDA graphs on"
+        return (
+            f"{self.gpu}: {self.room_gib:.1f} GiB for vLLM, weights {self.weights_gib:.1f} GiB "
+            f"({self.weights_format}), about {ACTIVATION_GIB:g} GiB of activations; KV cache "
+            f"({self.kv_dtype}) about {max(self.kv_eager_gib, 0):.1f} GiB in eager mode, "
+            f"{max(self.kv_graphs_gib, 0):.1f} GiB with CUDA graphs (about {CUDA_GRAPH_GIB:g} "
+            f"GiB per GPU): {graphs} (estimate; now {mode})"
+        )
+
+
+def memory_estimate(c: AppConfig) -> MemoryEstimate | None:
+    """The fit check's estimate for one engine replica, or None when the GPU type or the
+    model's size is unknown. Weights: parameters x bytes per weight (1 with
+    ``quantization=fp8``, else ``dtype``'s)."""
+    facts = instance_types.gpu_facts(c.gpu_node_type)
+    params = c.model_params_billions or params_billions_from_name(c.model_source)
+    tp = c.tensor_parallel_size
+    if facts is None or not params or tp < 1 or c.dtype not in _DTYPE_BYTES:
+        return None
+    fp8 = c.quantization == "fp8"
+    weights_gib = params * 1e9 * (1 if fp8 else _DTYPE_BYTES[c.dtype]) / 2**30
+    room_gib = tp * facts.memory_gib * c.gpu_memory_utilization
+    kv_eager = room_gib - weights_gib - tp * ACTIVATION_GIB
+    return MemoryEstimate(
+        gpu=f"{tp} x {facts.model}" if tp > 1 else facts.model,
+        room_gib=room_gib,
+        weights_gib=weights_gib,
+        weights_format="FP8" if fp8 else c.dtype,
+        kv_eager_gib=kv_eager,
+        kv_graphs_gib=kv_eager - tp * CUDA_GRAPH_GIB,
+        kv_dtype="FP8" if c.kv_cache_dtype == "fp8" else "the model's dtype",
+        enforce_eager=c.enforce_eager,
+    )
 
 
 _CHECKS.extend(
@@ -1354,6 +1556,7 @@ _CHECKS.extend(
         _system_nodes,
         _software,
         _serving,
+        _engine,
         _access,
         _endpoint,
         _endpoint_timeout,

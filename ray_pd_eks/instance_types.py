@@ -145,24 +145,29 @@ class GpuFacts:
     model: str
     memory_gib: float  # as nvidia-smi reports memory.total (MiB / 1024)
     bf16: bool  # bfloat16 needs compute capability 8.0 (Ampere) or newer; vLLM refuses it below
+    # FP8 tensor cores: compute capability 8.9 (Ada: L4, L40S) or newer (Hopper: H100, H200;
+    # Blackwell). vLLM 0.26 runs FP8 weights below that only through its weight-only Marlin
+    # kernels (layers/quantization/fp8.py), without FP8 matmuls; this app refuses it there.
+    fp8: bool = False
+    compute_capability: str = ""
 
 
 # By instance family: p4d and p4de carry the same A100 with 40 and 80 GB.
 GPU_FACTS_BY_FAMILY: dict[str, GpuFacts] = {
-    "g4dn": GpuFacts("T4", 15.0, bf16=False),  # Turing, compute capability 7.5
-    "g5": GpuFacts("A10G", 22.5, bf16=True),
-    "g6": GpuFacts("L4", 22.5, bf16=True),
-    "g6e": GpuFacts("L40S", 45.0, bf16=True),
-    "p4d": GpuFacts("A100 40GB", 40.0, bf16=True),
-    "p4de": GpuFacts("A100 80GB", 80.0, bf16=True),
-    "p5": GpuFacts("H100", 79.6, bf16=True),
-    "p5e": GpuFacts("H200", 140.4, bf16=True),
-    "p5en": GpuFacts("H200", 140.4, bf16=True),
+    "g4dn": GpuFacts("T4", 15.0, bf16=False, compute_capability="7.5"),  # Turing
+    "g5": GpuFacts("A10G", 22.5, bf16=True, compute_capability="8.6"),  # Ampere
+    "g6": GpuFacts("L4", 22.5, bf16=True, fp8=True, compute_capability="8.9"),  # Ada
+    "g6e": GpuFacts("L40S", 45.0, bf16=True, fp8=True, compute_capability="8.9"),  # Ada
+    "p4d": GpuFacts("A100 40GB", 40.0, bf16=True, compute_capability="8.0"),  # Ampere
+    "p4de": GpuFacts("A100 80GB", 80.0, bf16=True, compute_capability="8.0"),
+    "p5": GpuFacts("H100", 79.6, bf16=True, fp8=True, compute_capability="9.0"),  # Hopper
+    "p5e": GpuFacts("H200", 140.4, bf16=True, fp8=True, compute_capability="9.0"),
+    "p5en": GpuFacts("H200", 140.4, bf16=True, fp8=True, compute_capability="9.0"),
 }
 
 
 def gpu_facts(name: str) -> GpuFacts | None:
-    """Memory and bf16 support of the GPU of an EFA GPU type, or None."""
+    """Memory, bf16 and FP8 support of the GPU of an EFA GPU type, or None."""
     if name not in EFA_GPU_TYPES:
         return None
     return GPU_FACTS_BY_FAMILY.get(name.split(".", 1)[0])

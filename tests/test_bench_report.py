@@ -125,7 +125,9 @@ def test_a_level_where_every_request_failed_has_no_latency_not_zero(runs: Path) 
 
 
 def _table(markdown: str) -> dict[tuple[str, str], dict[str, str]]:
-    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    """The results table (the one after "## Results by concurrency")."""
+    results_part = markdown.split("## Results by concurrency", 1)[1]
+    lines = [line for line in results_part.splitlines() if line.startswith("| ")]
     headers = [c.strip() for c in lines[0].strip("|").split("|")]
     rows = {}
     for line in lines[1:]:
@@ -279,3 +281,36 @@ def test_bench_report_price_override(runs: Path, tmp_path: Path) -> None:
     assert written["config"]["priceSource"] == "--price-per-hour given to bench report"
     bad = _cli(tmp_path).run("bench", "report", str(runs / "pd"), "--price-per-hour", "0")
     assert bad.code == 2
+
+
+def test_comparison_puts_the_engine_profiles_side_by_side(runs: Path, tmp_path: Path) -> None:
+    fp8 = tmp_path / "fp8"
+    shutil.copytree(runs / "pd", fp8)
+    meta = json.loads((fp8 / "bench-meta.json").read_text())
+    meta["label"] = "pd-LIBFABRIC-fp8w-fp8kv-prefix"
+    meta["config"] |= {
+        "dtype": "bfloat16",
+        "quantization": "fp8",
+        "kvCacheDtype": "fp8",
+        "enforceEager": True,
+        "requestRouter": "prefix-aware",
+    }
+    (fp8 / "bench-meta.json").write_text(json.dumps(meta))
+    text = report.markdown(results.collect([runs / "pd", fp8]))
+    profiles = text.split("## Profiles side by side", 1)[1].split("## Results", 1)[0]
+    rows = {
+        cells[0]: cells[1:]
+        for line in profiles.splitlines()
+        if line.startswith("| ")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert rows["setting"] == ["pd-LIBFABRIC", "pd-LIBFABRIC-fp8w-fp8kv-prefix"]
+    # The recorded run from before these settings has none: "-", not a guess.
+    assert rows["weights (quantization)"] == ["-", "fp8"]
+    assert rows["KV cache dtype"] == ["-", "fp8"]
+    assert rows["request router"] == ["-", "prefix-aware"]
+    assert rows["enforceEager (no CUDA graphs)"] == ["-", "true"]
+    assert rows["GPU node type"] == ["g6.8xlarge", "g6.8xlarge"]
+    assert "weights fp8, KV cache fp8, eager, router prefix-aware" in text
+    # One run alone has no profile table (its settings are in its line).
+    assert "## Profiles side by side" not in report.markdown(results.collect([fp8]))

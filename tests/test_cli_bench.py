@@ -477,3 +477,45 @@ def test_result_blocks_are_recovered_byte_for_byte() -> None:
     assert view.progress == ["level concurrency=16: started", "level concurrency=16: done (exit 0)"]
     assert view.failed_levels == {}
     assert SYSTEM_NODE  # the pods of make_job_pod land on the system node
+
+
+def test_the_deployed_engine_profile_is_read_from_the_live_serve_config() -> None:
+    """bench records what the RayService runs (not what the local settings say), and the
+    default label names a profile other than the default."""
+    from types import SimpleNamespace
+
+    from pd_constructs.workload import render_rayservice
+    from ray_pd_eks.cli.bench import deployed_settings, profile_suffix
+    from ray_pd_eks.config import DEFAULTS
+
+    app: Any = SimpleNamespace(config=DEFAULTS)
+    plain = deployed_settings(render_rayservice(DEFAULTS, image="img:1"), app)
+    assert {k: plain[k] for k in ("quantization", "kvCacheDtype", "requestRouter")} == {
+        "quantization": "none",
+        "kvCacheDtype": "auto",
+        "requestRouter": "power-of-two",
+    }
+    assert (plain["enforceEager"], plain["dtype"], profile_suffix(plain)) == (True, "bfloat16", "")
+    live = DEFAULTS.with_overrides(
+        {
+            "quantization": "fp8",
+            "kvCacheDtype": "fp8",
+            "enforceEager": False,
+            "requestRouter": "prefix-aware",
+            "gpuNodeCount": 3,
+            "decodeReplicas": 2,
+        }
+    )
+    found = deployed_settings(render_rayservice(live, image="img:1"), app)
+    assert (found["quantization"], found["kvCacheDtype"], found["requestRouter"]) == (
+        "fp8",
+        "fp8",
+        "prefix-aware",
+    )
+    assert found["enforceEager"] is False and found["decodeReplicas"] == 2
+    assert profile_suffix(found) == "-fp8w-fp8kv-graphs-prefix"
+    aggregated = DEFAULTS.with_overrides(
+        {"servingMode": "aggregated", "requestRouter": "prefix-aware"}
+    )
+    found = deployed_settings(render_rayservice(aggregated, image="img:1"), app)
+    assert (found["servingMode"], found["requestRouter"]) == ("aggregated", "prefix-aware")

@@ -157,6 +157,8 @@ LIMITS: list[Edge] = [
     Edge("decodeUpscaleDelaySeconds", 3600, 3601, "must be 0..3600 seconds", why="max"),
     Edge("decodeDownscaleDelaySeconds", 0, -1, "must be 0..86400 seconds", why="min"),
     Edge("decodeDownscaleDelaySeconds", 86400, 86401, "must be 0..86400 seconds", why="max"),
+    Edge("gracefulShutdownSeconds", 0, -1, "or 1..3600 seconds", why="min"),
+    Edge("gracefulShutdownSeconds", 3600, 3601, "or 1..3600 seconds", why="max"),
     Edge("gpuNodeMinCount", 2, 1, "or 2..gpuNodeCount (2)", why="min"),
     Edge("gpuNodeMinCount", 3, 4, "or 2..gpuNodeCount (3)", base={"gpuNodeCount": 3}, why="max"),
     Edge("gpuNodeMaxCount", 3, 2, "gpuNodeCount (3)..64", base={"gpuNodeCount": 3}, why="min"),

@@ -37,7 +37,10 @@ def _cluster(config: AppConfig) -> dict[str, Any]:
 def _deployment_configs(config: AppConfig) -> dict[str, Any]:
     rs = render_rayservice(config, image="img:1")
     (app,) = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]
-    return {phase: cfg["deployment_config"] for phase, cfg in app["args"].items()}
+    return {phase: app["args"][phase]["deployment_config"] for phase in PHASES}
+
+
+PHASES = ("prefill_config", "decode_config")
 
 
 # -- the defaults stay fixed --
@@ -49,7 +52,8 @@ def test_defaults_keep_a_fixed_pool_of_one_prefill_one_decode_on_two_nodes() -> 
     assert not DEFAULTS.decode_autoscales and not DEFAULTS.gpu_nodes_autoscale
     assert _deployment_configs(DEFAULTS) == {
         "prefill_config": {"num_replicas": 1},
-        "decode_config": {"num_replicas": 1},
+        # Decode streams the answers: it drains for the longest one (tests/test_engine.py).
+        "decode_config": {"num_replicas": 1, "graceful_shutdown_timeout_s": 822},
     }
     cluster = _cluster(DEFAULTS)
     assert cluster["enableInTreeAutoscaling"] is False
@@ -86,7 +90,8 @@ def test_decode_gets_an_explicit_autoscaling_config_and_prefill_stays_fixed() ->
             "target_ongoing_requests": 16,
             "upscale_delay_s": 30,
             "downscale_delay_s": 600,
-        }
+        },
+        "graceful_shutdown_timeout_s": 822,
     }
 
 

@@ -34,7 +34,9 @@ def _worker_resources(config: AppConfig) -> dict[str, Any]:
 def _llm_configs(config: AppConfig) -> list[dict[str, Any]]:
     (app,) = render_serve_config(config)["applications"]
     args = app["args"]
-    return list(args["llm_configs"]) if "llm_configs" in args else list(args.values())
+    if "llm_configs" in args:
+        return list(args["llm_configs"])
+    return [args["prefill_config"], args["decode_config"]]
 
 
 # -- the workers and the engines --------------------------------------------------------------

@@ -308,8 +308,12 @@ def test_settings_shows_each_value_and_where_it_comes_from(tmp_path: Path) -> No
     harness = Harness(cdk_json, env={"HOME": str(tmp_path / "home")})
     result = harness.run("settings", "-c", "dtype=auto", "-c", "kvBackend=UCX")
     assert result.code == 0, result.err
-    shown = {line.split()[0]: line.split(None, 1)[1] for line in result.out.splitlines()[1:]}
+    *listing, estimate = result.out.splitlines()[1:]
+    shown = {line.split()[0]: line.split(None, 1)[1] for line in listing}
     assert set(shown) == set(AppConfig.context_keys())
+    # Then the fit check's estimate of the engine's memory (dtype=auto: 16-bit weights).
+    assert estimate.startswith("Engine memory, per replica: L4: 20.2 GiB for vLLM, weights 16.8")
+    assert "CUDA graphs fit, tightly (estimate; now enforceEager=true" in estimate
     assert shown["namespace"] == '"ns-json"  [cdk.json]'
     assert shown["clusterName"] == '"from-context"  [cdk.context.json]'
     assert shown["rayServiceName"] == '"from-home"  [~/.cdk.json]'

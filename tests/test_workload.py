@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
+from pd_constructs.network_policy import SERVE_SWITCHES
 from pd_constructs.templates import TemplateError, render
 from pd_constructs.workload import llm_configs, render_rayservice, render_serve_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
@@ -127,7 +128,10 @@ def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
     assert app["name"] == "qwen"
     assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
     assert app["route_prefix"] == "/"
-    assert set(app["args"]) == {"prefill_config", "decode_config"}
+    assert set(app["args"]) == {"prefill_config", "decode_config", "ingress_deployment_config"}
+    # The ingress relays every streamed answer: it drains as long as the longest one takes,
+    # maxModelLen 4096 tokens at the 0.2 s inter-token alarm after the 2 s TTFT alarm.
+    assert app["args"]["ingress_deployment_config"] == {"graceful_shutdown_timeout_s": 822}
     for phase in ("prefill", "decode"):
         cfg = app["args"][f"{phase}_config"]
         assert cfg == {
@@ -149,7 +153,9 @@ def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
                 "tokenizer_revision": "c202236235762e1c871ad0ccb60c8ee5ba337b9a",
             },
             "placement_group_config": {"bundles": [{"GPU": 1}], "strategy": "STRICT_PACK"},
-            "deployment_config": {"num_replicas": 1},
+            # Decode streams the answers (prefill ends with the first token, Serve's 20 s).
+            "deployment_config": {"num_replicas": 1}
+            | ({"graceful_shutdown_timeout_s": 822} if phase == "decode" else {}),
         }
 
 
@@ -167,14 +173,64 @@ LLM_CONFIG_FIELDS = {
     "experimental_configs",
 }
 MODEL_LOADING_FIELDS = {"model_id", "model_source", "tokenizer_source"}
+# Ray 2.58 PDServingArgs (ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py),
+# without the deprecated proxy fields it accepts and ignores.
+PD_SERVING_ARGS_FIELDS = {
+    "prefill_config",
+    "decode_config",
+    "ingress_cls_config",
+    "ingress_deployment_config",
+}
+# Ray Serve 2.58's DeploymentConfig (ray/serve/_private/config.py), which LLMConfig validates
+# deployment_config with (core/configs/llm_config.py validate_deployment_config): the fields
+# a deployment_config may set, and RequestRouterConfig's (ray/serve/config.py).
+DEPLOYMENT_CONFIG_FIELDS = {
+    "num_replicas",
+    "max_ongoing_requests",
+    "max_queued_requests",
+    "backpressure_config",
+    "user_config",
+    "graceful_shutdown_timeout_s",
+    "graceful_shutdown_wait_loop_s",
+    "health_check_period_s",
+    "health_check_timeout_s",
+    "autoscaling_config",
+    "request_router_config",
+    "logging_config",
+    "max_constructor_retry_count",
+    "rolling_update_percentage",
+}
+REQUEST_ROUTER_CONFIG_FIELDS = {
+    "request_router_class",
+    "request_router_kwargs",
+    "request_routing_stats_period_s",
+    "request_routing_stats_timeout_s",
+    "initial_backoff_s",
+    "backoff_multiplier",
+    "max_backoff_s",
+}
+# PrefixCacheAffinityRouter.initialize_state's keywords (Ray 2.58,
+# ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py).
+PREFIX_ROUTER_KWARGS = {
+    "imbalanced_threshold",
+    "match_rate_threshold",
+    "do_eviction",
+    "eviction_threshold_chars",
+    "eviction_target_chars",
+    "eviction_interval_secs",
+}
 
 
 def test_serve_config_uses_only_fields_ray_serve_llm_accepts(rs: dict[str, Any]) -> None:
     (app,) = _serve(rs)["applications"]
     assert set(app) <= {"name", "import_path", "route_prefix", "args", "runtime_env"}
-    for cfg in app["args"].values():
+    assert set(app["args"]) <= PD_SERVING_ARGS_FIELDS
+    for phase in ("prefill", "decode"):
+        cfg = app["args"][f"{phase}_config"]
         assert set(cfg) <= LLM_CONFIG_FIELDS
         assert set(cfg["model_loading_config"]) <= MODEL_LOADING_FIELDS
+        assert set(cfg["deployment_config"]) <= DEPLOYMENT_CONFIG_FIELDS
+    assert set(app["args"]["ingress_deployment_config"]) <= DEPLOYMENT_CONFIG_FIELDS
 
 
 # Ray Serve LLM 2.58's LLMServingArgs (ray/llm/_internal/serve/core/ingress/builder.py), the
@@ -188,18 +244,22 @@ def test_aggregated_app_serves_the_same_engine_without_kv_transfer() -> None:
     (app,) = render_serve_config(AGGREGATED)["applications"]
     assert app["import_path"] == "ray.serve.llm:build_openai_app"
     assert (app["name"], app["route_prefix"]) == ("qwen", "/")
-    assert set(app["args"]) == {"llm_configs"} <= LLM_SERVING_ARGS_FIELDS
+    assert set(app["args"]) == {"llm_configs", "ingress_deployment_config"}
+    assert set(app["args"]) <= LLM_SERVING_ARGS_FIELDS
+    assert app["args"]["ingress_deployment_config"] == {"graceful_shutdown_timeout_s": 822}
     (llm,) = app["args"]["llm_configs"]
     assert set(llm) <= LLM_CONFIG_FIELDS
     assert set(llm["model_loading_config"]) <= MODEL_LOADING_FIELDS
+    assert set(llm["deployment_config"]) <= DEPLOYMENT_CONFIG_FIELDS
     # Same model and engine settings as either PD phase, minus the KV connector.
     prefill = pd_app["args"]["prefill_config"]
     engine = {k: v for k, v in prefill["engine_kwargs"].items() if k != "kv_transfer_config"}
     assert llm["model_loading_config"] == prefill["model_loading_config"]
     assert llm["engine_kwargs"] == engine
     assert "kv_transfer_config" not in json.dumps(app)
-    # One engine per GPU worker pod, i.e. per GPU node: prefill + decode replicas.
-    assert llm["deployment_config"] == {"num_replicas": 2}
+    # One engine per GPU worker pod, i.e. per GPU node: prefill + decode replicas; each
+    # streams its own answers.
+    assert llm["deployment_config"] == {"num_replicas": 2, "graceful_shutdown_timeout_s": 822}
 
 
 def test_aggregated_replicas_fill_the_same_gpu_nodes() -> None:
@@ -208,7 +268,7 @@ def test_aggregated_replicas_fill_the_same_gpu_nodes() -> None:
     )
     rs = render_rayservice(config, image="img:1")
     (app,) = _serve(rs)["applications"]
-    assert app["args"]["llm_configs"][0]["deployment_config"] == {"num_replicas": 5}
+    assert app["args"]["llm_configs"][0]["deployment_config"]["num_replicas"] == 5
     assert _workers(rs)["replicas"] == 5
     changed = AGGREGATED.with_overrides({"maxModelLen": 8192, "enforceEager": False})
     (app,) = render_serve_config(changed)["applications"]
@@ -226,7 +286,13 @@ def test_aggregated_workers_need_neither_efa_nor_privilege() -> None:
     assert c["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 1}
     env = {e["name"] for e in c["env"]}
     # No NIXL/EFA/UCX knobs.
-    assert env == {"VLLM_HOST_IP", "HF_HOME", "VLLM_CACHE_ROOT", "RAY_metric_cardinality_level"}
+    assert env == {
+        "VLLM_HOST_IP",
+        "HF_HOME",
+        "VLLM_CACHE_ROOT",
+        "RAY_metric_cardinality_level",
+        *(switch.name for switch in SERVE_SWITCHES),
+    }
     from pd_constructs.workload import render_namespace
 
     labels = render_namespace(AGGREGATED)["metadata"]["labels"]
@@ -260,7 +326,7 @@ def test_config_changes_flow_into_both_phases() -> None:
         }
     )
     (app,) = render_serve_config(config)["applications"]
-    for cfg in app["args"].values():
+    for cfg in (app["args"]["prefill_config"], app["args"]["decode_config"]):
         assert cfg["engine_kwargs"]["max_model_len"] == 8192
         assert cfg["engine_kwargs"]["dtype"] == "float16"
         assert cfg["engine_kwargs"]["gpu_memory_utilization"] == 0.8
@@ -318,6 +384,7 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "VLLM_CACHE_ROOT": "/data/model-cache/vllm",
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
         "RAY_metric_cardinality_level": "low",
+        **{switch.name: "0" for switch in SERVE_SWITCHES},
         "FI_PROVIDER": "efa",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -353,13 +420,13 @@ def test_replica_arithmetic() -> None:
     assert _workers(rs)["replicas"] == 5
     (app,) = _serve(rs)["applications"]
     assert app["args"]["prefill_config"]["deployment_config"] == {"num_replicas": 2}
-    assert app["args"]["decode_config"]["deployment_config"] == {"num_replicas": 3}
+    assert app["args"]["decode_config"]["deployment_config"]["num_replicas"] == 3
 
 
 def test_ucx_variant_renders_the_tcp_fallback(variant_app: Synthesized) -> None:
     rs = _kind(variant_app, "RayService")
     (app,) = _serve(rs)["applications"]
-    for cfg in app["args"].values():
+    for cfg in (app["args"]["prefill_config"], app["args"]["decode_config"]):
         extra = cfg["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]
         assert extra == {"backends": ["UCX"]}
     c = _worker_container(rs)

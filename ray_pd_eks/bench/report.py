@@ -69,6 +69,12 @@ def describe_config(label: str, config: Mapping[str, Any]) -> str:
         return f"- **{label}**: deployment settings not recorded (no bench-meta.json)"
     mode = config.get("servingMode", "?")
     kv = f", KV over NIXL {config.get('kvBackend')}" if mode == "pd" else ", no KV transfer"
+    if config.get("quantization") is not None:
+        eager = "eager" if config.get("enforceEager") else "CUDA graphs"
+        kv += (
+            f"; engine {config.get('dtype')}, weights {config.get('quantization')}, KV cache "
+            f"{config.get('kvCacheDtype')}, {eager}, router {config.get('requestRouter')}"
+        )
     engines = (
         f"{config.get('prefillReplicas')} prefill + {config.get('decodeReplicas')} decode"
         if mode == "pd"
@@ -95,6 +101,44 @@ def describe_cost(label: str, config: Mapping[str, Any]) -> str:
     )
 
 
+# The settings that tell two runs apart, in the order the profile table lists them.
+PROFILE_ROWS = (
+    ("servingMode", "serving mode"),
+    ("kvBackend", "KV backend"),
+    ("dtype", "dtype"),
+    ("quantization", "weights (quantization)"),
+    ("kvCacheDtype", "KV cache dtype"),
+    ("enforceEager", "enforceEager (no CUDA graphs)"),
+    ("requestRouter", "request router"),
+    ("maxModelLen", "maxModelLen"),
+    ("prefillReplicas", "prefill replicas"),
+    ("decodeReplicas", "decode replicas"),
+    ("engines", "aggregated engines"),
+    ("gpuNodeType", "GPU node type"),
+    ("gpuNodeCount", "GPU nodes"),
+)
+
+
+def profile_table(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The runs' settings side by side, one column per run (``-`` where a run did not record
+    one: a run without ``bench-meta.json``, or one from before the setting existed)."""
+    names = list(configs)
+    lines = ["| setting | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    for key, title in PROFILE_ROWS:
+        cells = []
+        for name in names:
+            value_ = configs[name].get(key)
+            cells.append(
+                "-"
+                if value_ is None
+                else str(value_).lower()
+                if isinstance(value_, bool)
+                else str(value_)
+            )
+        lines.append(f"| {title} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return lines
+
+
 def markdown(summary: Mapping[str, Any]) -> str:
     """The whole report: settings, the table (one row per level and run), cost, plots."""
     runs: Sequence[Mapping[str, Any]] = summary["runs"]
@@ -102,6 +146,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
     several = len(configs) > 1
     lines = [f"# Benchmark: {summary['label']}", ""]
     lines += [describe_config(name, config) for name, config in configs.items()]
+    if several:
+        lines += ["", "## Profiles side by side", "", *profile_table(configs)]
     lines += [
         "",
         "Load: `vllm bench serve` in the cluster (a Job on the system node) against "

@@ -232,6 +232,12 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
         "prefillReplicas": config.prefill_replicas if config.is_pd else None,
         "decodeReplicas": config.decode_replicas if config.is_pd else None,
         "engines": None if config.is_pd else config.worker_replicas,
+        # The engine profile (docs/benchmarking.md, "Engine profiles").
+        "dtype": config.dtype,
+        "quantization": config.quantization,
+        "kvCacheDtype": config.kv_cache_dtype,
+        "enforceEager": config.enforce_eager,
+        "requestRouter": config.request_router,
     }
     text = ((rayservice.get("spec") or {}).get("serveConfigV2")) or ""
     try:
@@ -243,8 +249,10 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
     found = found or (apps[0] if apps else {})
     args = found.get("args") or {}
     llm: dict[str, Any]
+    engines: list[Any]
     if found.get("import_path") == "ray.serve.llm:build_openai_app":
         llm = next(iter(args.get("llm_configs") or []), {})
+        engines = [llm]
         settings |= {
             "servingMode": "aggregated",
             "kvBackend": None,
@@ -254,6 +262,7 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
         }
     elif found.get("import_path") == "ray.serve.llm:build_pd_openai_app":
         llm = args.get("prefill_config") or {}
+        engines = [llm, args.get("decode_config") or {}]
         extra = ((llm.get("engine_kwargs") or {}).get("kv_transfer_config") or {}).get(
             "kv_connector_extra_config"
         ) or {}
@@ -276,7 +285,31 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
     if _HF_REPO.match(source):  # a staged copy's local path is no use to the load generator
         settings["modelSource"] = source
     settings["maxModelLen"] = engine.get("max_model_len") or settings["maxModelLen"]
+    settings |= {
+        "dtype": engine.get("dtype") or settings["dtype"],
+        "quantization": engine.get("quantization") or "none",
+        "kvCacheDtype": engine.get("kv_cache_dtype") or "auto",
+        "enforceEager": bool(engine.get("enforce_eager", settings["enforceEager"])),
+        "requestRouter": "power-of-two",
+    }
+    for cfg in engines:
+        deployment = (cfg.get("deployment_config") if isinstance(cfg, dict) else None) or {}
+        router = (deployment.get("request_router_config") or {}).get("request_router_class")
+        if "PrefixCacheAffinityRouter" in str(router or ""):
+            settings["requestRouter"] = "prefix-aware"
     return settings
+
+
+def profile_suffix(deployed: dict[str, Any]) -> str:
+    """What the default label adds for an engine profile other than the default: ``-fp8w``
+    (FP8 weights), ``-fp8kv``, ``-graphs`` (enforceEager off), ``-prefix`` (prefix-aware)."""
+    parts = [
+        "fp8w" if deployed.get("quantization") == "fp8" else "",
+        "fp8kv" if deployed.get("kvCacheDtype") == "fp8" else "",
+        "graphs" if deployed.get("enforceEager") is False else "",
+        "prefix" if deployed.get("requestRouter") == "prefix-aware" else "",
+    ]
+    return "".join(f"-{p}" for p in parts if p)
 
 
 def head_image(rayservice: dict[str, Any]) -> str:
@@ -471,7 +504,9 @@ def run(app: App) -> int:
     node_type, node_count = gpu_nodes(cluster)
     price = node_price(app, node_type)
     mode = deployed["servingMode"]
-    label = args.label or (f"pd-{deployed['kvBackend']}" if mode == "pd" else mode)
+    label = args.label or (
+        (f"pd-{deployed['kvBackend']}" if mode == "pd" else mode) + profile_suffix(deployed)
+    )
     now = app.runtime.now()
     stamp = now.astimezone(UTC).strftime("%Y%m%d-%H%M%S")
     safe = re.sub(r"[^\w.-]+", "-", label).strip("-.") or "run"

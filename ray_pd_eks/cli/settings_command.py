@@ -14,7 +14,7 @@ from typing import Any
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.errors import EXIT_OK, UsageError
 from ray_pd_eks.cli.settings import home_dir, parse_overrides
-from ray_pd_eks.config import AppConfig, ConfigError
+from ray_pd_eks.config import AppConfig, ConfigError, memory_estimate
 from ray_pd_eks.context import (
     LOCAL_SETTINGS_FILE,
     SettingsFileError,
@@ -85,6 +85,8 @@ def run(app: App) -> int:
         if key == "modelId" and not raw.get(key):
             source += ", empty: derived from modelSource"
         app.print(f"  {key:<{width}}  {value}  [{source}]")
+    if estimate := memory_estimate(app.config):
+        app.print(f"Engine memory, per replica: {estimate.summary()}")
     return EXIT_OK
 
 
