@@ -64,7 +64,9 @@ def test_functions_in_the_vpc_reach_only_the_api_server(
     (egress,) = sg["SecurityGroupEgress"]
     assert "CidrIp" not in egress and "CidrIpv6" not in egress
     assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"]) == ("tcp", 443, 443)
-    assert "ClusterSecurityGroupId" in json.dumps(egress["DestinationSecurityGroupId"])
+    # The control plane's own group, which EKS attaches to its interfaces only.
+    assert "ClusterControlPlaneSecurityGroup" in json.dumps(egress["DestinationSecurityGroupId"])
+    assert "ClusterSecurityGroupId" not in json.dumps(egress["DestinationSecurityGroupId"])
 
 
 @pytest.mark.parametrize(("stack", "handler"), [("Readiness", "handler.on_event")])
@@ -103,7 +105,14 @@ def test_kubectl_provider_has_its_own_security_group(default_app: Synthesized) -
         == {"Fn::GetAtt": ["ClusterKubectlSecurityGroup638B9A72", "GroupId"]}
     ]
     assert (ingress["IpProtocol"], ingress["FromPort"], ingress["ToPort"]) == ("tcp", 443, 443)
-    assert ingress["GroupId"] == {"Fn::GetAtt": ["Cluster9EE0221C", "ClusterSecurityGroupId"]}
+    # On the control plane's own group (its interfaces only), not the cluster security group.
+    (group_id,) = ingress["GroupId"]["Fn::GetAtt"][:1]
+    assert group_id.startswith("ClusterControlPlaneSecurityGroup")
+    assert ingress["GroupId"]["Fn::GetAtt"][1] == "GroupId"
+    cluster = default_app.only("Cluster", "AWS::EKS::Cluster")["Properties"]
+    assert cluster["ResourcesVpcConfig"]["SecurityGroupIds"] == [
+        {"Fn::GetAtt": [group_id, "GroupId"]}
+    ]
 
 
 def test_vpc_default_security_group_is_restricted(default_app: Synthesized) -> None:
