@@ -321,6 +321,34 @@ def test_metrics_port_has_no_allow_by_default(world: World) -> None:
         assert not world.allowed(source, world.workers[0], RAY_PORTS.metrics_export)
 
 
+def test_the_scraper_reaches_the_metrics_port_of_every_ray_pod_and_nothing_else_does(
+    world: World,
+) -> None:
+    """Where scrapes come from (pd_constructs/flows.py, flow scrape-metrics): the add-on's
+    CloudWatch agent is a DaemonSet with ``hostNetwork: true`` (aws-observability/helm-charts,
+    amazon-cloudwatch-observability values.yaml ``agent.hostNetwork``) that scrapes the
+    PodMonitor targets on its own node (AWS, "Scraping ServiceMonitor and PodMonitor targets",
+    add-on 8.0.0 and later). A host-network process reaching a pod on its node leaves from the
+    node's primary IP, which the VPC CNI's policy agent admits to every pod
+    (aws-network-policy-agent, pkg/fwruleprocessor: "Traffic from the local node should always
+    be allowed", the IMDS local-ipv4 address). So no rule opens 8080, and nothing but the node
+    itself reaches it: not the cluster-level scraper on another node, not a pod of the agent's
+    namespace, not the API server, the operator or another Ray pod."""
+    port = RAY_PORTS.metrics_export
+    agent_pod = Pod(
+        "cloudwatch-agent-x", "default", {"app.kubernetes.io/name": "cloudwatch-agent"}, "10.0.1.77"
+    )
+    for pod in world.ray_pods:
+        assert pod.ports["metrics"] == port
+        on_its_node = External(ip=f"primary-ip-of-{pod.node}", node=pod.node)
+        assert world.allowed(on_its_node, pod, port), pod.name
+        cluster_scraper = External(ip="10.0.64.9", node="sys-2")
+        others = [w for w in world.ray_pods if w.node != pod.node]
+        sources: list[Pod | External] = [cluster_scraper, agent_pod, API_SERVER, world.operator]
+        for source in [*sources, *others]:
+            assert not world.allowed(source, pod, port), (source, pod.name)
+
+
 def test_each_node_still_reaches_its_own_pods(world: World) -> None:
     """kubelet's HTTP probe of the dashboard agent (KubeRay with Ray >= 2.53)."""
     kubelet = External(ip="10.0.192.5", node=world.workers[0].node)
