@@ -79,7 +79,7 @@ class PdCluster(Construct):
 
     The kubectl provider's function has a security group of its own (``kubectl_security_group``)
     instead of the cluster security group, whose members may reach every node and pod: it may
-    send HTTPS out (the Kubernetes API through an ingress rule on the cluster security group;
+    send HTTPS out (the Kubernetes API through an ingress rule on the control plane's group;
     the EKS API for ``aws eks update-kubeconfig``, the Helm chart repositories and S3 through
     the NAT gateway) and accepts nothing. Its way in to the API server is a rule on the control
     plane's own security group (``control_plane_security_group``, on the control plane's
