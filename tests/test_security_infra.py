@@ -142,3 +142,13 @@ def test_control_plane_log_group_is_the_stacks_and_exists_before_the_cluster(
     assert log_id in cluster["DependsOn"]
     logging = cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]
     assert len(logging) == 5  # every control-plane log type writes into it
+
+
+def test_the_control_plane_group_is_on_the_control_planes_interfaces_only(
+    default_app: Synthesized,
+) -> None:
+    """Rules on it open the API server alone: no launch template or node group carries it."""
+    for stack, template in default_app.templates.items():
+        for logical_id, r in template["Resources"].items():
+            if r["Type"] in ("AWS::EC2::LaunchTemplate", "AWS::EKS::Nodegroup"):
+                assert "ControlPlaneSecurityGroup" not in json.dumps(r), (stack, logical_id)
