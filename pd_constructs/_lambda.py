@@ -9,6 +9,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from pd_constructs.eks_types import control_plane_security_group
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 # The newest Python runtime Lambda offers; handlers use only the standard library and boto3.
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
@@ -22,14 +24,18 @@ def lambda_code(folder: str) -> lambda_.Code:
 def api_server_only_security_group(
     scope: Construct, *, cluster: eks.Cluster, purpose: str
 ) -> ec2.SecurityGroup:
-    """The security group of a function that calls Kubernetes: HTTPS to the cluster security
-    group (the API endpoint) and nothing else, with the matching ingress on the cluster side.
+    """The security group of a function that calls Kubernetes: HTTPS to the control plane's
+    security group (the private API endpoint's network interfaces) and nothing else, with the
+    matching ingress on that group, which EKS attaches to the control plane's interfaces only
+    (:func:`pd_constructs.eks_types.control_plane_security_group`), so the rule opens no node
+    and no pod.
 
     Nothing else is needed: the EKS token is an STS request presigned locally (kube.eks_token
     makes no network call), and CloudFormation's DescribeStacks on a rollback is called by the
     on-event functions outside the VPC. Creates ``SecurityGroup`` and ``ClusterIngress`` in
     ``scope``; ``purpose`` names the function in both descriptions.
     """
+    control_plane = control_plane_security_group(cluster)
     group = ec2.SecurityGroup(
         scope,
         "SecurityGroup",
@@ -38,14 +44,14 @@ def api_server_only_security_group(
         allow_all_outbound=False,
     )
     group.add_egress_rule(
-        ec2.Peer.security_group_id(cluster.cluster_security_group_id),
+        ec2.Peer.security_group_id(control_plane.security_group_id),
         ec2.Port.tcp(443),
         "Kubernetes API",
     )
     ec2.CfnSecurityGroupIngress(
         scope,
         "ClusterIngress",
-        group_id=cluster.cluster_security_group_id,
+        group_id=control_plane.security_group_id,
         source_security_group_id=group.security_group_id,
         ip_protocol="tcp",
         from_port=443,

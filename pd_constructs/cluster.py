@@ -28,7 +28,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.aws_lambda import ILayerVersion
 from constructs import Construct
 
-from pd_constructs.eks_types import as_icluster
+from pd_constructs.eks_types import as_icluster, control_plane_security_group
 from pd_constructs.helm import (
     EFA_DEVICE_PLUGIN,
     NVIDIA_DEVICE_PLUGIN,
@@ -81,9 +81,14 @@ class PdCluster(Construct):
 
     The kubectl provider's function has a security group of its own (``kubectl_security_group``)
     instead of the cluster security group, whose members may reach every node and pod: it may
-    send HTTPS out (the Kubernetes API through an ingress rule on the cluster security group;
+    send HTTPS out (the Kubernetes API through an ingress rule on the control plane's group;
     the EKS API for ``aws eks update-kubeconfig``, the Helm chart repositories and S3 through
-    the NAT gateway) and accepts nothing.
+    the NAT gateway) and accepts nothing. Its way in to the API server is a rule on the control
+    plane's own security group (``control_plane_security_group``, on the control plane's
+    network interfaces only), not on the cluster security group that every node carries.
+
+    The control plane's interfaces sit in ``control_plane_subnets`` (two or more AZs), which
+    no node group uses (:mod:`ray_pd_eks.vpc_layout`).
     """
 
     def __init__(
@@ -96,10 +101,16 @@ class PdCluster(Construct):
         kubernetes_version: str,
         log_retention_days: int,
         log_removal_policy: RemovalPolicy,
+        control_plane_subnets: Sequence[ec2.ISubnet],
         admin_principal_arns: Sequence[str] = (),
         endpoint_public_cidrs: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
+        if len(control_plane_subnets) < 2:
+            raise ValueError(
+                f"PdCluster control_plane_subnets: {len(control_plane_subnets)} given; EKS needs "
+                "subnets in at least two Availability Zones"
+            )
         self.secrets_key = kms.Key(
             self,
             "SecretsKey",
@@ -138,7 +149,9 @@ class PdCluster(Construct):
             cluster_name=cluster_name,
             version=eks.KubernetesVersion.of(kubernetes_version),
             vpc=vpc,
-            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            # The control plane's interfaces get subnets no node group uses, so "from the API
+            # server" (the NetworkPolicies' ipBlock peers) is not "from any system node".
+            vpc_subnets=[ec2.SubnetSelection(subnets=list(control_plane_subnets))],
             endpoint_access=endpoint,
             secrets_encryption_key=self.secrets_key,
             cluster_logging=[
@@ -161,10 +174,11 @@ class PdCluster(Construct):
             output_config_command=False,
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
+        self.control_plane_security_group = control_plane_security_group(self.cluster)
         ec2.CfnSecurityGroupIngress(
             self,
             "KubectlClusterIngress",
-            group_id=self.cluster.cluster_security_group_id,
+            group_id=self.control_plane_security_group.security_group_id,
             source_security_group_id=self.kubectl_security_group.security_group_id,
             ip_protocol="tcp",
             from_port=443,

@@ -314,6 +314,22 @@ class ModelEndpoint(Construct):
             ec2.Port.tcp(SERVE_PORT),
             "To the Ray serve pods (cluster security group)",
         )
+        if issuer and jwks_uri:
+            # jwt-validation: the ALB fetches the issuer's signing keys from ``JwksEndpoint``
+            # itself; without this rule it cannot, and every request fails while the deploy
+            # succeeds. aws-cdk-lib adds the same rule for the OIDC and Cognito actions
+            # ("Allow to IdP endpoint", application-listener-action.js in 2.275) but not for
+            # authenticate_jwt. It cannot be narrower than any IPv4 address: a security group
+            # matches addresses, not names; Cognito's regional endpoint
+            # (cognito-idp.<region>.amazonaws.com) has no managed prefix list and no published
+            # range of its own, and an external issuer's addresses are its own. What narrows it
+            # is the ALB itself: it connects only to the one JWKS URL of the listener
+            # (docs/endpoint.md, "Outbound from the load balancer").
+            self.security_group.add_egress_rule(
+                ec2.Peer.any_ipv4(),
+                ec2.Port.tcp(443),
+                "JWKS of the token issuer (jwt-validation fetches the signing keys)",
+            )
         # Pods take their node's security groups (VPC CNI), and every node carries the cluster
         # security group: one rule there lets the ALB, and nothing else outside the cluster,
         # reach the serve port. It is a resource of this stack, so destroy removes it.

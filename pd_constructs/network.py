@@ -3,7 +3,6 @@ subnet in the GPU AZ with the construct that chooses that AZ."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 
 from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
@@ -23,26 +22,27 @@ from pd_constructs.nag import (
     nag_flatten,
 )
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
+from ray_pd_eks.vpc_layout import CONTROL_PLANE_PREFIX, vpc_layout
+
+CONTROL_PLANE_SUBNET_GROUP = "ControlPlane"
 
 
 def subnet_plan(vpc_cidr: str) -> dict[str, str]:
-    """How the VPC CIDR is carved: quarters 0-1 cluster private subnets (allocated by ec2.Vpc in
-    that order), the start of quarter 2 the public subnets, quarter 3 the GPU subnet (see
-    :func:`gpu_subnet_blocks`)."""
-    net = ipaddress.IPv4Network(vpc_cidr)
-    quarters = list(net.subnets(prefixlen_diff=2))
+    """The subnet masks ``ec2.Vpc`` is given, from :func:`ray_pd_eks.vpc_layout.vpc_layout`
+    (quarters 0-1 private, then the public subnets and the control plane's, quarter 3 the GPU
+    subnet)."""
+    layout = vpc_layout(vpc_cidr)
     return {
-        "private_mask": str(quarters[0].prefixlen),
-        "public_mask": str(net.prefixlen + 8),
+        "private_mask": str(layout.private_mask),
+        "public_mask": str(layout.public_mask),
+        "control_plane_mask": str(CONTROL_PLANE_PREFIX),
     }
 
 
 def gpu_subnet_blocks(vpc_cidr: str) -> tuple[str, str]:
     """The two halves of the VPC's last quarter: the GPU subnet uses one, and the other when it
     moves to another AZ (the new subnet is created before the old one is deleted)."""
-    last_quarter = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))[3]
-    first, second = (str(h) for h in last_quarter.subnets(prefixlen_diff=1))
-    return first, second
+    return vpc_layout(vpc_cidr).gpu
 
 
 class GpuAvailabilityZoneProvider(Construct):
@@ -222,8 +222,10 @@ class PdNetwork(Construct):
     (docs/deploy-timeline.md).
 
     By default: the VPC CIDR's first half holds two /18 private subnets (for a /16) in the first
-    two AZs of the region, public /24 subnets for the NAT gateway follow, and the last quarter
-    is kept for the GPU subnet. Everything here is independent of the GPU AZ, so the values
+    two AZs of the region, public /24 subnets for the NAT gateway follow, then two /28 subnets
+    that only the EKS control plane's network interfaces use (``control_plane_subnets``), and
+    the last quarter is kept for the GPU subnet (:mod:`ray_pd_eks.vpc_layout`). Everything here
+    is independent of the GPU AZ, so the values
     other stacks import never change when the GPU subnet moves. ``egress_route_table_ids`` are
     the route tables that need a default route through the NAT gateway.
 
@@ -268,8 +270,20 @@ class PdNetwork(Construct):
                     cidr_mask=int(plan["public_mask"]),
                     map_public_ip_on_launch=False,
                 ),
+                # Last, so the blocks before it never move: the control plane's network
+                # interfaces and nothing else (no route out: the control plane needs none in
+                # this VPC). NetworkPolicies admit "the API server" by these blocks, which no
+                # node and so no pod can take an address from (docs/security.md).
+                ec2.SubnetConfiguration(
+                    name=CONTROL_PLANE_SUBNET_GROUP,
+                    subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
+                    cidr_mask=int(plan["control_plane_mask"]),
+                ),
             ],
         )
+        self.control_plane_subnets = self.vpc.select_subnets(
+            subnet_group_name=CONTROL_PLANE_SUBNET_GROUP
+        ).subnets
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=log_retention, removal_policy=log_removal_policy
         )

@@ -16,7 +16,6 @@ The policies are YAML files under ``assets/manifests/network-policies/``, one pe
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
 from pd_constructs.templates import ASSETS, render_from
 from ray_pd_eks.bench.job import BENCH_POD_LABELS
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.vpc_layout import vpc_layout
 
 POLICY_DIR = "manifests/network-policies"
 # The label the KubeRay operator chart puts on the operator pod (kuberay-operator chart 1.7.0,
@@ -186,26 +186,23 @@ def kv_transfer_ports(config: AppConfig, ports: RayPorts = RAY_PORTS) -> list[di
 
 
 def control_plane_cidrs(vpc_cidr: str) -> list[str]:
-    """Where the API server's service proxy connects from: EKS places the control plane's
-    network interfaces in the cluster's subnets, which are the VPC CIDR's first two quarters
-    (:func:`pd_constructs.network.subnet_plan`). Nodes (and so pods) of the system node group
-    share those subnets; docs/security.md says what that leaves open."""
-    quarters = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))
-    return [str(quarters[0]), str(quarters[1])]
+    """Where the API server's service proxy connects from: the control plane's network
+    interfaces, which sit in subnets of their own that no node group uses
+    (:mod:`ray_pd_eks.vpc_layout`; ``PdCluster``'s ``control_plane_subnets``). No node, and so no
+    pod, takes an address from them, so this peer admits the API server and nothing else."""
+    return list(vpc_layout(vpc_cidr).control_plane)
 
 
 def load_balancer_cidrs(config: AppConfig) -> list[str]:
     """Where the application endpoint's ALB connects from: the subnets it is placed in
-    (pd_constructs/endpoint.py), carved as :func:`pd_constructs.network.subnet_plan` says: the
-    cluster's private subnets (the first two quarters) for an internal ALB, the two public
-    subnets at the start of the third quarter for an internet-facing one; none without one."""
+    (pd_constructs/endpoint.py), as :mod:`ray_pd_eks.vpc_layout` carves them: the cluster's
+    private subnets for an internal ALB, the two public subnets for an internet-facing one;
+    none without one."""
+    layout = vpc_layout(config.vpc_cidr)
     if config.endpoint_exposure == "internal":
-        return control_plane_cidrs(config.vpc_cidr)
+        return list(layout.private)
     if config.endpoint_exposure == "internet-facing":
-        net = ipaddress.IPv4Network(config.vpc_cidr)
-        third_quarter = list(net.subnets(prefixlen_diff=2))[2]
-        public = third_quarter.subnets(new_prefix=net.prefixlen + 8)
-        return [str(next(public)), str(next(public))]
+        return list(layout.public)
     return []
 
 

@@ -51,7 +51,7 @@ class RayAuthToken(KubernetesWaiter):
     ``resource``, which writes a random token into it on Create and keeps it on Update.
 
     The writer is a Lambda function in the cluster's private subnets whose security group
-    reaches only the Kubernetes API (443 into the cluster security group; the EKS token is
+    reaches only the Kubernetes API (443 into the control plane's security group; the EKS token is
     presigned locally, no STS call). Its IAM role has no AWS permissions beyond its logs and
     VPC interfaces; in the cluster its access entry maps it to one group, bound to ``get`` and
     ``patch`` on that one Secret. Create the RayService after ``resource``.

@@ -28,6 +28,7 @@ class ClusterStack(AppStack):
         construct_id: str,
         *,
         vpc: ec2.IVpc,
+        control_plane_subnets: Sequence[ec2.ISubnet],
         egress_route_table_ids: Sequence[str],
         **props: Unpack[AppStackProps],
     ) -> None:
@@ -46,6 +47,7 @@ class ClusterStack(AppStack):
             self,
             "Cluster",
             vpc=vpc,
+            control_plane_subnets=control_plane_subnets,
             cluster_name=config.cluster_name,
             kubernetes_version=config.kubernetes_version,
             admin_principal_arns=config.admin_principal_arns,

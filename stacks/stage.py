@@ -52,6 +52,7 @@ class RayPdEksStage(Stage):
             "Cluster",
             config=config,
             vpc=self.network.vpc,
+            control_plane_subnets=self.network.network.control_plane_subnets,
             egress_route_table_ids=self.network.egress_route_table_ids,
             description="ray-pd-eks: EKS control plane, add-ons, NAT gateway, S3 endpoint",
         )

@@ -68,8 +68,8 @@ OTHER_PORTS = [
     "overrides", [{}, {"servingMode": "aggregated"}, {"kvBackend": "UCX"}], ids=str
 )
 def test_bench_pods_reach_the_serve_port_and_nothing_else(overrides: dict[str, Any]) -> None:
-    # An address outside the cluster subnets isolates what the bench policy itself allows.
-    cluster, bench, ray = _world(DEFAULTS.with_overrides(overrides), bench_ip="10.0.130.50")
+    # An address outside every subnet a policy names isolates what the bench policy allows.
+    cluster, bench, ray = _world(DEFAULTS.with_overrides(overrides), bench_ip="10.0.131.50")
     assert bench.labels.items() >= bench_job.BENCH_POD_LABELS.items()
     for pod in ray:
         assert cluster.allowed(bench, pod, RAY_PORTS.serve), pod.name
@@ -77,28 +77,28 @@ def test_bench_pods_reach_the_serve_port_and_nothing_else(overrides: dict[str, A
             assert not cluster.allowed(bench, pod, port), (pod.name, port)
 
 
-def test_on_the_system_node_only_the_api_servers_range_adds_the_dashboard() -> None:
-    # docs/security.md, "What is still trusted": a pod with a system-subnet address matches the
-    # API server's ipBlock allow for Serve and the head's dashboard. Nothing else opens.
+def test_on_the_system_node_the_bench_pod_reaches_serve_only() -> None:
+    # The control plane's interfaces have subnets of their own (ray_pd_eks/vpc_layout.py), so a
+    # pod with a system-subnet address no longer matches the API server's ipBlock: the bench
+    # policy's Serve port is all it reaches, the head's dashboard included in what stays shut.
     cluster, bench, ray = _world(DEFAULTS)
     opened = {
         (pod.name, port)
         for pod in ray
-        for port in [RAY_PORTS.serve, *OTHER_PORTS]
+        for port in [RAY_PORTS.serve, RAY_PORTS.dashboard, *OTHER_PORTS]
         if cluster.allowed(bench, pod, port)
     }
     assert opened == {
         ("head", RAY_PORTS.serve),
         ("w0", RAY_PORTS.serve),
         ("w1", RAY_PORTS.serve),
-        ("head", RAY_PORTS.dashboard),
     }
 
 
 def test_only_the_bench_label_in_this_namespace_opens_the_serve_port() -> None:
-    cluster, bench, ray = _world(DEFAULTS, bench_ip="10.0.130.50")
-    unlabelled = Pod("debug", NS, {"app": "debug"}, ip="10.0.130.30")
-    elsewhere = Pod("bench", "default", dict(bench.labels), ip="10.0.130.40")
+    cluster, bench, ray = _world(DEFAULTS, bench_ip="10.0.131.50")
+    unlabelled = Pod("debug", NS, {"app": "debug"}, ip="10.0.131.30")
+    elsewhere = Pod("bench", "default", dict(bench.labels), ip="10.0.131.40")
     for source in (unlabelled, elsewhere):
         assert not any(cluster.allowed(source, pod, RAY_PORTS.serve) for pod in ray)
 
@@ -118,6 +118,6 @@ def test_without_the_bench_policy_the_serve_port_is_closed_to_it() -> None:
         for p in render_ray_network_policies(config)
         if p["metadata"]["name"] != "ray-serve-from-bench"
     ]
-    _, bench, ray = _world(config, bench_ip="10.0.130.50")
+    _, bench, ray = _world(config, bench_ip="10.0.131.50")
     cluster = Cluster(namespaces={NS: {}, "default": {}}, policies=policies)
     assert not cluster.allowed(bench, ray[0], RAY_PORTS.serve)

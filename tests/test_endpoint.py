@@ -207,9 +207,33 @@ def test_alb_accepts_443_only_from_the_allowed_cidrs(variant_app: Synthesized) -
         ("10.0.0.0/8", 443, 443, "tcp"),
         ("192.168.10.0/24", 443, 443, "tcp"),
     ]
-    (egress,) = sg["Properties"]["SecurityGroupEgress"]
-    assert (egress["FromPort"], egress["ToPort"], egress["IpProtocol"]) == (8000, 8000, "tcp")
-    assert "ClusterSecurityGroupId" in _text(egress["DestinationSecurityGroupId"])
+    to_pods, to_issuer = sg["Properties"]["SecurityGroupEgress"]
+    assert (to_pods["FromPort"], to_pods["ToPort"], to_pods["IpProtocol"]) == (8000, 8000, "tcp")
+    assert "ClusterSecurityGroupId" in _text(to_pods["DestinationSecurityGroupId"])
+    # jwt-validation fetches the issuer's JWKS (Cognito here) over HTTPS.
+    assert (to_issuer["FromPort"], to_issuer["ToPort"], to_issuer["IpProtocol"]) == (
+        443,
+        443,
+        "tcp",
+    )
+    assert to_issuer["CidrIp"] == "0.0.0.0/0"
+
+
+@pytest.mark.parametrize("name", ["variant_app", "token_app"])
+def test_jwt_validating_alb_may_fetch_the_issuers_keys(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """Cognito's pool (variant) and an external issuer (token): the listener validates JWTs, so
+    the ALB must reach the JWKS endpoint over HTTPS, else every request fails."""
+    app: Synthesized = request.getfixturevalue(name)
+    _, sg = _one(app, "AWS::EC2::SecurityGroup")
+    https_out = [
+        e
+        for e in sg["Properties"]["SecurityGroupEgress"]
+        if (e["FromPort"], e["ToPort"], e["IpProtocol"]) == (443, 443, "tcp")
+    ]
+    assert [e.get("CidrIp") for e in https_out] == ["0.0.0.0/0"]
+    assert "JWKS" in https_out[0]["Description"]
 
 
 def test_serve_port_accepts_only_the_albs_security_group(variant_app: Synthesized) -> None:

@@ -126,6 +126,17 @@ def test_internal_alb_reaches_serve_on_every_ray_pod(internal_world: World) -> N
         assert not internal_world.allowed(PUBLIC_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
 
 
+def test_internal_alb_allow_is_shared_by_pods_of_system_nodes(internal_world: World) -> None:
+    """The residual case docs/security.md states: the internal ALB's subnets are the system
+    nodes' too, so a pod there matches its ipBlock, for Serve only."""
+    for pod in internal_world.ray_pods:
+        assert internal_world.allowed(internal_world.stranger, pod, RAY_PORTS.serve), pod.name
+        assert not internal_world.allowed(internal_world.stranger, pod, RAY_PORTS.gcs)
+    assert not internal_world.allowed(
+        internal_world.stranger, internal_world.head, RAY_PORTS.dashboard
+    )
+
+
 def test_policy_is_applied_with_the_others_before_the_pods(variant_app: Synthesized) -> None:
     objects = _objects(variant_app, "Workload")
     (policy_id,) = {lid for lid, o in objects if o["metadata"]["name"] == POLICY_NAME}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pd_constructs.network import gpu_subnet_blocks, subnet_plan
+from ray_pd_eks.vpc_layout import vpc_layout
 from tests.synth import Synthesized
 
 
@@ -97,27 +98,77 @@ def test_az_chooser_may_only_describe_offerings(default_app: Synthesized) -> Non
 
 @pytest.mark.parametrize("cidr", ["10.0.0.0/16", "172.16.0.0/17", "192.168.0.0/18"])
 def test_subnet_plan_never_overlaps(cidr: str) -> None:
-    plan = subnet_plan(cidr)
+    layout = vpc_layout(cidr)
     net = ipaddress.IPv4Network(cidr)
-    privates = list(net.subnets(new_prefix=int(plan["private_mask"])))[:2]
-    public_base = list(net.subnets(prefixlen_diff=2))[2]
-    publics = list(public_base.subnets(new_prefix=int(plan["public_mask"])))[:2]
-    gpu = [ipaddress.IPv4Network(c) for c in gpu_subnet_blocks(cidr)]
-    blocks = [*privates, *publics, *gpu]
+    assert subnet_plan(cidr)["private_mask"] == str(layout.private_mask)
+    blocks = [
+        ipaddress.IPv4Network(b)
+        for b in (*layout.private, *layout.public, *layout.control_plane, *layout.gpu)
+    ]
     for i, a in enumerate(blocks):
         assert a.subnet_of(net)
         for b in blocks[i + 1 :]:
             assert not a.overlaps(b), (a, b)
+    assert [ipaddress.IPv4Network(b).prefixlen for b in layout.control_plane] == [28, 28]
+    assert gpu_subnet_blocks(cidr) == layout.gpu
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/15", "10.0.0.0/19"])
+def test_layout_refuses_a_vpc_outside_the_accepted_range(cidr: str) -> None:
+    with pytest.raises(ValueError, match="/16 to /18"):
+        vpc_layout(cidr)
 
 
 def test_subnet_cidrs_in_template_match_the_plan(default_app: Synthesized) -> None:
+    """ec2.Vpc allocates the groups in order (private, public, control plane), as
+    ray_pd_eks.vpc_layout computes them."""
     cidrs = sorted(s["Properties"]["CidrBlock"] for s in _subnets(default_app).values())
+    layout = vpc_layout(default_app.config.vpc_cidr)
+    assert cidrs == sorted((*layout.private, *layout.public, *layout.control_plane))
     assert cidrs == [
         "10.0.0.0/18",
         "10.0.128.0/24",
         "10.0.129.0/24",
+        "10.0.130.0/28",
+        "10.0.130.16/28",
         "10.0.64.0/18",
     ]
+
+
+def _network_cidr_of(app: Synthesized, ref: Any) -> str:
+    """The CIDR of a Network-stack subnet as another stack refers to it (an import)."""
+    outputs = app.templates["Network"]["Outputs"].values()
+    (output,) = [o for o in outputs if o.get("Export", {}).get("Name") == ref["Fn::ImportValue"]]
+    subnet = app.templates["Network"]["Resources"][output["Value"]["Ref"]]
+    return str(subnet["Properties"]["CidrBlock"])
+
+
+@pytest.mark.parametrize("name", ["default_app", "variant_app", "token_app"])
+def test_no_node_group_subnet_overlaps_the_control_planes(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """The control plane's interfaces have subnets of their own: no node group (so no node and
+    no pod) takes an address from them, and they are all the cluster is given."""
+    app: Synthesized = request.getfixturevalue(name)
+    layout = vpc_layout(app.config.vpc_cidr)
+    cluster = app.only("Cluster", "AWS::EKS::Cluster")["Properties"]["ResourcesVpcConfig"]
+    control = {_network_cidr_of(app, ref) for ref in cluster["SubnetIds"]}
+    assert control == set(layout.control_plane)
+    node_blocks = []
+    for stack in ("Workload", "GpuNodes"):
+        for group in app.resources(stack, "AWS::EKS::Nodegroup").values():
+            for ref in group["Properties"]["Subnets"]:
+                if "Fn::ImportValue" in ref:
+                    node_blocks.append(_network_cidr_of(app, ref))
+                else:  # the GPU subnet: one of the two halves of the last quarter
+                    node_blocks.extend(layout.gpu)
+    assert node_blocks
+    for node_block in node_blocks:
+        for cp in control:
+            assert not ipaddress.IPv4Network(node_block).overlaps(ipaddress.IPv4Network(cp)), (
+                node_block,
+                cp,
+            )
 
 
 def test_gpu_route_table_routes_to_the_nat_and_the_gpu_subnet_uses_it(
@@ -147,8 +198,10 @@ def test_s3_gateway_endpoint_serves_every_private_route_table(default_app: Synth
     private = {
         k
         for k, v in default_app.resources("Network", "AWS::EC2::RouteTable").items()
-        if "Public" not in k
+        if "Public" not in k and "ControlPlane" not in k
     }
     assert len(tables) == len(private) == 3  # two cluster subnets and the GPU subnet
+    # The control plane's subnets have no route out: its interfaces need none in this VPC.
+    assert not any("ControlPlane" in t for t in tables)
     for table in private:
         assert sum(table in t for t in tables) == 1, table

@@ -22,10 +22,10 @@ from pd_constructs.templates import ASSETS
 from tests.netpol import Cluster, External, Pod, pods_from_template, policies_in
 from tests.synth import Synthesized, resolve
 
-# Addresses in the default VPC 10.0.0.0/16: the cluster's private subnets are 10.0.0.0/18 and
-# 10.0.64.0/18 (system nodes and the EKS control plane's interfaces), the GPU subnet sits in the
-# last quarter.
-API_SERVER = External(ip="10.0.64.25")
+# Addresses in the default VPC 10.0.0.0/16 (ray_pd_eks/vpc_layout.py): the cluster's private
+# subnets are 10.0.0.0/18 and 10.0.64.0/18 (system nodes), the EKS control plane's interfaces
+# have 10.0.130.0/28 and 10.0.130.16/28 to themselves, the GPU subnet sits in the last quarter.
+API_SERVER = External(ip="10.0.130.20")
 OUTSIDE_VPC = External(ip="198.51.100.7")
 GPU_SUBNET_HOST = External(ip="10.0.200.9")
 
@@ -189,13 +189,13 @@ def test_control_plane_peers_are_exactly_the_cluster_subnets(default_app: Synthe
         )
         cidrs.add(network[output["Value"]["Ref"]]["Properties"]["CidrBlock"])
     assert exported  # the subnets reach the cluster stack as exports
-    (policy,) = [
-        o
-        for _, o in _objects(default_app, "Workload")
-        if o["metadata"]["name"] == "ray-serve-from-api-server"
-    ]
-    blocks = {p["ipBlock"]["cidr"] for p in policy["spec"]["ingress"][0]["from"]}
-    assert blocks == cidrs
+    assert cidrs == {"10.0.130.0/28", "10.0.130.16/28"}
+    for name in ("ray-serve-from-api-server", "ray-dashboard-from-api-server"):
+        (policy,) = [
+            o for _, o in _objects(default_app, "Workload") if o["metadata"]["name"] == name
+        ]
+        blocks = {p["ipBlock"]["cidr"] for p in policy["spec"]["ingress"][0]["from"]}
+        assert blocks == cidrs, name
     assert ipaddress.ip_address(API_SERVER.ip) in ipaddress.ip_network(sorted(cidrs)[1])
 
 
@@ -303,18 +303,50 @@ def test_api_server_proxy_reaches_serve_everywhere_and_the_dashboard_on_the_head
         assert not world.allowed(outsider, world.workers[0], RAY_PORTS.serve)
 
 
-def test_pods_of_the_cluster_subnets_share_the_api_servers_allow(world: World) -> None:
-    """The residual risk docs/security.md states: a pod whose IP lies in the cluster subnets
-    (any pod on a system node) matches the API server's ipBlock; Ray's token guards the
-    dashboard behind it, and Serve is the endpoint anyway."""
-    assert world.allowed(world.stranger, world.head, RAY_PORTS.dashboard)
-    assert world.allowed(world.stranger, world.workers[0], RAY_PORTS.serve)
-    assert not world.allowed(world.stranger, world.head, RAY_PORTS.gcs)
+def test_pods_of_system_nodes_do_not_share_the_api_servers_allow(world: World) -> None:
+    """The control plane's interfaces have subnets of their own, so a pod on a system node (its
+    IP in the cluster's private subnets) no longer matches the API server's ipBlock: it reaches
+    neither Serve (past the ALB's JWT check) nor the dashboard."""
+    for stranger in (world.stranger, world.neighbour):
+        assert not world.allowed(stranger, world.head, RAY_PORTS.dashboard)
+        for pod in world.ray_pods:
+            assert not world.allowed(stranger, pod, RAY_PORTS.serve), (stranger.name, pod.name)
+    system_node = External(ip="10.0.64.25", node="sys-2")
+    assert not world.allowed(system_node, world.head, RAY_PORTS.dashboard)
+    assert not world.allowed(system_node, world.workers[0], RAY_PORTS.serve)
 
 
 def test_metrics_port_has_no_allow_by_default(world: World) -> None:
     for source in (world.neighbour, world.stranger, API_SERVER):
         assert not world.allowed(source, world.workers[0], RAY_PORTS.metrics_export)
+
+
+def test_the_scraper_reaches_the_metrics_port_of_every_ray_pod_and_nothing_else_does(
+    world: World,
+) -> None:
+    """Where scrapes come from (pd_constructs/flows.py, flow scrape-metrics): the add-on's
+    CloudWatch agent is a DaemonSet with ``hostNetwork: true`` (aws-observability/helm-charts,
+    amazon-cloudwatch-observability values.yaml ``agent.hostNetwork``) that scrapes the
+    PodMonitor targets on its own node (AWS, "Scraping ServiceMonitor and PodMonitor targets",
+    add-on 8.0.0 and later). A host-network process reaching a pod on its node leaves from the
+    node's primary IP, which the VPC CNI's policy agent admits to every pod
+    (aws-network-policy-agent, pkg/fwruleprocessor: "Traffic from the local node should always
+    be allowed", the IMDS local-ipv4 address). So no rule opens 8080, and nothing but the node
+    itself reaches it: not the cluster-level scraper on another node, not a pod of the agent's
+    namespace, not the API server, the operator or another Ray pod."""
+    port = RAY_PORTS.metrics_export
+    agent_pod = Pod(
+        "cloudwatch-agent-x", "default", {"app.kubernetes.io/name": "cloudwatch-agent"}, "10.0.1.77"
+    )
+    for pod in world.ray_pods:
+        assert pod.ports["metrics"] == port
+        on_its_node = External(ip=f"primary-ip-of-{pod.node}", node=pod.node)
+        assert world.allowed(on_its_node, pod, port), pod.name
+        cluster_scraper = External(ip="10.0.64.9", node="sys-2")
+        others = [w for w in world.ray_pods if w.node != pod.node]
+        sources: list[Pod | External] = [cluster_scraper, agent_pod, API_SERVER, world.operator]
+        for source in [*sources, *others]:
+            assert not world.allowed(source, pod, port), (source, pod.name)
 
 
 def test_each_node_still_reaches_its_own_pods(world: World) -> None:

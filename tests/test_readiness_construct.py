@@ -121,10 +121,14 @@ def test_security_group_reaches_only_the_api_server(default_app: Synthesized) ->
     # it opens no connection), and DescribeStacks runs in the on-event function, outside the VPC.
     assert [(e["FromPort"], e["ToPort"], e["IpProtocol"]) for e in egress] == [(443, 443, "tcp")]
     assert "CidrIp" not in egress[0]
-    assert "ClusterSecurityGroupId" in egress[0]["DestinationSecurityGroupId"]["Fn::ImportValue"]
+    # The control plane's own group (on its interfaces only), not the cluster security group
+    # that every node carries: the rule opens the API server and no node or pod.
+    control_plane = "ClusterControlPlaneSecurityGroup"
+    assert control_plane in egress[0]["DestinationSecurityGroupId"]["Fn::ImportValue"]
     ingress = default_app.only("Readiness", "AWS::EC2::SecurityGroupIngress")["Properties"]
     assert (ingress["FromPort"], ingress["ToPort"]) == (443, 443)
-    assert "ClusterSecurityGroupId" in ingress["GroupId"]["Fn::ImportValue"]
+    assert control_plane in ingress["GroupId"]["Fn::ImportValue"]
+    assert "ClusterSecurityGroupId" not in ingress["GroupId"]["Fn::ImportValue"]
 
 
 def test_access_entry_maps_the_poller_role_to_one_group_without_policies(

@@ -64,7 +64,9 @@ def test_functions_in_the_vpc_reach_only_the_api_server(
     (egress,) = sg["SecurityGroupEgress"]
     assert "CidrIp" not in egress and "CidrIpv6" not in egress
     assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"]) == ("tcp", 443, 443)
-    assert "ClusterSecurityGroupId" in json.dumps(egress["DestinationSecurityGroupId"])
+    # The control plane's own group, which EKS attaches to its interfaces only.
+    assert "ClusterControlPlaneSecurityGroup" in json.dumps(egress["DestinationSecurityGroupId"])
+    assert "ClusterSecurityGroupId" not in json.dumps(egress["DestinationSecurityGroupId"])
 
 
 @pytest.mark.parametrize(("stack", "handler"), [("Readiness", "handler.on_event")])
@@ -103,7 +105,14 @@ def test_kubectl_provider_has_its_own_security_group(default_app: Synthesized) -
         == {"Fn::GetAtt": ["ClusterKubectlSecurityGroup638B9A72", "GroupId"]}
     ]
     assert (ingress["IpProtocol"], ingress["FromPort"], ingress["ToPort"]) == ("tcp", 443, 443)
-    assert ingress["GroupId"] == {"Fn::GetAtt": ["Cluster9EE0221C", "ClusterSecurityGroupId"]}
+    # On the control plane's own group (its interfaces only), not the cluster security group.
+    (group_id,) = ingress["GroupId"]["Fn::GetAtt"][:1]
+    assert group_id.startswith("ClusterControlPlaneSecurityGroup")
+    assert ingress["GroupId"]["Fn::GetAtt"][1] == "GroupId"
+    cluster = default_app.only("Cluster", "AWS::EKS::Cluster")["Properties"]
+    assert cluster["ResourcesVpcConfig"]["SecurityGroupIds"] == [
+        {"Fn::GetAtt": [group_id, "GroupId"]}
+    ]
 
 
 def test_vpc_default_security_group_is_restricted(default_app: Synthesized) -> None:
@@ -133,3 +142,13 @@ def test_control_plane_log_group_is_the_stacks_and_exists_before_the_cluster(
     assert log_id in cluster["DependsOn"]
     logging = cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]
     assert len(logging) == 5  # every control-plane log type writes into it
+
+
+def test_the_control_plane_group_is_on_the_control_planes_interfaces_only(
+    default_app: Synthesized,
+) -> None:
+    """Rules on it open the API server alone: no launch template or node group carries it."""
+    for stack, template in default_app.templates.items():
+        for logical_id, r in template["Resources"].items():
+            if r["Type"] in ("AWS::EC2::LaunchTemplate", "AWS::EKS::Nodegroup"):
+                assert "ControlPlaneSecurityGroup" not in json.dumps(r), (stack, logical_id)
