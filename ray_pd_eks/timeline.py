@@ -56,6 +56,11 @@ DLC_IMAGE_GB = 20.0  # compressed: what is downloaded
 DLC_UNPACKED_FACTOR = 2.0  # what is written to disk, relative to the download
 SMALL_IMAGE_MINUTES = 0.2  # a ~50-150 MB image (AWS CLI, Python slim, plugins)
 PULL_CEILING_MBPS = 100.0  # download + gunzip per node: containerd's layer downloads from ECR
+# SOCI parallel pull and unpack (nodeadm's FastImagePull): AWS measured a 19.3 GB Deep Learning
+# Container image in 2 min 13 s against 4 min 44 s with containerd's default pull (AWS
+# Containers blog, "Introducing Seekable OCI Parallel Pull mode for Amazon EKS"): the same
+# download, 284/133 times faster.
+SOCI_PULL_SPEEDUP = 284 / 133
 NVME_MBPS = 2000.0  # RAID0 of the instance-store NVMe: never the bottleneck
 GP3_BASELINE_MBPS = 125.0
 WEIGHTS_GB = 18.0
@@ -358,12 +363,20 @@ class _Model:
         self.timeline.steps[name] = Step(name, start, start + minutes, after)
         return start + minutes
 
-    def _disk_mbps(self, nodegroup: str, resource: Mapping[str, Any]) -> float:
+    def _launch_template_data(self, nodegroup: str, resource: Mapping[str, Any]) -> Any:
         stack = nodegroup.split("/")[0]
         template_ref = resource["Properties"].get("LaunchTemplate", {}).get("Id", {})
         lt_id = template_ref.get("Ref") if isinstance(template_ref, dict) else None
         lt = self.deploy.templates[stack]["Resources"].get(lt_id or "", {})
-        data = lt.get("Properties", {}).get("LaunchTemplateData", {})
+        return lt.get("Properties", {}).get("LaunchTemplateData", {})
+
+    def _fast_pull(self, nodegroup: str, resource: Mapping[str, Any]) -> bool:
+        """Whether the node's nodeadm config turns on SOCI parallel pull (FastImagePull)."""
+        user_data = json.dumps(self._launch_template_data(nodegroup, resource).get("UserData", ""))
+        return "FastImagePull: true" in user_data
+
+    def _disk_mbps(self, nodegroup: str, resource: Mapping[str, Any]) -> float:
+        data = self._launch_template_data(nodegroup, resource)
         if "RAID0" in json.dumps(data.get("UserData", "")):
             return NVME_MBPS
         for mapping in data.get("BlockDeviceMappings", []):
@@ -377,9 +390,14 @@ class _Model:
         ((ng, resource),) = self._nodegroups(role)
         node = self.timeline.steps[ng]
         start, after = _latest([min(applied)], node.end, ng)
-        download = DLC_IMAGE_GB * 1000 / PULL_CEILING_MBPS
+        fast = self._fast_pull(ng, resource)
+        download = DLC_IMAGE_GB * 1000 / PULL_CEILING_MBPS / (SOCI_PULL_SPEEDUP if fast else 1)
         write = DLC_IMAGE_GB * DLC_UNPACKED_FACTOR * 1000 / self._disk_mbps(ng, resource)
-        name = f"pull Ray image on the {role} node ({self._disk_mbps(ng, resource):.0f} MB/s disk)"
+        mode = ", SOCI parallel pull" if fast else ""
+        name = (
+            f"pull Ray image on the {role} node ({self._disk_mbps(ng, resource):.0f} MB/s disk"
+            f"{mode})"
+        )
         return self._add(name, start, max(download, write) / 60, after), name
 
     def _cluster_side(self) -> float:

@@ -64,9 +64,13 @@ class ClusterStack(AppStack):
         )
         # Before any node joins (the node groups' stacks deploy after this one): nodes come up
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
-        # they go before it.
+        # they go before it. Beside the Pod Identity agent add-on, not after it.
         self.vpc_cni = VpcCniAddon(
-            self, "VpcCni", cluster=self.cluster, addon_version=config.vpc_cni_addon_version
+            self,
+            "VpcCni",
+            cluster=self.cluster,
+            addon_version=config.vpc_cni_addon_version,
+            cluster_name=config.cluster_name,
         )
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)

@@ -86,7 +86,9 @@ def test_the_weights_download_beside_the_image_pull_not_after_it(model: Timeline
     pull = _step(model, r"^pull Ray image on the gpu-worker node")
     weights = _step(model, r"^download weights")
     assert weights.start < pull.end
-    assert weights.end < pull.end  # off the critical path
+    # Both start when the GPU node joins; with SOCI parallel pull the image is the shorter
+    # of the two (Hugging Face at the modelled 150 MB/s is not).
+    assert weights.start - pull.start <= 2 * timeline.SMALL_IMAGE_MINUTES + 1e-9
 
 
 def test_the_operator_and_rayservice_do_not_wait_for_the_gpu_nodes(model: Timeline) -> None:
@@ -120,7 +122,7 @@ def test_the_docs_and_the_readme_state_the_modelled_time(
 ) -> None:
     """One deploy time everywhere, taken from the model: change the graph, update the docs."""
     minutes = model.endpoint_minutes
-    assert minutes == pytest.approx(26.1, abs=0.05)
+    assert minutes == pytest.approx(24.25, abs=0.01)
     doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
     assert f"| this version | **{minutes:.1f} min** |" in doc
     assert f"after about **{round(minutes)} minutes**" in doc
