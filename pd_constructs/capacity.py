@@ -17,7 +17,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.nag import (
     acknowledge,
     acknowledge_basic_execution_role,
@@ -98,6 +98,7 @@ class GpuCapacityWatch(Construct):
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
             "code": lambda_code("capacity"),
+            "layers": [shared_layer(self)],
             "log_group": log_group,
         }
         on_event = lambda_.Function(

@@ -18,7 +18,12 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
+from pd_constructs._lambda import (
+    PYTHON_RUNTIME,
+    api_server_only_security_group,
+    lambda_code,
+    shared_layer,
+)
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import (
     LAMBDA_BASIC,
@@ -171,6 +176,7 @@ class KubernetesWaiter(Construct):
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
             "code": lambda_code(KUBERNETES_HANDLERS),
+            "layers": [shared_layer(self)],
             "log_group": log_group,
         }
         if environment is not None:
