@@ -534,6 +534,8 @@ class EfaGpuNodeGroup(Construct):
             ),
         )
         self.launch_template = template
+        self.spec = spec
+        self.labels = gpu_labels(spec, scales=max_size > min_size)
         self.nodegroup = eks.Nodegroup(
             self,
             "Resource",
@@ -550,7 +552,7 @@ class EfaGpuNodeGroup(Construct):
             desired_size=node_count,
             max_size=max_size,
             subnets=ec2.SubnetSelection(subnets=[subnet]),
-            labels=gpu_labels(spec, scales=max_size > min_size),
+            labels=self.labels,
             taints=[GPU_TAINT],
             node_role=_node_role(self),
             launch_template_spec=eks.LaunchTemplateSpec(

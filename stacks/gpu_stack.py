@@ -18,12 +18,17 @@ from constructs import Construct
 from pd_constructs.capacity import GpuCapacityWatch
 from pd_constructs.cluster import (
     GPU_AMI_TYPE,
+    GPU_TAINT,
     EfaGpuNodeGroup,
     GpuDevicePlugins,
     gpu_node_config,
     gpu_nodegroup_name,
 )
-from pd_constructs.cluster_autoscaler import GpuClusterAutoscaler
+from pd_constructs.cluster_autoscaler import (
+    GpuClusterAutoscaler,
+    GpuNodeTemplateTags,
+    node_template_tags,
+)
 from pd_constructs.network import (
     GpuAvailabilityZone,
     GpuAvailabilityZoneProvider,
@@ -113,6 +118,7 @@ class GpuNodesStack(InClusterStack):
         )
         self.device_plugins.node.add_dependency(self.gpu_nodes)
         self.cluster_autoscaler: GpuClusterAutoscaler | None = None
+        self.node_template_tags: GpuNodeTemplateTags | None = None
         if config.gpu_nodes_autoscale:
             self.cluster_autoscaler = GpuClusterAutoscaler(
                 self,
@@ -126,6 +132,22 @@ class GpuNodesStack(InClusterStack):
             # Removed before the node group on destroy, so it cannot scale a group being
             # deleted.
             self.cluster_autoscaler.node.add_dependency(self.gpu_nodes)
+            # What a new GPU node offers, on the Auto Scaling group, for when no GPU node is
+            # Ready to copy it from (docs/scaling.md).
+            self.node_template_tags = GpuNodeTemplateTags(
+                self,
+                "NodeTemplateTags",
+                cluster_name=config.cluster_name,
+                nodegroup_name=self.nodegroup_name,
+                tags=node_template_tags(
+                    self.gpu_nodes.spec,
+                    labels=self.gpu_nodes.labels,
+                    taints=[GPU_TAINT],
+                ),
+                log_retention=self.log_retention,
+                log_removal_policy=self.log_removal_policy,
+            )
+            self.node_template_tags.node.add_dependency(self.gpu_nodes)
 
         CfnOutput(
             self,

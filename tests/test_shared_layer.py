@@ -87,14 +87,14 @@ def test_the_layer_answers_like_the_handlers_did() -> None:
     assert rollback.stack_rolling_back(event, Stacks("UPDATE_ROLLBACK_IN_PROGRESS")) is True
     assert rollback.stack_rolling_back(event, Stacks("UPDATE_IN_PROGRESS")) is False
     made: list[str] = []
-    assert (
-        rollback.stack_rolling_back(
-            event, make_client=lambda: made.append("cfn") or Stacks("UPDATE_ROLLBACK_IN_PROGRESS")
-        )
-        is True
-    )
+
+    def make() -> Stacks:
+        made.append("cfn")
+        return Stacks("UPDATE_ROLLBACK_IN_PROGRESS")
+
+    assert rollback.stack_rolling_back(event, make_client=make) is True
     assert made == ["cfn"]
-    assert rollback.stack_rolling_back({}, make_client=lambda: made.append("x")) is False
+    assert rollback.stack_rolling_back({}, make_client=make) is False
     assert made == ["cfn"]  # no stack to ask about: no client
     assert props.positive_int({"N": "1"}, "N") == 1
     with pytest.raises(KeyError, match="N must be a positive whole number, got '0'"):
