@@ -51,8 +51,8 @@ def api_server_only_security_group(
 
     Nothing else is needed: the EKS token is an STS request presigned locally (kube.eks_token
     makes no network call), and CloudFormation's DescribeStacks on a rollback is called by the
-    on-event functions outside the VPC. Creates ``SecurityGroup`` and ``ClusterIngress`` in
-    ``scope``; ``purpose`` names the function in both descriptions.
+    on-event functions outside the VPC. Creates ``SecurityGroup``, ``ClusterEgress`` and
+    ``ClusterIngress`` in ``scope``; ``purpose`` names the function in the descriptions.
     """
     group = ec2.SecurityGroup(
         scope,
@@ -61,10 +61,17 @@ def api_server_only_security_group(
         description=f"{purpose}: HTTPS to the EKS API endpoint only",
         allow_all_outbound=False,
     )
-    group.add_egress_rule(
-        ec2.Peer.security_group_id(cluster.cluster_security_group_id),
-        ec2.Port.tcp(443),
-        "Kubernetes API",
+    # A rule of its own, not inline in the group: the group (and a function in it) is then
+    # created without waiting for the cluster, whose security group only this rule names.
+    ec2.CfnSecurityGroupEgress(
+        scope,
+        "ClusterEgress",
+        group_id=group.security_group_id,
+        destination_security_group_id=cluster.cluster_security_group_id,
+        ip_protocol="tcp",
+        from_port=443,
+        to_port=443,
+        description="Kubernetes API",
     )
     ec2.CfnSecurityGroupIngress(
         scope,

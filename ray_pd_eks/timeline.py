@@ -454,6 +454,66 @@ class _Model:
         return self._add("serve app RUNNING", start, SERVE_DEPLOY, after)
 
 
+# -- scale-out: a new GPU node until its engine serves ------------------------------------------
+
+# EC2 launch, NVIDIA AMI boot (driver, EFA, RAID0) and kubelet Ready for one instance the Cluster
+# Autoscaler adds to the existing Auto Scaling group: the node group's 4.5 minutes less the
+# managed node group's own creation and EKS's wait for every node (docs/scaling.md: 3-4 min).
+SCALE_OUT_NODE_JOIN = 3.0
+SCALE_OUT_DEVICE_PLUGINS = 0.3  # the EFA and NVIDIA plugin DaemonSets' pods on the new node
+SCALE_OUT_REPLICA_READY = 0.5  # the replica joins Serve and passes its health check
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    """The modelled minutes from a new GPU node's launch to its engine serving."""
+
+    steps: tuple[tuple[str, float, float], ...]  # (what, start, end)
+
+    @property
+    def minutes(self) -> float:
+        return max(end for _, _, end in self.steps)
+
+
+def scale_out(deploy: Deploy) -> ScaleOut:
+    """The scale-out of the synthesized app: its GPU node's pull mode and disk and its weights'
+    source, with the deploy's rates. The node joins; the pre-pull and prefetch DaemonSets and
+    the device plugins start on it at once (they exist already), in parallel; the engine
+    starts when the image, the weights and the plugins are there."""
+    model = _Model(deploy, concurrency=4)
+    ((nodegroup, resource),) = model._nodegroups("gpu-worker")
+    fast = model._fast_pull(nodegroup, resource)
+    download = DLC_IMAGE_GB * 1000 / PULL_CEILING_MBPS / (SOCI_PULL_SPEEDUP if fast else 1)
+    write = DLC_IMAGE_GB * DLC_UNPACKED_FACTOR * 1000 / model._disk_mbps(nodegroup, resource)
+    pull = max(download, write) / 60
+    from_s3 = any(
+        c.get("name") == "stage-model"
+        for _, obj in model._applied("DaemonSet", "model-prefetch")
+        for c in _pod_spec(obj).get("initContainers", [])
+    )
+    joined = SCALE_OUT_NODE_JOIN
+    if from_s3:
+        weights_start, source, rate = joined + SMALL_IMAGE_MINUTES, "S3", S3_MBPS
+    else:
+        weights_start = joined + SMALL_IMAGE_MINUTES + PIP_INSTALL_MINUTES
+        source, rate = "Hugging Face", HF_MBPS
+    weights_end = weights_start + WEIGHTS_GB * 1000 / rate / 60
+    plugins_end = joined + SCALE_OUT_DEVICE_PLUGINS
+    mode = "SOCI parallel pull" if fast else "containerd's default pull"
+    engine_start = max(joined + pull, weights_end, plugins_end)
+    engine_end = engine_start + ENGINE_START
+    return ScaleOut(
+        (
+            ("node launches, boots and joins", 0.0, joined),
+            (f"pull Ray image ({mode})", joined, joined + pull),
+            (f"download weights from {source}", weights_start, weights_end),
+            ("EFA and NVIDIA device plugins", joined, plugins_end),
+            ("vLLM engine loads the weights and starts", engine_start, engine_end),
+            ("replica serves", engine_end, engine_end + SCALE_OUT_REPLICA_READY),
+        )
+    )
+
+
 def schedule(deploy: Deploy, *, concurrency: int = 4) -> Timeline:
     """The modelled deploy. ``concurrency`` 1 deploys one stack at a time (the CDK CLI's
     default); more lets independent stacks deploy side by side (``--concurrency``, and CDK

@@ -73,6 +73,11 @@ class ClusterStack(AppStack):
             cluster_name=config.cluster_name,
         )
 
+        # The functions, roles and Providers of the later stacks' waiters (readiness check,
+        # RayService recreate, GPU capacity watch): created here beside the control plane, so
+        # those stacks hold only the checks themselves (docs/deploy-timeline.md).
+        self.providers = Construct(self, "Providers")
+
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Region", value=self.region)
         CfnOutput(

@@ -112,6 +112,9 @@ class GpuNodesStack(InClusterStack):
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
             log_retention=self.log_retention,
+            # Its functions exist before this stack starts: the watch starts with the group.
+            provider_scope=self.providers,
+            nodegroup_name_prefix=config.gpu_nodegroup_name,
         )
         self.device_plugins = GpuDevicePlugins(
             self, "DevicePlugins", cluster=cluster, gpu_instance_type=config.gpu_node_type
