@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
@@ -16,9 +17,32 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
 
 
+# The helpers every handler shares (the rollback check, event and property helpers): one
+# plain folder with ``python/pd_lambda/``, shipped as a Lambda layer (assets/lambda/layer/).
+SHARED_LAYER_FOLDER = "layer"
+SHARED_LAYER_ID = "SharedHandlerLayer"
+
+
 def lambda_code(folder: str) -> lambda_.Code:
     """A plain-folder asset under ``assets/lambda/`` (no bundling, so no Docker)."""
     return lambda_.Code.from_asset(str(ASSETS / "lambda" / folder), exclude=["__pycache__"])
+
+
+def shared_layer(scope: Construct) -> lambda_.ILayerVersion:
+    """The layer of the shared handler helpers (``import pd_lambda``), one per stack: created
+    in ``scope``'s stack on first use (id ``SharedHandlerLayer``), then reused by every
+    function of that stack. Every function of the app's own handlers takes it."""
+    stack = Stack.of(scope)
+    found = stack.node.try_find_child(SHARED_LAYER_ID)
+    if isinstance(found, lambda_.LayerVersion):
+        return found
+    return lambda_.LayerVersion(
+        stack,
+        SHARED_LAYER_ID,
+        code=lambda_code(SHARED_LAYER_FOLDER),
+        compatible_runtimes=[PYTHON_RUNTIME],
+        description="ray-pd-eks: helpers the custom-resource handlers share (pd_lambda)",
+    )
 
 
 def api_server_only_security_group(
@@ -32,8 +56,8 @@ def api_server_only_security_group(
 
     Nothing else is needed: the EKS token is an STS request presigned locally (kube.eks_token
     makes no network call), and CloudFormation's DescribeStacks on a rollback is called by the
-    on-event functions outside the VPC. Creates ``SecurityGroup`` and ``ClusterIngress`` in
-    ``scope``; ``purpose`` names the function in both descriptions.
+    on-event functions outside the VPC. Creates ``SecurityGroup``, ``ClusterEgress`` and
+    ``ClusterIngress`` in ``scope``; ``purpose`` names the function in the descriptions.
     """
     control_plane = control_plane_security_group(cluster)
     group = ec2.SecurityGroup(
@@ -43,10 +67,17 @@ def api_server_only_security_group(
         description=f"{purpose}: HTTPS to the EKS API endpoint only",
         allow_all_outbound=False,
     )
-    group.add_egress_rule(
-        ec2.Peer.security_group_id(control_plane.security_group_id),
-        ec2.Port.tcp(443),
-        "Kubernetes API",
+    # A rule of its own, not inline in the group: the group (and a function in it) is then
+    # created without waiting for the cluster, whose security group only this rule names.
+    ec2.CfnSecurityGroupEgress(
+        scope,
+        "ClusterEgress",
+        group_id=group.security_group_id,
+        destination_security_group_id=control_plane.security_group_id,
+        ip_protocol="tcp",
+        from_port=443,
+        to_port=443,
+        description="Kubernetes API",
     )
     ec2.CfnSecurityGroupIngress(
         scope,

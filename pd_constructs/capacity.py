@@ -17,13 +17,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.nag import (
     acknowledge,
     acknowledge_basic_execution_role,
     nag_flatten,
 )
-from pd_constructs.rollback import grant_describe_own_stack
+from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
@@ -68,6 +68,8 @@ class GpuCapacityWatch(Construct):
         timeout: Duration,
         fingerprint: str,
         log_retention: logs.RetentionDays,
+        provider_scope: Construct | None = None,
+        nodegroup_name_prefix: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         timeout_s = int(timeout.to_seconds())
@@ -89,19 +91,33 @@ class GpuCapacityWatch(Construct):
             )
         if desired_size < 1:
             raise ValueError(f"GpuCapacityWatch desired_size={desired_size}: needs at least 1")
+        if provider_scope is not None and not nodegroup_name_prefix:
+            raise ValueError(
+                "GpuCapacityWatch: with provider_scope, give nodegroup_name_prefix (the "
+                "functions are created before the node group's name is known)"
+            )
+        # The functions and the Provider: here, or in an earlier stack (``provider_scope``),
+        # created beside the cluster so the watch starts with the node group, not minutes
+        # after it. There the node group's name is not known yet (it follows the GPU AZ), so
+        # the policy names the configured prefix.
+        home: Construct = (
+            self if provider_scope is None else Construct(provider_scope, construct_id)
+        )
+        self.provider_home = home
 
         # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
         # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
         log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
+            home, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
         )
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
             "code": lambda_code("capacity"),
+            "layers": [shared_layer(home)],
             "log_group": log_group,
         }
         on_event = lambda_.Function(
-            self,
+            home,
             "OnEvent",
             handler="handler.on_event",
             timeout=Duration.seconds(30),
@@ -109,20 +125,26 @@ class GpuCapacityWatch(Construct):
             **common,
         )
         # Tells CloudFormation's rollback Update (answered at once) from a deploy.
-        grant_describe_own_stack(on_event)
+        describe_findings: list[str] = []
+        if home is self:
+            grant_describe_own_stack(on_event)
+        else:
+            stack_arn = grant_describe_named_stack(on_event, Stack.of(self).stack_name)
+            describe_findings = [f"Resource::{nag_flatten(Stack.of(home), stack_arn)}"]
         is_complete = lambda_.Function(
-            self,
+            home,
             "IsComplete",
             handler="handler.is_complete",
             timeout=HANDLER_TIMEOUT,
             description="GPU capacity watch: one look at the node group and its launches",
             **common,
         )
-        nodegroup_arn = Stack.of(self).format_arn(
+        watched = nodegroup_name if home is self else f"{nodegroup_name_prefix}-*"
+        nodegroup_arn = Stack.of(home).format_arn(
             service="eks",
             resource="nodegroup",
             # The node group ARN ends in an id EKS assigns at creation.
-            resource_name=f"{cluster_name}/{nodegroup_name}/*",
+            resource_name=f"{cluster_name}/{watched}/*",
             arn_format=ArnFormat.SLASH_RESOURCE_NAME,
         )
         is_complete.add_to_role_policy(
@@ -132,7 +154,7 @@ class GpuCapacityWatch(Construct):
             iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
         )
         provider = logged_waiter_provider(
-            self,
+            home,
             on_event=on_event,
             is_complete=is_complete,
             query_interval=QUERY_INTERVAL,
@@ -141,9 +163,12 @@ class GpuCapacityWatch(Construct):
             log_retention=log_retention,
             log_removal_policy=EVIDENCE_REMOVAL_POLICY,
         )
+        # CloudFormation refuses to change a custom resource's ServiceToken: with its
+        # Provider moved to an earlier stack, the resource gets a new logical id (an upgrade
+        # creates it anew and deletes the old one; docs/lifecycle.md, "Upgrading").
         self.resource = CustomResource(
             self,
-            "Resource",
+            "Resource" if home is self else "Check",
             service_token=provider.service_token,
             resource_type="Custom::GpuCapacityWatch",
             properties={
@@ -165,10 +190,19 @@ class GpuCapacityWatch(Construct):
             is_complete,
             "AwsSolutions-IAM5",
             "autoscaling:DescribeScalingActivities has no resource-level permissions (read-only); "
-            "eks:DescribeNodegroup is limited to the one node group, whose ARN ends in an id "
-            "EKS assigns at creation (hence the trailing *).",
-            findings=["Resource::*", "Resource::" + nag_flatten(Stack.of(self), nodegroup_arn)],
+            "eks:DescribeNodegroup is limited to the one node group (or, created before it, to "
+            "the GPU node groups of the configured name prefix), whose ARN ends in an id EKS "
+            "assigns at creation (hence the trailing *).",
+            findings=["Resource::*", "Resource::" + nag_flatten(Stack.of(home), nodegroup_arn)],
         )
+        if describe_findings:
+            acknowledge(
+                on_event,
+                "AwsSolutions-IAM5",
+                "cloudformation:DescribeStacks on the one stack that holds the watch's custom "
+                "resource (its ARN ends in an id CloudFormation assigns, hence the trailing *).",
+                findings=describe_findings,
+            )
 
     def attribute(self, name: str) -> str:
         return self.resource.get_att_string(name)

@@ -283,10 +283,19 @@ def _node_role(scope: Construct) -> iam.Role:
 NODEADM_CONTENT_TYPE = "application/node.eks.aws"
 
 
-def gpu_node_config(local_nvme: bool) -> dict[str, Any] | None:
-    """The nodeadm ``NodeConfig`` of the GPU nodes: NVMe RAID0 for containerd, kubelet and the
-    model cache when the instance type has instance store; nothing to add otherwise."""
-    return dict(load_yaml("nodeadm/gpu-node-config.yaml")) if local_nvme else None
+def node_config() -> dict[str, Any]:
+    """The nodeadm ``NodeConfig`` every node gets: SOCI parallel pull and unpack
+    (``FastImagePull``, assets/nodeadm/node-config.yaml)."""
+    return dict(load_yaml("nodeadm/node-config.yaml"))
+
+
+def gpu_node_config(local_nvme: bool) -> dict[str, Any]:
+    """The nodeadm ``NodeConfig`` of the GPU nodes: :func:`node_config`, plus NVMe RAID0 for
+    containerd, kubelet and the model cache when the instance type has instance store."""
+    config = node_config()
+    if local_nvme:
+        config["spec"] = {**config["spec"], **load_yaml("nodeadm/gpu-node-config.yaml")["spec"]}
+    return config
 
 
 def nodeadm_user_data(node_config: Mapping[str, Any]) -> str:
@@ -408,7 +417,8 @@ def efa_network_interfaces(
 class SystemNodeGroup(Construct):
     """CPU nodes (AL2023) for system pods, the KubeRay operator and the Ray head;
     labelled ``role=system``; fixed size. The gp3 root volume gets ``root_volume_iops`` and
-    ``root_volume_throughput`` (default: gp3's baseline), since the head's image lands there."""
+    ``root_volume_throughput`` (default: gp3's baseline), since the head's image lands there,
+    and nodeadm turns on SOCI parallel pull (:func:`node_config`) for that image."""
 
     def __init__(
         self,
@@ -430,6 +440,7 @@ class SystemNodeGroup(Construct):
                 root_volume_gib,
                 root_volume_iops=root_volume_iops,
                 root_volume_throughput=root_volume_throughput,
+                user_data=nodeadm_user_data(node_config()),
                 cluster_name=cluster.cluster_name,
             ),
         )
@@ -461,15 +472,15 @@ class EfaGpuNodeGroup(Construct):
     ``nvidia.com/gpu.present=true`` (plus the Cluster Autoscaler's GPU label when the group
     scales) and tainted ``nvidia.com/gpu=true:NoSchedule`` so only GPU workloads land there.
 
-    Storage: with ``node_config`` (NVMe RAID0) images and caches live on instance store and the
-    root volume only holds the OS; without it the root volume gets ``root_volume_iops`` and
-    ``root_volume_throughput``. Capacity: ``capacity_reservation_id`` targets an On-Demand
-    Capacity Reservation, and node updates then replace one node at a time, terminating it
-    before launching its replacement (EKS's ``MINIMAL`` update strategy; default: launch
-    first). ``placement_group_name`` uses an existing placement group (the one a
-    reservation was created in); without it the group gets a cluster placement group of its
-    own, unless a reservation is targeted (a reservation is usable in a cluster placement
-    group only if it was created in that group).
+    Storage: with a ``node_config`` whose ``localStorage`` is NVMe RAID0, images and caches
+    live on instance store and the root volume only holds the OS; otherwise the root volume
+    gets ``root_volume_iops`` and ``root_volume_throughput``. Capacity:
+    ``capacity_reservation_id`` targets an On-Demand Capacity Reservation, and node updates
+    then replace one node at a time, terminating it before launching its replacement (EKS's
+    ``MINIMAL`` update strategy; default: launch first). ``placement_group_name`` uses an
+    existing placement group (the one a reservation was created in); without it the group
+    gets a cluster placement group of its own, unless a reservation is targeted (a
+    reservation is usable in a cluster placement group only if it was created in that group).
     """
 
     def __init__(
@@ -527,6 +538,9 @@ class EfaGpuNodeGroup(Construct):
                 "if it was created in it). Create the reservation in a cluster placement group "
                 "and set -c gpuPlacementGroupName=<name> for the lowest EFA latency.",
             )
+        on_nvme = bool(
+            node_config and "localStorage" in node_config.get("spec", {}).get("instance", {})
+        )
         spec = instance_types.gpu_spec(instance_type)
         if spec is None:
             raise ValueError(f"EfaGpuNodeGroup: {instance_type} is not an EFA GPU instance type")
@@ -543,14 +557,16 @@ class EfaGpuNodeGroup(Construct):
                 root_volume_gib,
                 network_interfaces=self.network_interfaces,
                 placement_group=placement,
-                root_volume_iops=None if node_config else root_volume_iops,
-                root_volume_throughput=None if node_config else root_volume_throughput,
+                root_volume_iops=None if on_nvme else root_volume_iops,
+                root_volume_throughput=None if on_nvme else root_volume_throughput,
                 user_data=nodeadm_user_data(node_config) if node_config else None,
                 capacity_reservation_id=capacity_reservation_id,
                 cluster_name=cluster.cluster_name,
             ),
         )
         self.launch_template = template
+        self.spec = spec
+        self.labels = gpu_labels(spec, scales=max_size > min_size)
         self.nodegroup = eks.Nodegroup(
             self,
             "Resource",
@@ -567,7 +583,7 @@ class EfaGpuNodeGroup(Construct):
             desired_size=node_count,
             max_size=max_size,
             subnets=ec2.SubnetSelection(subnets=[subnet]),
-            labels=gpu_labels(spec, scales=max_size > min_size),
+            labels=self.labels,
             taints=[GPU_TAINT],
             node_role=_node_role(self),
             launch_template_spec=eks.LaunchTemplateSpec(

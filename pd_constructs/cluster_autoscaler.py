@@ -9,14 +9,32 @@ same ``eks:nodegroup-name`` tag, so it never touches the system node group.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+import json
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
-from pd_constructs.nag import acknowledge, nag_flatten
+from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
+from pd_constructs.network import suppress_provider_framework
+from pd_constructs.rollback import grant_describe_own_stack
+from ray_pd_eks import instance_types
+
+# The Cluster Autoscaler's node-template tags on an Auto Scaling group (kubernetes/autoscaler,
+# cluster-autoscaler/cloudprovider/aws/README.md at cluster-autoscaler-1.35.2): what a node of
+# the group would offer when the group has no Ready node to copy it from.
+NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
+# EC2 Auto Scaling's limits on a tag.
+TAG_KEY_MAX = 128
+TAG_VALUE_MAX = 256
 
 SERVICE_ACCOUNT = "cluster-autoscaler"
 # Read-only calls the autoscaler makes (its AWS README's policy); none of them has
@@ -134,3 +152,136 @@ class GpuClusterAutoscaler(Construct):
         )
         # Pod Identity injects credentials when a pod starts: the association comes first.
         self.chart.node.add_dependency(self.service_account)
+
+
+def node_template_tags(
+    spec: instance_types.InstanceSpec,
+    *,
+    labels: Mapping[str, str],
+    taints: Sequence[eks.TaintSpec],
+) -> dict[str, str]:
+    """The tags that tell the Cluster Autoscaler what a new node of the GPU group offers: one
+    GPU per ``spec.gpus`` (``nvidia.com/gpu``) and one EFA device per interface
+    (``vpc.amazonaws.com/efa``, what the EFA device plugin advertises), the group's labels
+    (the workers select ``role=gpu-worker``) and taints (``<value>:<effect>``, which the
+    workers tolerate). Raises when a key or value exceeds EC2 Auto Scaling's limits."""
+    effects = {
+        eks.TaintEffect.NO_SCHEDULE: "NoSchedule",
+        eks.TaintEffect.PREFER_NO_SCHEDULE: "PreferNoSchedule",
+        eks.TaintEffect.NO_EXECUTE: "NoExecute",
+    }
+    tags = {
+        f"{NODE_TEMPLATE}resources/nvidia.com/gpu": str(spec.gpus),
+        f"{NODE_TEMPLATE}resources/vpc.amazonaws.com/efa": str(spec.efa_interfaces),
+        **{f"{NODE_TEMPLATE}label/{k}": v for k, v in labels.items()},
+        **{
+            f"{NODE_TEMPLATE}taint/{t.key}": f"{t.value or ''}:{effects[t.effect]}"
+            for t in taints
+            if t.key and t.effect
+        },
+    }
+    for key, value in tags.items():
+        if len(key) > TAG_KEY_MAX or len(value) > TAG_VALUE_MAX:
+            raise ValueError(
+                f"Auto Scaling tag {key}={value}: keys take at most {TAG_KEY_MAX} characters, "
+                f"values {TAG_VALUE_MAX}"
+            )
+    return tags
+
+
+class GpuNodeTemplateTags(Construct):
+    """Tags the GPU node group's Auto Scaling group with ``tags`` (:func:`node_template_tags`)
+    through a rollback-safe custom resource (handler: ``assets/lambda/asg_tags/``); make it
+    depend on the node group. The function may read the one node group (for
+    ``resources.autoScalingGroups``) and create or delete node-template tags only on the
+    Auto Scaling group EKS tagged with this cluster's and this node group's names.
+    ``cluster_name`` must be a literal (IAM conditions, cdk-nag acknowledgment);
+    ``nodegroup_name`` may hold tokens of this construct's stack."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        nodegroup_name: str,
+        tags: Mapping[str, str],
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        bad = sorted(k for k in tags if not k.startswith(NODE_TEMPLATE))
+        if bad:
+            raise ValueError(f"GpuNodeTemplateTags: {bad[0]} is not a {NODE_TEMPLATE}* tag")
+        stack = Stack.of(self)
+        log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        self.function = fn = lambda_.Function(
+            self,
+            "Function",
+            runtime=PYTHON_RUNTIME,
+            handler="handler.on_event",
+            code=lambda_code("asg_tags"),
+            layers=[shared_layer(self)],
+            timeout=Duration.minutes(1),
+            log_group=log_group,
+            description="Tags the GPU Auto Scaling group for the Cluster Autoscaler",
+        )
+        nodegroup_arn = stack.format_arn(
+            service="eks",
+            resource="nodegroup",
+            resource_name=f"{cluster_name}/{nodegroup_name}/*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        auto_scaling_groups = stack.format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name="*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn])
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"],
+                resources=[auto_scaling_groups],
+                conditions={
+                    "StringEquals": {
+                        "aws:ResourceTag/eks:cluster-name": cluster_name,
+                        "aws:ResourceTag/eks:nodegroup-name": nodegroup_name,
+                    },
+                    # Only the autoscaler's hints: never EKS's own tags on the group.
+                    "ForAllValues:StringLike": {"aws:TagKeys": [f"{NODE_TEMPLATE}*"]},
+                },
+            )
+        )
+        # Tells CloudFormation's rollback Update (best effort, never failed) from a deploy.
+        grant_describe_own_stack(fn)
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        self.resource = CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type="Custom::GpuNodeTemplateTags",
+            properties={
+                "ClusterName": cluster_name,
+                "NodegroupName": nodegroup_name,
+                "Tags": json.dumps(dict(tags), sort_keys=True),
+            },
+        )
+        acknowledge_basic_execution_role(fn)
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM5",
+            "CreateOrUpdateTags and DeleteTags apply only to the Auto Scaling group EKS tagged "
+            "with this cluster's and this node group's names (the group's own name is chosen by "
+            "EKS) and only to node-template tag keys; eks:DescribeNodegroup names the one node "
+            "group, whose ARN ends in an id EKS assigns at creation.",
+            findings=[
+                "Resource::" + nag_flatten(stack, auto_scaling_groups),
+                "Resource::" + nag_flatten(stack, nodegroup_arn),
+            ],
+        )
+        suppress_provider_framework(provider, fn)

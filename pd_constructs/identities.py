@@ -233,7 +233,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "readiness-poller",
-        ("Readiness/Readiness/IsComplete/ServiceRole/Resource",),
+        ("Cluster/Providers/Readiness/IsComplete/ServiceRole/Resource",),
         "the readiness check's poller: Kubernetes group ray-pd-eks:readiness only",
         (LAMBDA,),
         managed=(BASIC, VPC_ACCESS),
@@ -241,7 +241,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "recreate-poller",
-        ("Workload/Workload/Recreate/IsComplete/ServiceRole/Resource",),
+        ("Cluster/Providers/Recreate/IsComplete/ServiceRole/Resource",),
         "the RayService recreate waiter: Kubernetes group ray-pd-eks:recreate only",
         (LAMBDA,),
         managed=(BASIC, VPC_ACCESS),
@@ -258,9 +258,9 @@ ROLES: tuple[Role, ...] = (
     Role(
         "rollback-aware-on-event",
         (
-            "Readiness/Readiness/OnEvent/ServiceRole/Resource",
-            "Workload/Workload/Recreate/OnEvent/ServiceRole/Resource",
-            "GpuNodes/GpuCapacityWatch/OnEvent/ServiceRole/Resource",
+            "Cluster/Providers/Readiness/OnEvent/ServiceRole/Resource",
+            "Cluster/Providers/Recreate/OnEvent/ServiceRole/Resource",
+            "Cluster/Providers/GpuCapacityWatch/OnEvent/ServiceRole/Resource",
         ),
         "on-event handlers: tell CloudFormation's rollback Update from a deploy (own stack)",
         (LAMBDA,),
@@ -281,11 +281,26 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "gpu-capacity-watch",
-        ("GpuNodes/GpuCapacityWatch/IsComplete/ServiceRole/Resource",),
+        ("Cluster/Providers/GpuCapacityWatch/IsComplete/ServiceRole/Resource",),
         "watches the GPU node group's launches to fail fast on missing capacity",
         (LAMBDA,),
         actions=("autoscaling:DescribeScalingActivities", "eks:DescribeNodegroup"),
         managed=(BASIC,),
+    ),
+    Role(
+        "gpu-node-template-tags",
+        ("GpuNodes/NodeTemplateTags/Function/ServiceRole/Resource",),
+        "tags the GPU Auto Scaling group with the Cluster Autoscaler's node-template hints "
+        "(only node-template/* keys, only on this cluster's GPU node group's group)",
+        (LAMBDA,),
+        actions=(
+            DESCRIBE_OWN_STACK,
+            "autoscaling:CreateOrUpdateTags",
+            "autoscaling:DeleteTags",
+            "eks:DescribeNodegroup",
+        ),
+        managed=(BASIC,),
+        when="GPU autoscaling",
     ),
     Role(
         "image-digests",

@@ -20,7 +20,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.nag import acknowledge_basic_execution_role
 from pd_constructs.network import suppress_provider_framework
 from pd_constructs.rollback import grant_describe_own_stack
@@ -72,6 +72,7 @@ class ImageDigests(Construct):
             runtime=PYTHON_RUNTIME,
             handler="handler.on_event",
             code=lambda_code("image_digest"),
+            layers=[shared_layer(self)],
             timeout=Duration.minutes(2),
             log_group=log_group,
             description="Pins the pods' images to digests at deploy time",

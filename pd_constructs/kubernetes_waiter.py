@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy
+from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
@@ -18,16 +18,22 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, api_server_only_security_group, lambda_code
+from pd_constructs._lambda import (
+    PYTHON_RUNTIME,
+    api_server_only_security_group,
+    lambda_code,
+    shared_layer,
+)
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     LAMBDA_VPC,
     acknowledge,
     acknowledge_basic_execution_role,
+    nag_flatten,
 )
 from pd_constructs.network import suppress_provider_framework
-from pd_constructs.rollback import grant_describe_own_stack
+from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.waiter import logged_waiter_provider
 
 RBAC_API_GROUP = "rbac.authorization.k8s.io"
@@ -79,6 +85,18 @@ def group_rbac(
             "subjects": subjects,
         },
     ]
+
+
+# CloudFormation refuses to change a custom resource's ServiceToken ("Modifying service token
+# is not allowed"; the AWS::CloudFormation::CustomResource reference says updates are not
+# supported): a resource whose Provider moved to another stack gets a new logical id, so an
+# upgrade creates it anew (and deletes the old one, which answers a Delete at once) instead
+# of failing (docs/lifecycle.md, "Upgrading").
+MOVED_RESOURCE_ID = "Check"
+
+
+def _resource_id(provider_scope: Construct | None) -> str:
+    return "Resource" if provider_scope is None else MOVED_RESOURCE_ID
 
 
 @dataclass(frozen=True)
@@ -153,9 +171,17 @@ class KubernetesWaiter(Construct):
         log_removal_policy: RemovalPolicy,
         environment: Mapping[str, str] | None = None,
         objects: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        provider_scope: Construct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.cluster = cluster
+        # Where the machinery goes (security group, log groups, functions, access entry,
+        # Provider): here, or under ``provider_scope`` (in an earlier stack, created beside
+        # the cluster), leaving only the objects, the RBAC and the resource itself here.
+        home: Construct = (
+            self if provider_scope is None else Construct(provider_scope, construct_id)
+        )
+        self.provider_home = home
         self.objects = {
             name: eks.KubernetesManifest(
                 self, name, cluster=as_icluster(cluster), manifest=[dict(o) for o in manifest]
@@ -164,13 +190,14 @@ class KubernetesWaiter(Construct):
         }
         if polling is None:
             self.rbac = self._rbac(rbac)
-        self.security_group = api_server_only_security_group(self, cluster=cluster, purpose=purpose)
+        self.security_group = api_server_only_security_group(home, cluster=cluster, purpose=purpose)
         log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+            home, "Logs", retention=log_retention, removal_policy=log_removal_policy
         )
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
             "code": lambda_code(KUBERNETES_HANDLERS),
+            "layers": [shared_layer(home)],
             "log_group": log_group,
         }
         if environment is not None:
@@ -184,18 +211,20 @@ class KubernetesWaiter(Construct):
         # (function, whether it runs in the VPC)
         functions: list[tuple[lambda_.Function, bool]] = []
         if polling is None:
-            self.function = self._function("Function", on_event, **in_vpc, **common)
+            self.function = self._function(home, "Function", on_event, **in_vpc, **common)
             self.on_event = self.function
             functions.append((self.function, True))
         else:
-            self.on_event = self._function("OnEvent", on_event, **common)
-            grant_describe_own_stack(self.on_event)
-            self.function = self._function("IsComplete", polling.is_complete, **in_vpc, **common)
+            self.on_event = self._function(home, "OnEvent", on_event, **common)
+            self._grant_describe_resource_stack(self.on_event)
+            self.function = self._function(
+                home, "IsComplete", polling.is_complete, **in_vpc, **common
+            )
             functions += [(self.on_event, False), (self.function, True)]
         role = self.function.role
         assert role is not None
         self.access_entry = eks.CfnAccessEntry(
-            self,
+            home,
             "AccessEntry",
             cluster_name=cluster.cluster_name,
             principal_arn=role.role_arn,
@@ -204,12 +233,12 @@ class KubernetesWaiter(Construct):
         )
         if polling is None:
             provider = cr.Provider(
-                self, "Provider", on_event_handler=self.function, log_group=log_group
+                home, "Provider", on_event_handler=self.function, log_group=log_group
             )
         else:
             self.rbac = self._rbac(rbac)
             provider = logged_waiter_provider(
-                self,
+                home,
                 on_event=self.on_event,
                 is_complete=self.function,
                 query_interval=polling.interval,
@@ -220,7 +249,7 @@ class KubernetesWaiter(Construct):
             )
         self.resource = CustomResource(
             self,
-            "Resource",
+            _resource_id(provider_scope),
             service_token=provider.service_token,
             resource_type=resource_type,
             properties={
@@ -253,9 +282,27 @@ class KubernetesWaiter(Construct):
             manifest=[dict(o) for o in manifest],
         )
 
-    def _function(self, construct_id: str, handler: Handler, **props: Any) -> lambda_.Function:
+    def _grant_describe_resource_stack(self, fn: lambda_.Function) -> None:
+        """DescribeStacks on the stack of the custom resource (whose rollback it tells), which
+        is the function's own unless the machinery lives in an earlier stack."""
+        resource_stack = Stack.of(self)
+        if Stack.of(fn) is resource_stack:
+            grant_describe_own_stack(fn)
+            return
+        arn = grant_describe_named_stack(fn, resource_stack.stack_name)
+        acknowledge(
+            fn,
+            "AwsSolutions-IAM5",
+            "cloudformation:DescribeStacks on the one stack that holds this function's custom "
+            "resource (its ARN ends in an id CloudFormation assigns, hence the trailing *).",
+            findings=[f"Resource::{nag_flatten(Stack.of(fn), arn)}"],
+        )
+
+    def _function(
+        self, scope: Construct, construct_id: str, handler: Handler, **props: Any
+    ) -> lambda_.Function:
         return lambda_.Function(
-            self,
+            scope,
             construct_id,
             handler=handler.handler,
             timeout=handler.timeout,

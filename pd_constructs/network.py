@@ -13,7 +13,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code
+from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     acknowledge,
@@ -77,6 +77,7 @@ class GpuAvailabilityZoneProvider(Construct):
             runtime=PYTHON_RUNTIME,
             handler="handler.on_event",
             code=lambda_code("gpu_az"),
+            layers=[shared_layer(self)],
             timeout=Duration.minutes(1),
             log_group=log_group,
             description="Chooses the Availability Zone of the EFA GPU node group",

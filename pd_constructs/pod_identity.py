@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsii
-from aws_cdk import Aws, IAspect, Stack
+from aws_cdk import ArnFormat, Aws, IAspect, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
@@ -18,15 +18,29 @@ from constructs import IConstruct
 POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
 
 
-def trust_conditions(cluster: eks.ICluster) -> dict[str, Any]:
+def trust_conditions(cluster: eks.ICluster | str) -> dict[str, Any]:
+    """The conditions for ``cluster``, or for the cluster whose ARN is the string given."""
+    arn = cluster if isinstance(cluster, str) else cluster.cluster_arn
     return {
         "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
-        "ArnEquals": {"aws:SourceArn": cluster.cluster_arn},
+        "ArnEquals": {"aws:SourceArn": arn},
     }
 
 
-def pod_identity_principal(cluster: eks.ICluster) -> iam.IPrincipal:
-    """``pods.eks.amazonaws.com`` for ``cluster`` only (``sts:AssumeRole`` + ``sts:TagSession``)."""
+def cluster_arn(scope: IConstruct, cluster_name: str) -> str:
+    """The ARN of the cluster named ``cluster_name`` in ``scope``'s account and region, built
+    from the name: a role trusting it does not wait for the cluster to exist."""
+    return Stack.of(scope).format_arn(
+        service="eks",
+        resource="cluster",
+        resource_name=cluster_name,
+        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+    )
+
+
+def pod_identity_principal(cluster: eks.ICluster | str) -> iam.IPrincipal:
+    """``pods.eks.amazonaws.com`` for ``cluster`` only (``sts:AssumeRole`` + ``sts:TagSession``);
+    ``cluster`` may be the cluster's ARN (:func:`cluster_arn`)."""
     return iam.SessionTagsPrincipal(
         iam.ServicePrincipal(POD_IDENTITY_SERVICE).with_conditions(trust_conditions(cluster))
     )

@@ -98,6 +98,9 @@ class ReadinessCheck(KubernetesWaiter):
     ``ray_auth_secret`` names the Secret with the Ray token (Ray token authentication): the
     function may ``get`` that one Secret and sends the token to the dashboard.
 
+    ``provider_scope`` (default: here) takes its functions, access entry and Provider, so they
+    can be created in an earlier stack, beside the cluster (docs/deploy-timeline.md).
+
     The facts it found are attributes of ``resource`` (``AppStatus``, ``PrefillNode``,
     ``DecodeNode``, ``KvBackend``, ``Models``, ``GpuNodes``, ``CompletionSample``, ...).
     """
@@ -120,6 +123,7 @@ class ReadinessCheck(KubernetesWaiter):
         timeout: Duration,
         manifest_fingerprint: str,
         log_retention: logs.RetentionDays,
+        provider_scope: Construct | None = None,
     ) -> None:
         minutes = timeout.to_minutes()
         if minutes > 60:
@@ -172,4 +176,5 @@ class ReadinessCheck(KubernetesWaiter):
             },
             log_retention=log_retention,
             log_removal_policy=EVIDENCE_REMOVAL_POLICY,
+            provider_scope=provider_scope,
         )

@@ -57,6 +57,7 @@ class RayServiceRecreate(KubernetesWaiter):
     not ``cluster_spec_hash``, then waits (up to ``timeout``, default 15 minutes) until its
     pods are gone; completes at once when the spec is unchanged or the RayService does not exist.
     Make the RayService manifest depend on this construct. ``Delete`` returns at once.
+    ``provider_scope`` (default: here) takes its functions and Provider (an earlier stack).
 
     ``resource`` exposes ``Action`` (``created``/``recreated``/``unchanged``),
     ``ClusterSpecHash`` and ``Summary`` (one sentence, with the downtime when recreated).
@@ -74,6 +75,7 @@ class RayServiceRecreate(KubernetesWaiter):
         log_retention: logs.RetentionDays,
         log_removal_policy: RemovalPolicy,
         timeout: Duration = DEFAULT_TIMEOUT,
+        provider_scope: Construct | None = None,
     ) -> None:
         if not 3 <= timeout.to_minutes() <= 60:
             raise ValueError(
@@ -111,4 +113,5 @@ class RayServiceRecreate(KubernetesWaiter):
             },
             log_retention=log_retention,
             log_removal_policy=log_removal_policy,
+            provider_scope=provider_scope,
         )

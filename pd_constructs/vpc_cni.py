@@ -29,7 +29,7 @@ from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import acknowledge
-from pd_constructs.pod_identity import pod_identity_principal
+from pd_constructs.pod_identity import cluster_arn, pod_identity_principal
 
 CNI_POLICY = "AmazonEKS_CNI_Policy"  # what the role no longer carries
 CNI_SERVICE_ACCOUNT = "aws-node"  # in kube-system
@@ -118,9 +118,10 @@ class VpcCniAddon(Construct):
     """The ``vpc-cni`` add-on at ``addon_version`` with network policies enforced; the primary
     child ``Resource`` is the ``eks.Addon``, ``role`` the CNI's own IAM role.
 
-    Depends on the cluster's ``eks-pod-identity-agent`` add-on (which delivers the role's
-    credentials to ``aws-node``); node groups should depend on this construct, so nodes join
-    with the managed CNI and are deleted before it on ``cdk destroy``.
+    Needs the cluster's ``eks-pod-identity-agent`` add-on (which delivers the role's
+    credentials to ``aws-node``) but is created beside it, not after it; node groups should
+    deploy after both, so nodes join with the managed CNI and are deleted before it on
+    ``cdk destroy``.
     """
 
     def __init__(
@@ -133,10 +134,13 @@ class VpcCniAddon(Construct):
         cluster_name: str,
     ) -> None:
         super().__init__(scope, construct_id)
+        # With the configured name (a literal) the trust names the cluster's ARN without a
+        # reference to it, so the role is created beside the control plane, not after it.
+        trusted = cluster_arn(self, cluster_name) if cluster_name else as_icluster(cluster)
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=pod_identity_principal(as_icluster(cluster)),
+            assumed_by=pod_identity_principal(trusted),
             description="VPC CNI (aws-node) through EKS Pod Identity, scoped to this VPC",
         )
         for statement in cni_statements(vpc_id=cluster.vpc.vpc_id, cluster_name=cluster_name):
@@ -174,6 +178,13 @@ class VpcCniAddon(Construct):
                 role_arn=self.role.role_arn, service_account=CNI_SERVICE_ACCOUNT
             )
         ]
-        agent = cluster.eks_pod_identity_agent
-        assert agent is not None  # aws-cdk-lib creates it on first access
-        self.addon.node.add_dependency(agent)
+        # Created beside the eks-pod-identity-agent add-on, not after it (about a minute less
+        # before the node groups start). Nothing runs either before a node joins, and nodes
+        # join only in the stacks after this one, when both are ACTIVE. The association is an
+        # EKS API object created with this add-on; EKS injects the credentials' URL into
+        # aws-node when the pod is created, and aws-node fetches them from the agent on its
+        # node (169.254.170.23) when it starts (EKS User Guide, "Set up the Amazon EKS Pod
+        # Identity Agent" and "Use Pod Identities to assign an IAM role to an Amazon EKS
+        # add-on"). The agent must exist on the cluster (aws-cdk-lib creates it on first
+        # access), which the stack guarantees for every node.
+        assert cluster.eks_pod_identity_agent is not None

@@ -523,7 +523,8 @@ class PdWorkload(Construct):
 
     ``image`` is the worker/head image URI and ``aws_cli_image`` (default ``awsCliImage``) the
     init containers' image, either possibly a CloudFormation token (a digest resolved at
-    deploy time, the deploy region).
+    deploy time, the deploy region). ``provider_scope`` (default: here) takes the recreate's
+    functions and Provider, so an earlier stack can create them beside the cluster.
     """
 
     def __init__(
@@ -536,6 +537,7 @@ class PdWorkload(Construct):
         image: str,
         region: str,
         aws_cli_image: str | None = None,
+        provider_scope: Construct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = eks.KubernetesManifest(
@@ -615,6 +617,7 @@ class PdWorkload(Construct):
             cluster_spec_hash=cluster_spec_hash(config),
             log_retention=log_retention(config),
             log_removal_policy=log_removal_policy(config),
+            provider_scope=provider_scope,
         )
         self.recreate.rbac.node.add_dependency(self.namespace)
         self.recreate.resource.node.add_dependency(self.operator)

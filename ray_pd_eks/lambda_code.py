@@ -17,6 +17,18 @@ from types import ModuleType
 
 LAMBDA_DIR = Path(__file__).resolve().parent.parent / "assets" / "lambda"
 READINESS_DIR = LAMBDA_DIR / "readiness"
+# The shared helpers' layer (``pd_lambda``): in a Lambda under /opt/python, here on sys.path
+# the same way, so every handler imports it as it does in the Lambda.
+LAYER_PYTHON_DIR = LAMBDA_DIR / "layer" / "python"
+
+
+def use_shared_layer() -> None:
+    """Put the shared layer's ``python/`` folder on ``sys.path`` (once)."""
+    if str(LAYER_PYTHON_DIR) not in sys.path:
+        sys.path.insert(0, str(LAYER_PYTHON_DIR))
+
+
+use_shared_layer()
 
 
 def _load(name: str, module_name: str | None = None, folder: Path = READINESS_DIR) -> ModuleType:

@@ -9,9 +9,10 @@ It synthesizes the app with cdk.json's settings (offline, no credentials), sched
 resource with the duration model of ray_pd_eks/timeline.py (CloudFormation references,
 DependsOn and stack dependencies; the image pulls, weight downloads and engine start inside the
 cluster) and prints when the readiness check proves the endpoint, with the steps on the
-critical path. `--before` synthesizes another commit in a temporary git worktree (sharing this
-checkout's .venv and node_modules) and models it with the same numbers. docs/deploy-timeline.md
-explains the model and shows the output.
+critical path, then the scale-out: a new GPU node's minutes until its engine serves
+(docs/cold-start.md). `--before` synthesizes another commit in a temporary git worktree
+(sharing this checkout's .venv and node_modules) and models it with the same numbers.
+docs/deploy-timeline.md explains the model and shows the output.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ray_pd_eks.timeline import Deploy, report, schedule  # noqa: E402
+from ray_pd_eks.timeline import Deploy, report, scale_out, schedule  # noqa: E402
 
 # Runs inside the checkout to model (this one or the --before worktree): the Stage as app.py
 # builds it, from that checkout's cdk.json, without cdk-nag (not needed for the templates).
@@ -87,8 +88,12 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="critical-path-") as tmp:
         work = Path(tmp)
-        after = schedule(synthesize(ROOT, work / "after.out"), concurrency=args.concurrency)
+        deploy = synthesize(ROOT, work / "after.out")
+        after = schedule(deploy, concurrency=args.concurrency)
         lines = report(after, title=f"this checkout, --concurrency {args.concurrency}")
+        growth = scale_out(deploy)
+        lines += ["", f"scale-out: a new GPU node serves after {growth.minutes:.1f} min"]
+        lines += [f"  {start:5.1f} - {end:5.1f}  {what}" for what, start, end in growth.steps]
         if args.before:
             before = schedule(synthesize_commit(args.before, work), concurrency=args.concurrency)
             lines = report(before, title=f"{args.before}, --concurrency {args.concurrency}")

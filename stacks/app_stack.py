@@ -27,9 +27,11 @@ class AppStackProps(TypedDict):
 
 
 class InClusterStackProps(AppStackProps):
-    """The props of a stack that deploys into the EKS ``cluster`` (from the cluster stack)."""
+    """The props of a stack that deploys into the EKS ``cluster`` (from the cluster stack),
+    and ``providers``, the cluster stack's scope for the machinery of this stack's waiters."""
 
     cluster: eks.Cluster
+    providers: Construct
 
 
 class AppStack(Stack):
@@ -45,7 +47,9 @@ class AppStack(Stack):
 
 
 class InClusterStack(AppStack):
-    """A stack of the app that deploys into the EKS cluster: also ``cluster``."""
+    """A stack of the app that deploys into the EKS cluster: also ``cluster``, and
+    ``providers`` (where its waiters' functions and Providers are created, in the cluster
+    stack)."""
 
     def __init__(
         self, scope: Construct, construct_id: str, **props: Unpack[InClusterStackProps]
@@ -54,3 +58,4 @@ class InClusterStack(AppStack):
             scope, construct_id, config=props["config"], description=props["description"]
         )
         self.cluster = props["cluster"]
+        self.providers = props["providers"]

@@ -66,7 +66,7 @@ class ClusterStack(AppStack):
         )
         # Before any node joins (the node groups' stacks deploy after this one): nodes come up
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
-        # they go before it.
+        # they go before it. Beside the Pod Identity agent add-on, not after it.
         self.vpc_cni = VpcCniAddon(
             self,
             "VpcCni",
@@ -74,6 +74,11 @@ class ClusterStack(AppStack):
             addon_version=config.vpc_cni_addon_version,
             cluster_name=config.cluster_name,
         )
+
+        # The functions, roles and Providers of the later stacks' waiters (readiness check,
+        # RayService recreate, GPU capacity watch): created here beside the control plane, so
+        # those stacks hold only the checks themselves (docs/deploy-timeline.md).
+        self.providers = Construct(self, "Providers")
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Region", value=self.region)

@@ -18,12 +18,17 @@ from constructs import Construct
 from pd_constructs.capacity import GpuCapacityWatch
 from pd_constructs.cluster import (
     GPU_AMI_TYPE,
+    GPU_TAINT,
     EfaGpuNodeGroup,
     GpuDevicePlugins,
     gpu_node_config,
     gpu_nodegroup_name,
 )
-from pd_constructs.cluster_autoscaler import GpuClusterAutoscaler
+from pd_constructs.cluster_autoscaler import (
+    GpuClusterAutoscaler,
+    GpuNodeTemplateTags,
+    node_template_tags,
+)
 from pd_constructs.network import (
     GpuAvailabilityZone,
     GpuAvailabilityZoneProvider,
@@ -107,12 +112,16 @@ class GpuNodesStack(InClusterStack):
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
             log_retention=self.log_retention,
+            # Its functions exist before this stack starts: the watch starts with the group.
+            provider_scope=self.providers,
+            nodegroup_name_prefix=config.gpu_nodegroup_name,
         )
         self.device_plugins = GpuDevicePlugins(
             self, "DevicePlugins", cluster=cluster, gpu_instance_type=config.gpu_node_type
         )
         self.device_plugins.node.add_dependency(self.gpu_nodes)
         self.cluster_autoscaler: GpuClusterAutoscaler | None = None
+        self.node_template_tags: GpuNodeTemplateTags | None = None
         if config.gpu_nodes_autoscale:
             self.cluster_autoscaler = GpuClusterAutoscaler(
                 self,
@@ -126,6 +135,22 @@ class GpuNodesStack(InClusterStack):
             # Removed before the node group on destroy, so it cannot scale a group being
             # deleted.
             self.cluster_autoscaler.node.add_dependency(self.gpu_nodes)
+            # What a new GPU node offers, on the Auto Scaling group, for when no GPU node is
+            # Ready to copy it from (docs/scaling.md).
+            self.node_template_tags = GpuNodeTemplateTags(
+                self,
+                "NodeTemplateTags",
+                cluster_name=config.cluster_name,
+                nodegroup_name=self.nodegroup_name,
+                tags=node_template_tags(
+                    self.gpu_nodes.spec,
+                    labels=self.gpu_nodes.labels,
+                    taints=[GPU_TAINT],
+                ),
+                log_retention=self.log_retention,
+                log_removal_policy=self.log_removal_policy,
+            )
+            self.node_template_tags.node.add_dependency(self.gpu_nodes)
 
         CfnOutput(
             self,

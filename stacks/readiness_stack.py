@@ -66,6 +66,7 @@ class ReadinessStack(InClusterStack):
                 }
             ),
             log_retention=self.log_retention,
+            provider_scope=self.providers,
         )
         self.outputs: dict[str, CfnOutput] = {}
         for name in READINESS_OUTPUTS:

@@ -63,6 +63,7 @@ class RayPdEksStage(Stage):
             vpc=self.network.vpc,
             gpu_route_table_id=self.network.gpu_route_table_id,
             cluster=self.cluster.cluster,
+            providers=self.cluster.providers,
             gpu_az_chooser=self.cluster.gpu_az_chooser,
             description="ray-pd-eks: GPU AZ and subnet, EFA GPU node group, device plugins",
         )
@@ -71,6 +72,7 @@ class RayPdEksStage(Stage):
             "Workload",
             config=config,
             cluster=self.cluster.cluster,
+            providers=self.cluster.providers,
             description="ray-pd-eks: node warm-up, system nodes, KubeRay, the RayService",
         )
         self.readiness = ReadinessStack(
@@ -78,6 +80,7 @@ class RayPdEksStage(Stage):
             "Readiness",
             config=config,
             cluster=self.cluster.cluster,
+            providers=self.cluster.providers,
             description="ray-pd-eks: readiness check of the endpoint",
         )
         # Every Pod Identity role, whoever builds it, trusts this cluster only.

@@ -75,6 +75,7 @@ class WorkloadStack(InClusterStack):
             image=self.images.reference("Ray"),
             region=Aws.REGION,
             aws_cli_image=self.images.reference("AwsCli"),
+            provider_scope=self.providers,
         )
         # The operator's Helm release waits for its pod, which needs a node.
         self.workload.operator.node.add_dependency(self.system_nodes)

@@ -10,8 +10,13 @@ from typing import Any
 import botocore.client
 import pytest
 
+from ray_pd_eks import lambda_code
 from tests import cfn_lint_pool
 from tests.synth import ROOT, Synthesized, synth
+
+# Every handler imports the shared layer (pd_lambda) as it does in the Lambda: the tests that
+# load a handler by its path find it on sys.path like the Lambda finds /opt/python.
+lambda_code.use_shared_layer()
 
 S3_URI = "s3://example-models/qwen/Qwen3.5-9B/"
 RESERVATION = "cr-0123456789abcdef0"

@@ -56,6 +56,24 @@ class Synthesized:
         """Resources of one CloudFormation type in one stack, by logical id."""
         return {k: v for k, v in self.templates[stack]["Resources"].items() if v["Type"] == rtype}
 
+    def egress_rules(self, stack: str, group: str) -> list[dict[str, Any]]:
+        """Every egress rule of the security group ``group`` (a logical id): inline ones but
+        CDK's placeholder ("Disallow all traffic", what a group with no rule carries) and the
+        ``AWS::EC2::SecurityGroupEgress`` resources of the group."""
+        resources = self.templates[stack]["Resources"]
+        inline = [
+            rule
+            for rule in resources[group]["Properties"].get("SecurityGroupEgress", [])
+            if rule.get("Description") != "Disallow all traffic"
+        ]
+        separate = [
+            {k: v for k, v in r["Properties"].items() if k != "GroupId"}
+            for r in resources.values()
+            if r["Type"] == "AWS::EC2::SecurityGroupEgress"
+            and r["Properties"].get("GroupId") == {"Fn::GetAtt": [group, "GroupId"]}
+        ]
+        return inline + separate
+
     def only(self, stack: str, rtype: str) -> dict[str, Any]:
         found = list(self.resources(stack, rtype).values())
         assert len(found) == 1, f"expected one {rtype} in {stack}, found {len(found)}"

@@ -50,7 +50,10 @@ def test_nvme_types_get_a_raid0_node_config_in_mime_user_data(default_app: Synth
     assert node_config == {
         "apiVersion": "node.eks.aws/v1alpha1",
         "kind": "NodeConfig",
-        "spec": {"instance": {"localStorage": {"strategy": "RAID0"}}},
+        "spec": {
+            "featureGates": {"FastImagePull": True},
+            "instance": {"localStorage": {"strategy": "RAID0"}},
+        },
     }
     # The root volume keeps only the OS: small, gp3 baseline, no raised IOPS/throughput.
     (disk,) = lt["BlockDeviceMappings"]
@@ -58,9 +61,11 @@ def test_nvme_types_get_a_raid0_node_config_in_mime_user_data(default_app: Synth
     assert "Iops" not in disk["Ebs"] and "Throughput" not in disk["Ebs"]
 
 
-def test_without_nvme_no_node_config_and_a_faster_root_volume(variant_app: Synthesized) -> None:
+def test_without_nvme_no_raid0_and_a_faster_root_volume(variant_app: Synthesized) -> None:
     lt = _gpu_launch_template(variant_app)
-    assert "UserData" not in lt
+    ((_, body),) = _parts(_mime(lt["UserData"]))
+    # SOCI parallel pull still, but nothing for local storage.
+    assert yaml.safe_load(body)["spec"] == {"featureGates": {"FastImagePull": True}}
     (disk,) = lt["BlockDeviceMappings"]
     assert disk["Ebs"] == {
         "DeleteOnTermination": True,
@@ -80,6 +85,10 @@ def test_system_nodes_have_room_for_the_head_image(default_app: Synthesized) -> 
     assert disk["Ebs"]["VolumeSize"] == 100
     # The head's ~20 GB image is written here: above gp3's 125 MiB/s baseline.
     assert (disk["Ebs"]["Iops"], disk["Ebs"]["Throughput"]) == (3000, 500)
+    # ... and pulled with SOCI parallel pull and unpack (nodeadm's FastImagePull gate).
+    ((content_type, body),) = _parts(_mime(lt["LaunchTemplateData"]["UserData"]))
+    assert content_type == NODEADM_CONTENT_TYPE
+    assert yaml.safe_load(body)["spec"] == {"featureGates": {"FastImagePull": True}}
 
 
 def test_user_data_round_trips_through_a_mime_parser() -> None:

@@ -127,7 +127,6 @@ def test_token_writer_reaches_only_the_api_server(default_app: Synthesized) -> N
         and v["Properties"].get("Handler") == "ray_token.on_event"
     ]
     (sg_ref,) = fn["VpcConfig"]["SecurityGroupIds"]
-    sg = resources[sg_ref["Fn::GetAtt"][0]]["Properties"]
-    (egress,) = sg["SecurityGroupEgress"]
+    (egress,) = default_app.egress_rules("Workload", sg_ref["Fn::GetAtt"][0])
     assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"]) == ("tcp", 443, 443)
     assert "DestinationSecurityGroupId" in egress and "CidrIp" not in egress

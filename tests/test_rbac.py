@@ -194,7 +194,7 @@ class Identity:
 IDENTITIES = [
     Identity(
         "readiness-lambda",
-        subject=lambda app: entry_groups(app, "ReadinessAccessEntry"),
+        subject=lambda app: entry_groups(app, "ProvidersReadinessAccessEntry"),
         drive=drive_readiness,
         exact=True,
     ),
@@ -208,7 +208,7 @@ IDENTITIES = [
     # Deletes exactly the one RayService, nothing else; reads what tells a cluster change.
     Identity(
         "recreate-lambda",
-        subject=lambda app: entry_groups(app, "WorkloadRecreateAccessEntry"),
+        subject=lambda app: entry_groups(app, "ProvidersRecreateAccessEntry"),
         drive=drive_recreate,
         exact=True,
         verbs=frozenset({"get", "list", "delete"}),

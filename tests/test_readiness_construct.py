@@ -20,11 +20,24 @@ def _readiness(app: Synthesized) -> tuple[str, dict[str, Any]]:
     return item
 
 
+# The check's functions, access entry and Provider are created in the cluster stack, beside
+# the control plane (docs/deploy-timeline.md); the custom resource and its RBAC stay here.
+PROVIDERS = "Cluster"
+
+
 def _functions(app: Synthesized) -> dict[str, dict[str, Any]]:
     return {
         v["Properties"]["Handler"]: v["Properties"]
-        for v in app.resources("Readiness", "AWS::Lambda::Function").values()
+        for v in app.resources(PROVIDERS, "AWS::Lambda::Function").values()
         if v["Properties"]["Handler"].startswith("handler.")
+    }
+
+
+def _readiness_resources(app: Synthesized, rtype: str) -> dict[str, dict[str, Any]]:
+    return {
+        k: v
+        for k, v in app.resources(PROVIDERS, rtype).items()
+        if k.startswith("ProvidersReadiness")
     }
 
 
@@ -69,9 +82,12 @@ def test_check_runs_after_the_rayservice_with_its_access_in_place(default_app: S
     resources = _res(default_app)
     _, cr = _readiness(default_app)
     depends = set(cr["DependsOn"])
-    access_entry = next(k for k, v in resources.items() if v["Type"] == "AWS::EKS::AccessEntry")
     rbac = next(k for k in resources if k.startswith("ReadinessRbac"))
-    assert {access_entry, rbac} <= depends
+    assert rbac in depends
+    # The access entry is in the cluster stack, which this one deploys after.
+    (access_entry,) = _readiness_resources(default_app, "AWS::EKS::AccessEntry")
+    assert access_entry.startswith("ProvidersReadinessAccessEntry")
+    assert default_app.stage.cluster in default_app.stage.readiness.dependencies
     # The RayService (and its namespace) and the GPU nodes are in stacks deployed before.
     stage = default_app.stage
     assert {stage.workload, stage.gpu_nodes} <= set(stage.readiness.dependencies)
@@ -85,7 +101,10 @@ def test_check_runs_after_the_rayservice_with_its_access_in_place(default_app: S
 def test_provider_polls_every_30s_up_to_the_configured_timeout(
     default_app: Synthesized,
 ) -> None:
-    machine = default_app.only("Readiness", "AWS::StepFunctions::StateMachine")["Properties"]
+    (machine,) = [
+        v["Properties"]
+        for v in _readiness_resources(default_app, "AWS::StepFunctions::StateMachine").values()
+    ]
     definition = "".join(
         p for p in machine["DefinitionString"]["Fn::Join"][1] if isinstance(p, str)
     )
@@ -111,30 +130,37 @@ def test_lambdas_current_runtime_timeouts_and_vpc(default_app: Synthesized) -> N
 
 
 def test_security_group_reaches_only_the_api_server(default_app: Synthesized) -> None:
-    (sg,) = [
-        v["Properties"]
-        for k, v in default_app.resources("Readiness", "AWS::EC2::SecurityGroup").items()
-        if k.startswith("ReadinessSecurityGroup")
+    (sg_id,) = [
+        k
+        for k in _readiness_resources(default_app, "AWS::EC2::SecurityGroup")
+        if k.startswith("ProvidersReadinessSecurityGroup")
     ]
-    egress = sg["SecurityGroupEgress"]
+    egress = default_app.egress_rules(PROVIDERS, sg_id)
     # No 0.0.0.0/0: the EKS token is presigned locally (tests/test_security_infra.py proves
     # it opens no connection), and DescribeStacks runs in the on-event function, outside the VPC.
     assert [(e["FromPort"], e["ToPort"], e["IpProtocol"]) for e in egress] == [(443, 443, "tcp")]
     assert "CidrIp" not in egress[0]
     # The control plane's own group (on its interfaces only), not the cluster security group
     # that every node carries: the rule opens the API server and no node or pod.
-    control_plane = "ClusterControlPlaneSecurityGroup"
-    assert control_plane in egress[0]["DestinationSecurityGroupId"]["Fn::ImportValue"]
-    ingress = default_app.only("Readiness", "AWS::EC2::SecurityGroupIngress")["Properties"]
+    control_plane = "ControlPlaneSecurityGroup"
+    assert control_plane in json.dumps(egress[0]["DestinationSecurityGroupId"])
+    assert "ClusterSecurityGroupId" not in json.dumps(egress[0]["DestinationSecurityGroupId"])
+    (ingress,) = [
+        v["Properties"]
+        for v in _readiness_resources(default_app, "AWS::EC2::SecurityGroupIngress").values()
+    ]
     assert (ingress["FromPort"], ingress["ToPort"]) == (443, 443)
-    assert control_plane in ingress["GroupId"]["Fn::ImportValue"]
-    assert "ClusterSecurityGroupId" not in ingress["GroupId"]["Fn::ImportValue"]
+    assert control_plane in json.dumps(ingress["GroupId"])
+    assert "ClusterSecurityGroupId" not in json.dumps(ingress["GroupId"])
 
 
 def test_access_entry_maps_the_poller_role_to_one_group_without_policies(
     default_app: Synthesized,
 ) -> None:
-    entry = default_app.only("Readiness", "AWS::EKS::AccessEntry")["Properties"]
+    ((_, entry),) = [
+        (k, v["Properties"])
+        for k, v in _readiness_resources(default_app, "AWS::EKS::AccessEntry").items()
+    ]
     assert entry["KubernetesGroups"] == [READINESS_GROUP]
     assert entry["Type"] == "STANDARD"
     assert "AccessPolicies" not in entry  # not cluster admin, not AmazonEKSViewPolicy

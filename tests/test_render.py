@@ -38,8 +38,9 @@ def test_files_in_apply_order_and_each_says_how_to_apply() -> None:
     assert policies[0]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     node_config = yaml.safe_load(files["05-gpu-node-config.yaml"])
     assert node_config["spec"]["instance"]["localStorage"] == {"strategy": "RAID0"}
+    assert node_config["spec"]["featureGates"] == {"FastImagePull": True}
     ebs = rendered_files(DEFAULTS.with_overrides({"gpuLocalStorage": "none"}))
-    assert "05-gpu-node-config.yaml" not in ebs
+    assert "localStorage" not in yaml.safe_load(ebs["05-gpu-node-config.yaml"])["spec"]
     monitors = list(yaml.safe_load_all(files["40-podmonitors.yaml"]))
     assert [m["kind"] for m in monitors] == ["PodMonitor", "PodMonitor"]
     assert "40-podmonitors.yaml" not in rendered_files(

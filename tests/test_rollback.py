@@ -5,6 +5,7 @@ functions that tell a rollback from a deploy may describe their own stack and no
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,40 +90,54 @@ def _policies_allowing(template: dict[str, Any], action: str) -> list[dict[str, 
 
 
 def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesized) -> None:
-    # The capacity watch (GpuNodes), the RayService recreate (Workload), the readiness check
-    # (Readiness): their own stack. The GPU AZ chooser's function is created early, in the
-    # cluster stack, and serves a resource of the GpuNodes stack: that one stack, by name.
-    # The image digests (Workload) too.
-    per_stack = {"Network": 0, "Cluster": 1, "GpuNodes": 1, "Workload": 2, "Readiness": 1}
-    gpu_stack = {
-        "Fn::Join": [
-            "",
-            [
-                "arn:",
-                {"Ref": "AWS::Partition"},
-                ":cloudformation:",
-                {"Ref": "AWS::Region"},
-                ":",
-                {"Ref": "AWS::AccountId"},
-                f":stack/{default_app.stage.gpu_nodes.stack_name}/*",
-            ],
-        ]
+    # The functions of the GPU AZ chooser, the capacity watch (both serving the GpuNodes
+    # stack), the RayService recreate (Workload) and the readiness check (Readiness) are
+    # created early, in the cluster stack: each may describe the one stack of its resource, by
+    # name. The image digests' function (Workload) is in its resource's stack: its own.
+    stage = default_app.stage
+
+    def named(stack_name: str) -> dict[str, Any]:
+        return {
+            "Fn::Join": [
+                "",
+                [
+                    "arn:",
+                    {"Ref": "AWS::Partition"},
+                    ":cloudformation:",
+                    {"Ref": "AWS::Region"},
+                    ":",
+                    {"Ref": "AWS::AccountId"},
+                    f":stack/{stack_name}/*",
+                ],
+            ]
+        }
+
+    own = {"Ref": "AWS::StackId"}
+    expected_resources = {
+        "Network": [],
+        "Cluster": sorted(
+            json.dumps(named(s.stack_name))
+            for s in (stage.gpu_nodes, stage.gpu_nodes, stage.workload, stage.readiness)
+        ),
+        "GpuNodes": [],
+        "Workload": [json.dumps(own)],
+        "Readiness": [],
     }
-    for stack, expected in per_stack.items():
+    for stack, expected in expected_resources.items():
         policies = _policies_allowing(default_app.templates[stack], "cloudformation:DescribeStacks")
-        assert len(policies) == expected, stack
+        resources = []
         for policy in policies:
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
                 if statement["Action"] == "cloudformation:DescribeStacks":
-                    own = {"Ref": "AWS::StackId"}
-                    assert statement["Resource"] == (gpu_stack if stack == "Cluster" else own)
+                    resources.append(json.dumps(statement["Resource"]))
                     assert statement["Effect"] == "Allow"
+        assert sorted(resources) == expected, stack
 
 
 def test_the_readiness_rollback_check_runs_outside_the_vpc(default_app: Synthesized) -> None:
     """DescribeStacks needs a route to CloudFormation; the VPC function's security group only
     reaches the API server and STS. on_event makes no Kubernetes call, so it leaves the VPC."""
-    functions = default_app.resources("Readiness", "AWS::Lambda::Function")
+    functions = default_app.resources("Cluster", "AWS::Lambda::Function")
     by_handler = {
         f["Properties"]["Handler"]: f
         for f in functions.values()
@@ -130,8 +145,8 @@ def test_the_readiness_rollback_check_runs_outside_the_vpc(default_app: Synthesi
     }
     assert "VpcConfig" not in by_handler["handler.on_event"]["Properties"]
     assert "VpcConfig" in by_handler["handler.is_complete"]["Properties"]
-    policies = _policies_allowing(
-        default_app.templates["Readiness"], "cloudformation:DescribeStacks"
-    )
+    policies = _policies_allowing(default_app.templates["Cluster"], "cloudformation:DescribeStacks")
     on_event_role = by_handler["handler.on_event"]["Properties"]["Role"]["Fn::GetAtt"][0]
-    assert [p["Properties"]["Roles"] for p in policies] == [[{"Ref": on_event_role}]]
+    assert [{"Ref": on_event_role}] in [p["Properties"]["Roles"] for p in policies]
+    is_complete_role = by_handler["handler.is_complete"]["Properties"]["Role"]["Fn::GetAtt"][0]
+    assert [{"Ref": is_complete_role}] not in [p["Properties"]["Roles"] for p in policies]

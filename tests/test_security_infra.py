@@ -18,15 +18,17 @@ from tests.synth import Synthesized
 kube = lambda_code.kube()
 
 
-def _sg(app: Synthesized, stack: str, logical_id: str) -> dict[str, Any]:
-    return dict(app.templates[stack]["Resources"][logical_id]["Properties"])
-
-
 def _function(app: Synthesized, stack: str, handler: str) -> dict[str, Any]:
+    """The function running ``handler``; ``handler.*`` names the readiness check's (the GPU AZ
+    chooser and the capacity watch, in the same stack, run a ``handler.on_event`` too)."""
     (fn,) = [
         v["Properties"]
         for v in app.resources(stack, "AWS::Lambda::Function").values()
         if v["Properties"].get("Handler") == handler
+        and (
+            not handler.startswith("handler.")
+            or v["Properties"].get("Description", "").startswith("Readiness check")
+        )
     ]
     return dict(fn)
 
@@ -50,8 +52,9 @@ def test_eks_token_is_presigned_without_any_connection(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("stack", "handler"),
     [
-        ("Readiness", "handler.is_complete"),
-        ("Workload", "recreate.is_complete"),
+        # The waiters' functions are created in the cluster stack (docs/deploy-timeline.md).
+        ("Cluster", "handler.is_complete"),
+        ("Cluster", "recreate.is_complete"),
         ("Workload", "ray_token.on_event"),
     ],
 )
@@ -60,8 +63,7 @@ def test_functions_in_the_vpc_reach_only_the_api_server(
 ) -> None:
     fn = _function(default_app, stack, handler)
     (sg_ref,) = fn["VpcConfig"]["SecurityGroupIds"]
-    sg = _sg(default_app, stack, sg_ref["Fn::GetAtt"][0])
-    (egress,) = sg["SecurityGroupEgress"]
+    (egress,) = default_app.egress_rules(stack, sg_ref["Fn::GetAtt"][0])
     assert "CidrIp" not in egress and "CidrIpv6" not in egress
     assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"]) == ("tcp", 443, 443)
     # The control plane's own group, which EKS attaches to its interfaces only.
@@ -69,7 +71,7 @@ def test_functions_in_the_vpc_reach_only_the_api_server(
     assert "ClusterSecurityGroupId" not in json.dumps(egress["DestinationSecurityGroupId"])
 
 
-@pytest.mark.parametrize(("stack", "handler"), [("Readiness", "handler.on_event")])
+@pytest.mark.parametrize(("stack", "handler"), [("Cluster", "handler.on_event")])
 def test_describe_stacks_runs_outside_the_vpc(
     default_app: Synthesized, stack: str, handler: str
 ) -> None:

@@ -51,11 +51,13 @@ def all_stacks(
 
 # Logical-id prefixes of the failure-evidence log groups: the readiness check's and the GPU
 # capacity watch's (function and waiter logs), kept even without retainLogs.
+# Created in the cluster stack, beside the control plane (the waiters' machinery,
+# docs/deploy-timeline.md), under its "Providers" scope.
 EVIDENCE_LOG_PREFIXES: tuple[str, ...] = (
-    "ReadinessLogs",
-    "ReadinessWaiterLogs",
-    "GpuCapacityWatchLogs",
-    "GpuCapacityWatchWaiterLogs",
+    "ProvidersReadinessLogs",
+    "ProvidersReadinessWaiterLogs",
+    "ProvidersGpuCapacityWatchLogs",
+    "ProvidersGpuCapacityWatchWaiterLogs",
 )
 EVIDENCE = "failure evidence"
 

@@ -86,7 +86,9 @@ def test_the_weights_download_beside_the_image_pull_not_after_it(model: Timeline
     pull = _step(model, r"^pull Ray image on the gpu-worker node")
     weights = _step(model, r"^download weights")
     assert weights.start < pull.end
-    assert weights.end < pull.end  # off the critical path
+    # Both start when the GPU node joins; with SOCI parallel pull the image is the shorter
+    # of the two (Hugging Face at the modelled 150 MB/s is not).
+    assert weights.start - pull.start <= 2 * timeline.SMALL_IMAGE_MINUTES + 1e-9
 
 
 def test_the_operator_and_rayservice_do_not_wait_for_the_gpu_nodes(model: Timeline) -> None:
@@ -115,12 +117,78 @@ def test_the_critical_path_runs_through_the_gpu_nodes_to_the_proof(model: Timeli
     assert "vLLM engines up" in names and "serve app RUNNING" in names
 
 
+def test_the_add_ons_start_together_when_the_control_plane_is_active(model: Timeline) -> None:
+    """What may not wait for what: the vpc-cni add-on not for the Pod Identity agent's (no
+    node runs either before both exist), its role not for the cluster (its trust names the
+    cluster's ARN from the configured name)."""
+    cluster = _step(model, r"^Cluster/Cluster9EE0221C$")
+    agent = _step(model, r"^Cluster/ClusterEksPodIdentityAgentAddon")
+    cni = _step(model, r"^Cluster/VpcCni[0-9A-F]{8}$")
+    assert agent.start == cni.start == pytest.approx(cluster.end)
+    role = _step(model, r"^Cluster/VpcCniRole[0-9A-F]{8}$")
+    assert role.end <= cluster.end
+    # The node groups start with the stacks after this one, which ends one add-on's creation
+    # (and the kubectl provider's functions) after the control plane is ACTIVE.
+    assert model.stacks["stack Cluster"].end - cluster.end <= 1.2
+    gpu_nodes = _step(model, r"^GpuNodes/GpuNodes[0-9A-F]{8}$")
+    assert gpu_nodes.start == pytest.approx(
+        model.stacks["stack Cluster"].end
+        + timeline.STACK_OVERHEAD
+        + timeline.DURATIONS["AWS::IAM::Role"]
+    )
+
+
+def test_the_checks_start_with_their_stacks_their_machinery_exists_already(
+    model: Timeline,
+) -> None:
+    """The readiness check's, the recreate's and the capacity watch's functions, roles and
+    Providers are created in the cluster stack beside the control plane: the later stacks
+    start the checks themselves at once."""
+    for stack, prefix in (
+        ("Readiness", "Readiness"),
+        ("Workload", "WorkloadRecreate"),
+        ("GpuNodes", "GpuCapacityWatch"),
+    ):
+        check = _step(model, rf"^{stack}/{prefix}Check[0-9A-F]{{8}}$")
+        own = [n for n in model.steps if n.startswith(f"{stack}/{prefix}")]
+        assert not [n for n in own if re.search("Provider|OnEvent|IsComplete|Role", n)], stack
+        started = model.stacks[f"stack {stack}"].start + timeline.STACK_OVERHEAD
+        if stack == "Readiness":
+            # After its RBAC only (one kubectl apply).
+            rbac = timeline.DURATIONS["Custom::AWSCDK-EKS-KubernetesResource"]
+            assert check.start == pytest.approx(started + rbac)
+        else:
+            # After what it checks (the operator, the node group's name), not its machinery.
+            assert check.start >= started
+            assert not re.search("Provider|OnEvent|IsComplete|Role|Layer", check.after), stack
+    # Their machinery is done before the node groups even start.
+    machinery = [s for n, s in model.steps.items() if n.startswith("Cluster/Providers")]
+    assert machinery and max(s.end for s in machinery) <= model.stacks["stack Cluster"].end
+
+
+def test_the_gpu_image_is_pulled_with_soci_parallel_pull(model: Timeline) -> None:
+    pull = _step(model, r"^pull Ray image on the gpu-worker node")
+    assert "SOCI parallel pull" in pull.name
+    download = timeline.DLC_IMAGE_GB * 1000 / timeline.PULL_CEILING_MBPS / 60
+    assert pull.minutes == pytest.approx(download / timeline.SOCI_PULL_SPEEDUP)
+    assert "SOCI parallel pull" in _step(model, r"^pull Ray image on the system node").name
+
+
+def test_cold_start_states_the_scale_out_figure(default_app: Synthesized) -> None:
+    growth = timeline.scale_out(Deploy.from_assembly(default_app.outdir))
+    assert growth.minutes == pytest.approx(7.9, abs=0.05)
+    names = [what for what, _, _ in growth.steps]
+    assert names[0] == "node launches, boots and joins" and names[-1] == "replica serves"
+    doc = (ROOT / "docs" / "cold-start.md").read_text()
+    assert f"serves after **{growth.minutes:.1f} minutes**" in doc
+
+
 def test_the_docs_and_the_readme_state_the_modelled_time(
     model: Timeline, default_app: Synthesized
 ) -> None:
     """One deploy time everywhere, taken from the model: change the graph, update the docs."""
     minutes = model.endpoint_minutes
-    assert minutes == pytest.approx(26.1, abs=0.05)
+    assert minutes == pytest.approx(24.25, abs=0.01)
     doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
     assert f"| this version | **{minutes:.1f} min** |" in doc
     assert f"after about **{round(minutes)} minutes**" in doc

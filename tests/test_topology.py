@@ -166,3 +166,39 @@ def test_the_cluster_stack_waits_for_no_node(
         # creates beside the control plane: Kubernetes objects belong in the later stacks.
         manifests = app.resources("Cluster", "Custom::AWSCDK-EKS-KubernetesResource")
         assert manifests == {}
+
+
+def test_the_later_stacks_hold_the_checks_not_their_machinery(
+    default_app: Synthesized, variant_app: Synthesized
+) -> None:
+    """The readiness check's, the recreate's and the capacity watch's functions, roles and
+    Providers are created in the cluster stack beside the control plane; the stacks that use
+    them hold the custom resources only (docs/deploy-timeline.md)."""
+    for app in (default_app, variant_app):
+        readiness = app.templates["Readiness"]["Resources"]
+        assert {r["Type"] for r in readiness.values()} <= {
+            "Custom::RayServiceReadiness",
+            "Custom::AWSCDK-EKS-KubernetesResource",
+            "AWS::CDK::Metadata",
+        }
+        for stack, purpose in (("Workload", "RayService recreate"), ("GpuNodes", "GPU capacity")):
+            functions = app.resources(stack, "AWS::Lambda::Function").values()
+            descriptions = [f["Properties"].get("Description", "") for f in functions]
+            assert not [d for d in descriptions if d.startswith(purpose)], stack
+        cluster = app.templates["Cluster"]["Resources"]
+        described = {
+            r["Properties"].get("Description", "").split(":")[0]
+            for r in cluster.values()
+            if r["Type"] == "AWS::Lambda::Function"
+        }
+        assert {"Readiness check", "RayService recreate", "GPU capacity watch"} <= described
+        # The service tokens come from the cluster stack; a custom resource whose token
+        # changed would fail its update, so these have their own logical ids ("...Check").
+        for stack, rtype in (
+            ("Readiness", "Custom::RayServiceReadiness"),
+            ("Workload", "Custom::RayServiceRecreate"),
+            ("GpuNodes", "Custom::GpuCapacityWatch"),
+        ):
+            ((logical_id, resource),) = app.resources(stack, rtype).items()
+            assert "Check" in logical_id, (stack, logical_id)
+            assert "Fn::ImportValue" in resource["Properties"]["ServiceToken"], stack

@@ -44,7 +44,9 @@ def test_vpc_cni_gets_the_cni_policy_through_pod_identity_of_this_cluster_only(
     resources = default_app.templates["Cluster"]["Resources"]
     agent_id, _ = _addon(default_app, "eks-pod-identity-agent")
     _, addon = _addon(default_app, "vpc-cni")
-    assert agent_id in addon["DependsOn"]
+    # Beside the agent, not after it: no node runs either before both exist (the node groups
+    # are in later stacks), so waiting would only delay the node groups (docs/deploy-timeline.md).
+    assert agent_id not in addon.get("DependsOn", [])
     (association,) = addon["Properties"]["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "aws-node"
     role = resources[association["RoleArn"]["Fn::GetAtt"][0]]
@@ -53,10 +55,27 @@ def test_vpc_cni_gets_the_cni_policy_through_pod_identity_of_this_cluster_only(
     (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
-    cluster_id = next(iter(default_app.resources("Cluster", "AWS::EKS::Cluster")))
+    # The cluster's ARN built from its configured name: the role does not wait for the
+    # control plane, so the add-on starts the moment the cluster is ACTIVE.
+    name = default_app.config.cluster_name
     assert statement["Condition"] == {
         "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
-        "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [cluster_id, "Arn"]}},
+        "ArnEquals": {
+            "aws:SourceArn": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":eks:",
+                        {"Ref": "AWS::Region"},
+                        ":",
+                        {"Ref": "AWS::AccountId"},
+                        f":cluster/{name}",
+                    ],
+                ]
+            }
+        },
     }
 
 

@@ -34,13 +34,15 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from pd_lambda import props as props_helpers
+from pd_lambda import rollback
+from pd_lambda.rollback import ROLLBACK_STATUS
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
 
 STARTED_AT_KEY = "CapacityWatchStartedAt"  # top-level, so it never leaks into the resource's Data
 ROLLBACK_KEY = "CapacityWatchRollback"  # top-level too: marks a rollback Update for is_complete
-ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
 # Data keys a rollback answer reproduces (from the previous properties): all of them.
 DATA_KEYS = ("Nodes",)
 # Must match the construct's query interval and Lambda timeout: a poll starts at most one
@@ -124,14 +126,7 @@ class Props:
 
 
 def _positive_int(properties: Mapping[str, Any], key: str) -> int:
-    raw = properties.get(key)
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise CapacityError(f"{key} must be a positive whole number, got {raw!r}")
-    return value
+    return props_helpers.positive_int(properties, key, error=CapacityError)
 
 
 # --- dependencies (replaced in tests) ------------------------------------------------------
@@ -218,28 +213,14 @@ def is_complete(
 
 
 def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS``: one ``DescribeStacks`` on
-    the event's ``StackId`` (the only stack the role may describe). On an API error the Update
-    is treated as a deploy (logged), so a CloudFormation blip never fails a deploy."""
-    stack_id = str(event.get("StackId") or "")
-    if not stack_id:
-        return False
-    try:
-        cfn = cloudformation or _client("cloudformation")
-        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
-    except (ClientError, BotoCoreError) as exc:
-        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
-        return False
-    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
-    LOG.info("stack %s is %s", stack_id, status or "not found")
-    return status == ROLLBACK_STATUS
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
+    return rollback.stack_rolling_back(
+        event, cloudformation, make_client=lambda: _client("cloudformation")
+    )
 
 
 def _started_at(event: Mapping[str, Any], now: float) -> float:
-    try:
-        return float(event.get(STARTED_AT_KEY) or now)
-    except (TypeError, ValueError):
-        return now
+    return props_helpers.started_at(event, STARTED_AT_KEY, now)
 
 
 def _give_up_after(props: Props) -> float:
@@ -260,8 +241,7 @@ def _time_left(context: Any) -> Callable[[], float] | None:
 
 
 def _one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    return props_helpers.one_line(text, limit)
 
 
 # --- one poll ------------------------------------------------------------------------------

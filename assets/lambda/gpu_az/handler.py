@@ -33,7 +33,9 @@ import logging
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
+from pd_lambda import rollback
+from pd_lambda.rollback import ROLLBACK_STATUS
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -206,7 +208,6 @@ def check_reservation(
     return str(reservation.get("AvailabilityZone", ""))
 
 
-ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
 # Data keys a rollback answer reproduces, from the physical id ``<az>/<cidr>`` alone. The
 # network resources read AvailabilityZone and SubnetCidr; OfferedAzs (informational, read by
 # nothing) cannot be reproduced without EC2 and is left out of a rollback answer.
@@ -214,21 +215,10 @@ ROLLBACK_DATA_KEYS = ("AvailabilityZone", "SubnetCidr")
 
 
 def stack_rolling_back(event: dict[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS``: one ``DescribeStacks`` on
-    the event's ``StackId`` (the only stack the role may describe). On an API error the Update
-    is treated as a deploy (logged), so a CloudFormation blip never fails a deploy."""
-    stack_id = str(event.get("StackId") or "")
-    if not stack_id:
-        return False
-    try:
-        cfn = cloudformation or boto3.client("cloudformation")
-        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
-    except (ClientError, BotoCoreError) as exc:
-        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
-        return False
-    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
-    LOG.info("stack %s is %s", stack_id, status or "not found")
-    return status == ROLLBACK_STATUS
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
+    return rollback.stack_rolling_back(
+        event, cloudformation, make_client=lambda: boto3.client("cloudformation")
+    )
 
 
 def rollback_response(event: dict[str, Any]) -> dict[str, Any]:

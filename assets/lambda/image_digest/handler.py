@@ -38,7 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
+from pd_lambda import rollback
+from pd_lambda.rollback import ROLLBACK_STATUS
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -59,7 +61,6 @@ MEDIA_TYPES = (
 )
 DOCKER_HUB = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 HTTP_TIMEOUT_SECONDS = 10
-ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
 NOT_IMAGES = ("ServiceToken",)
 
 # (method, url, headers) -> (status, headers (lower-case names), body)
@@ -181,20 +182,10 @@ def physical_id(resolved: dict[str, str]) -> str:
 
 
 def stack_rolling_back(event: dict[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (one ``DescribeStacks`` on
-    the event's ``StackId``, the only stack the role may describe). On an API error the Update
-    is treated as a deploy (logged)."""
-    stack_id = str(event.get("StackId") or "")
-    if not stack_id:
-        return False
-    try:
-        cfn = cloudformation or boto3.client("cloudformation")
-        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
-    except (ClientError, BotoCoreError) as exc:
-        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
-        return False
-    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
-    return status == ROLLBACK_STATUS
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
+    return rollback.stack_rolling_back(
+        event, cloudformation, make_client=lambda: boto3.client("cloudformation")
+    )
 
 
 def _images(props: dict[str, Any]) -> dict[str, str]:

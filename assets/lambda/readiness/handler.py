@@ -33,6 +33,8 @@ from typing import Any
 
 import checks
 import kube
+from pd_lambda import props as props_helpers
+from pd_lambda import rollback
 
 LOG = logging.getLogger("readiness")
 
@@ -193,16 +195,7 @@ class Props:
 
 def _positive_int(properties: Mapping[str, Any], key: str, default: int | None) -> int:
     # CloudFormation delivers every property as a string; tests and direct calls may pass ints.
-    raw = properties.get(key)
-    if raw in (None, "") and default is not None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ReadinessError(f"{key} must be a positive whole number, got {raw!r}")
-    return value
+    return props_helpers.positive_int(properties, key, error=ReadinessError, default=default)
 
 
 # --- dependencies (replaced in tests) ------------------------------------------------------
@@ -319,10 +312,7 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 
 def _started_at(event: Mapping[str, Any], now: float) -> float:
-    try:
-        return float(event.get(STARTED_AT_KEY) or now)
-    except (TypeError, ValueError):
-        return now
+    return props_helpers.started_at(event, STARTED_AT_KEY, now)
 
 
 def _give_up_after(props: Props, settings: Settings) -> float:
@@ -337,14 +327,12 @@ def _give_up_after(props: Props, settings: Settings) -> float:
 
 
 def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= MAX_REASON_CHARS else flat[: MAX_REASON_CHARS - 3] + "..."
+    return props_helpers.one_line(text, MAX_REASON_CHARS)
 
 
 # --- rollbacks ---------------------------------------------------------------------------
 
 ROLLBACK_KEY = "ReadinessRollback"  # top-level, so it never leaks into the resource's Data
-ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
 # Data keys a rollback answer reproduces: every key a successful check returns. ServeService
 # derives from the properties; the others travel in the physical id.
 DATA_KEYS = (
@@ -375,26 +363,15 @@ def cloudformation_client() -> Any:
 
 
 def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (one DescribeStacks on the
-    event's own StackId, the only stack the role may describe).
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback: one
+    DescribeStacks on the event's own StackId, the only stack the role may describe).
 
     CloudFormation's rollback Update looks like any other Update (old and new properties
-    swapped), so the stack's status is the only way to tell. If the call fails, the Update is
-    treated as a normal one and the error logged: a rollback then behaves as before this check,
-    and a deploy is never failed by a CloudFormation API blip.
+    swapped), so the stack's status is the only way to tell.
     """
-    stack_id = str(event.get("StackId") or "")
-    if not stack_id:
-        return False
-    try:
-        cfn = cloudformation or cloudformation_client()
-        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
-    except Exception as exc:  # botocore's ClientError/BotoCoreError, without importing them
-        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
-        return False
-    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
-    LOG.info("stack %s is %s", stack_id, status or "not found")
-    return status == ROLLBACK_STATUS
+    return rollback.stack_rolling_back(
+        event, cloudformation, make_client=lambda: cloudformation_client()
+    )
 
 
 def rollback_response(event: Mapping[str, Any]) -> dict[str, Any]:

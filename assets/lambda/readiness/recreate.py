@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import kube
+from pd_lambda import props as props_helpers
+from pd_lambda import rollback
 
 LOG = logging.getLogger("recreate")
 LOG.setLevel(logging.INFO)
@@ -50,7 +52,6 @@ DEFAULT_TIMEOUT_SECONDS = 900
 QUERY_INTERVAL_SECONDS = 15
 LAMBDA_TIMEOUT_SECONDS = 120
 MAX_REASON_CHARS = 1500
-ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
 DATA_KEYS = ("Action", "ClusterSpecHash", "Summary")
 REQUIRED_PROPERTIES = (
     "ClusterName",
@@ -127,23 +128,13 @@ clock: Callable[[], float] = time.time
 
 
 def stack_rolling_back(event: Mapping[str, Any]) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (one DescribeStacks on its
-    own StackId; the same test as the readiness check's ``handler.stack_rolling_back``). On an
-    API error the Update is treated as a deploy, and the error logged."""
-    stack_id = str(event.get("StackId") or "")
-    if not stack_id:
-        return False
-    try:
-        stacks = cloudformation_client().describe_stacks(StackName=stack_id).get("Stacks") or []
-    except Exception as exc:  # botocore's ClientError/BotoCoreError, without importing them
-        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
-        return False
-    return bool(stacks) and stacks[0].get("StackStatus") == ROLLBACK_STATUS
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback, the
+    same test as the readiness check's)."""
+    return rollback.stack_rolling_back(event, make_client=lambda: cloudformation_client())
 
 
 def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= MAX_REASON_CHARS else flat[: MAX_REASON_CHARS - 3] + "..."
+    return props_helpers.one_line(text, MAX_REASON_CHARS)
 
 
 # --- the Provider contract -----------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""Reading a custom resource's event: properties (CloudFormation delivers every one as a
+string), the start time a waiter keeps in its event, and reasons that fit on one line."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def positive_int(
+    properties: Mapping[str, Any],
+    key: str,
+    *,
+    error: type[Exception] = ValueError,
+    default: int | None = None,
+) -> int:
+    """``properties[key]`` as a whole number of at least 1 (tests and direct calls may pass
+    ints); ``default`` when it is missing or empty and a default is given; else raises
+    ``error`` naming the key and the value."""
+    raw = properties.get(key)
+    if raw in (None, "") and default is not None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise error(f"{key} must be a positive whole number, got {raw!r}")
+    return value
+
+
+def started_at(event: Mapping[str, Any], key: str, now: float) -> float:
+    """When the wait began: the epoch seconds the on-event handler stored under ``key``, or
+    ``now`` when it is missing or unreadable (the first poll)."""
+    try:
+        return float(event.get(key) or now)
+    except (TypeError, ValueError):
+        return now
+
+
+def one_line(text: Any, limit: int) -> str:
+    """``text`` with every run of whitespace made one space, cut to ``limit`` characters
+    (ending in ``...`` when cut): CloudFormation shows a failure's reason on one line."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -1,0 +1,50 @@
+"""Telling CloudFormation's rollback Update from a deploy (docs/lifecycle.md).
+
+CloudFormation rolls an updated custom resource back by sending it another Update with the
+previous properties; nothing in the event says "rollback". The stack's status does: while it is
+``UPDATE_ROLLBACK_IN_PROGRESS`` the Update is the rollback, which must succeed at once or the
+stack ends in ``UPDATE_ROLLBACK_FAILED``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+LOG = logging.getLogger(__name__)
+
+ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
+
+
+def stack_rolling_back(
+    event: Mapping[str, Any],
+    cloudformation: Any = None,
+    *,
+    make_client: Callable[[], Any] | None = None,
+) -> bool:
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS``: one ``DescribeStacks`` on
+    the event's ``StackId`` (the only stack a handler's role may describe), with
+    ``cloudformation``, else a client from ``make_client`` (created only when there is a stack
+    to ask about). On an API error the Update is treated as a deploy and the error logged, so a
+    CloudFormation blip never fails a deploy; a rollback then behaves as a deploy would."""
+    stack_id = str(event.get("StackId") or "")
+    if not stack_id:
+        return False
+    try:
+        cfn = cloudformation if cloudformation is not None else _client(make_client)
+        stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
+    except Exception as exc:  # botocore's ClientError/BotoCoreError, without importing them
+        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
+        return False
+    status = str(stacks[0].get("StackStatus", "")) if stacks else ""
+    LOG.info("stack %s is %s", stack_id, status or "not found")
+    return status == ROLLBACK_STATUS
+
+
+def _client(make_client: Callable[[], Any] | None) -> Any:
+    if make_client is not None:
+        return make_client()
+    import boto3  # the Lambda runtime's; imported late so pure callers need no boto3
+
+    return boto3.client("cloudformation")
