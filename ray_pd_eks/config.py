@@ -35,7 +35,13 @@ KV_BACKENDS = ("LIBFABRIC", "UCX")
 # pd: prefill and decode engines on separate GPU nodes, KV cache over NIXL (the product);
 # aggregated: ordinary engines doing both phases on the same GPU nodes (the baseline to beat).
 SERVING_MODES = ("pd", "aggregated")
-MAX_READINESS_MINUTES = 60  # CloudFormation custom resources wait at most one hour.
+# CloudFormation fails a custom resource after one hour. The readiness check ends with its own
+# message by readinessTimeoutMinutes, so that the Provider's hard stop (3 minutes later) and
+# CloudFormation's hour never speak first: the last poll (up to 5 minutes), the Provider's start
+# and its answer to CloudFormation need the minutes above 55 (issue 24 item 10).
+MAX_READINESS_MINUTES = 55
+# The check must see a few polls (each up to 5 minutes) before it may give up.
+MIN_READINESS_MINUTES = 10
 MAX_RAY_CLUSTER_REVISION = 999_999
 RAYSERVICE_NAME_MAX = 47  # KubeRay derives longer object names from it.
 # The GPU node group is named <gpuNodegroupName>-<AZ>-<8 hex> (so it can be replaced when it
@@ -290,7 +296,7 @@ class AppConfig:
     gpu_node_max_count: int = 0
     # Billions of parameters, for the model/GPU fit check; 0 = read from modelSource's name.
     model_params_billions: float = 0.0
-    readiness_timeout_minutes: int = 60
+    readiness_timeout_minutes: int = 55
     # Part of the Ray cluster spec hash: raising it makes the next deploy recreate the
     # RayService with an unchanged spec (docs/lifecycle.md).
     ray_cluster_revision: int = 0
@@ -1004,10 +1010,11 @@ def _serving(c: AppConfig) -> list[str]:
             "LIBFABRIC or use servingMode=pd to compare backends"
         )
         out.append(_problem("kvBackend", c.kv_backend, why))
-    if not 1 <= c.readiness_timeout_minutes <= MAX_READINESS_MINUTES:
+    if not MIN_READINESS_MINUTES <= c.readiness_timeout_minutes <= MAX_READINESS_MINUTES:
         why = (
-            f"must be 1..{MAX_READINESS_MINUTES}: a CloudFormation custom resource waits "
-            "at most one hour"
+            f"must be {MIN_READINESS_MINUTES}..{MAX_READINESS_MINUTES}: CloudFormation fails a "
+            "custom resource after one hour, and the check must end with its own reason, "
+            "after its last poll (up to 5 minutes), before that"
         )
         out.append(_problem("readinessTimeoutMinutes", c.readiness_timeout_minutes, why))
     if not 0 <= c.ray_cluster_revision <= MAX_RAY_CLUSTER_REVISION:

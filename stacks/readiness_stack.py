@@ -12,13 +12,25 @@ from typing import Unpack
 from aws_cdk import CfnOutput, Duration
 from constructs import Construct
 
+from pd_constructs.network_policy import RAY_PORTS
 from pd_constructs.readiness import ReadinessCheck, config_hash
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import AppConfig
 from stacks.app_stack import InClusterStack, InClusterStackProps
 
 # Readiness facts surfaced as stack outputs (and to the pipeline's post-deploy step).
-READINESS_OUTPUTS = ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models")
+READINESS_OUTPUTS = (
+    "AppStatus",
+    "GpuNodes",
+    "PrefillNode",
+    "DecodeNode",
+    "KvBackend",
+    "KvProvider",
+    "KvTransfer",
+    "IntegrityProbe",
+    "RayTokenEnforced",
+    "Models",
+)
 
 
 def gpu_placement(config: AppConfig) -> str:
@@ -52,6 +64,7 @@ class ReadinessStack(InClusterStack):
             kv_backend=config.kv_backend,
             serving_mode=config.serving_mode,
             ray_auth_secret=config.ray_auth_secret_name,
+            metrics_port=RAY_PORTS.metrics_export,
             # At least the group's minimum: it may hold more while decode has scaled out.
             expected_gpu_nodes=config.gpu_node_min,
             gpus_per_worker=config.tensor_parallel_size,

@@ -42,7 +42,7 @@ def test_walkthrough_defaults() -> None:
         True,
     )
     assert (c.kv_backend, c.prefill_replicas, c.decode_replicas) == ("LIBFABRIC", 1, 1)
-    assert c.readiness_timeout_minutes == 60
+    assert c.readiness_timeout_minutes == 55
     assert c.image_uri("eu-west-1") == (
         "763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
     )
@@ -110,8 +110,8 @@ BAD = [
     ({"kvBackend": "TCP"}, "kvBackend", "LIBFABRIC (EFA) or UCX"),
     ({"servingMode": "disaggregated"}, "servingMode", "must be pd (prefill and decode"),
     ({"servingMode": "aggregated", "kvBackend": "UCX"}, "kvBackend", "moves no KV cache"),
-    ({"readinessTimeoutMinutes": 61}, "readinessTimeoutMinutes", "at most one hour"),
-    ({"readinessTimeoutMinutes": 0}, "readinessTimeoutMinutes", "1..60"),
+    ({"readinessTimeoutMinutes": 56}, "readinessTimeoutMinutes", "after one hour"),
+    ({"readinessTimeoutMinutes": 9}, "readinessTimeoutMinutes", "10..55"),
     ({"region": "us-west-2", "gpuAz": "us-east-1a"}, "gpuAz", "is not in region us-west-2"),
     ({"gpuAz": "west"}, "gpuAz", "not an Availability Zone name"),
     ({"region": "Oregon"}, "region", "AWS region"),

@@ -253,8 +253,8 @@ LIMITS: list[Edge] = [
     # -- serving -------------------------------------------------------------------------------
     Edge("maxModelLen", 1, 0, "must be a positive token count", why="min"),
     Edge("maxModelLen", 1_048_576, 1_048_577, "must be a positive token count", why="max"),
-    Edge("readinessTimeoutMinutes", 1, 0, "must be 1..60", why="min"),
-    Edge("readinessTimeoutMinutes", 60, 61, "at most one hour", why="max"),
+    Edge("readinessTimeoutMinutes", 10, 9, "must be 10..55", why="min"),
+    Edge("readinessTimeoutMinutes", 55, 56, "before that", why="max"),
     Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
     Edge("rayVersion", "2.52.0", "2.51.99", "must be 2.52.0 or newer", why="min"),
     Edge(

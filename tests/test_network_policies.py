@@ -225,9 +225,11 @@ def test_ray_pods_reach_every_port_ray_listens_on(world: World) -> None:
 
 
 def test_nothing_outside_the_ray_cluster_reaches_its_internal_ports(world: World) -> None:
-    """Every port but the dashboard (which the operator and the API server reach, below)."""
+    """Every port but the dashboard (which the operator and the API server reach, below) and
+    the workers' metrics port (the API server reads the NIXL counters, below)."""
     internal = set(_start_ports(world.head_spec) + _start_ports(world.worker_spec))
     internal.discard(RAY_PORTS.dashboard)
+    internal.discard(RAY_PORTS.metrics_export)
     sources: list[Pod | External] = [
         world.neighbour,
         world.stranger,
@@ -312,9 +314,34 @@ def test_pods_of_the_cluster_subnets_share_the_api_servers_allow(world: World) -
     assert not world.allowed(world.stranger, world.head, RAY_PORTS.gcs)
 
 
-def test_metrics_port_has_no_allow_by_default(world: World) -> None:
-    for source in (world.neighbour, world.stranger, API_SERVER):
-        assert not world.allowed(source, world.workers[0], RAY_PORTS.metrics_export)
+def test_api_server_reaches_the_gpu_workers_metrics_port_only(world: World) -> None:
+    """The readiness check reads the decode engines' NIXL counters through the pod proxy
+    (ray-metrics-from-api-server.yaml): API server -> GPU worker metrics port, nothing else."""
+    for worker in world.workers:
+        assert world.allowed(API_SERVER, worker, RAY_PORTS.metrics_export), worker.name
+    assert not world.allowed(API_SERVER, world.head, RAY_PORTS.metrics_export)
+    outsiders: list[Pod | External] = [OUTSIDE_VPC, GPU_SUBNET_HOST, *world.warmup]
+    for outsider in outsiders:
+        assert not world.allowed(outsider, world.workers[0], RAY_PORTS.metrics_export)
+    # Like Serve's and the dashboard's allow, this ipBlock also matches pods on system nodes
+    # while the control plane shares their subnets (issue 23 MEDIUM 3, docs/security.md);
+    # the port serves read-only metrics.
+    assert world.allowed(world.stranger, world.workers[0], RAY_PORTS.metrics_export)
+
+
+def test_aggregated_app_opens_no_metrics_port_to_the_api_server() -> None:
+    """No KV cache moves, so there are no counters to read and no allow."""
+    from pd_constructs.network_policy import render_ray_network_policies
+    from ray_pd_eks.config import AppConfig
+
+    names = {
+        p["metadata"]["name"]
+        for p in render_ray_network_policies(AppConfig(serving_mode="aggregated"))
+    }
+    assert "ray-metrics-from-api-server" not in names
+    assert "ray-metrics-from-api-server" in {
+        p["metadata"]["name"] for p in render_ray_network_policies(AppConfig())
+    }
 
 
 def test_each_node_still_reaches_its_own_pods(world: World) -> None:

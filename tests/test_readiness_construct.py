@@ -41,7 +41,8 @@ def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) 
         "RayAuthSecret": "ray-llm-ray-token",
         "ExpectedGpuNodes": "2",
         "GpusPerWorker": "1",
-        "TimeoutSeconds": "3600",
+        "MetricsPort": "8080",
+        "TimeoutSeconds": "3300",
         "QueryIntervalSeconds": "30",
         "ConfigHash": props["ConfigHash"],
     }
@@ -89,7 +90,9 @@ def test_provider_polls_every_30s_up_to_the_configured_timeout(
     definition = "".join(
         p for p in machine["DefinitionString"]["Fn::Join"][1] if isinstance(p, str)
     )
-    assert '"IntervalSeconds":30,"MaxAttempts":120' in definition  # 60 min / 30 s
+    # The Provider's hard stop: readinessTimeoutMinutes (55) + 3 minutes of grace, so the
+    # check's own message comes first and CloudFormation's hour (60) last.
+    assert '"IntervalSeconds":30,"MaxAttempts":116' in definition  # 58 min / 30 s
     assert machine["LoggingConfiguration"]["Level"] == "ALL"
     assert machine["LoggingConfiguration"]["IncludeExecutionData"] is False
 
