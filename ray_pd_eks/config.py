@@ -40,6 +40,10 @@ SERVING_MODES = ("pd", "aggregated")
 # CloudFormation's hour never speak first: the last poll (up to 5 minutes), the Provider's start
 # and its answer to CloudFormation need the minutes above 55 (issue 24 item 10).
 MAX_READINESS_MINUTES = 55
+# The KV integrity probe's prompt (at most 3500 tokens) plus its answer (48 tokens): the
+# readiness check, the scheduled probe, smoke and efa-check send it
+# (assets/lambda/readiness/kvproof.py PROBE_MIN_MODEL_LEN; a test keeps the two equal).
+MIN_MODEL_LEN = 3548
 # The check must see a few polls (each up to 5 minutes) before it may give up.
 MIN_READINESS_MINUTES = 10
 MAX_RAY_CLUSTER_REVISION = 999_999
@@ -988,8 +992,13 @@ def _software(c: AppConfig) -> list[str]:
 
 def _serving(c: AppConfig) -> list[str]:
     out = []
-    if not 1 <= c.max_model_len <= 1_048_576:
-        out.append(_problem("maxModelLen", c.max_model_len, "must be a positive token count"))
+    if not MIN_MODEL_LEN <= c.max_model_len <= 1_048_576:
+        why = (
+            f"must be {MIN_MODEL_LEN}..1048576 tokens: the readiness check's KV integrity probe "
+            "sends a prompt of up to 3500 tokens (over a hundred KV blocks) and takes a "
+            "48-token answer"
+        )
+        out.append(_problem("maxModelLen", c.max_model_len, why))
     if c.dtype not in DTYPES:
         out.append(_problem("dtype", c.dtype, f"must be one of {', '.join(DTYPES)}"))
     if not 0 < c.gpu_memory_utilization <= 1:

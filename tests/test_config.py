@@ -103,7 +103,7 @@ BAD = [
     ({"gpuNodegroupName": "gpu workers"}, "gpuNodegroupName", "not a valid EKS name"),
     ({"gpuMemoryUtilization": 0}, "gpuMemoryUtilization", "(0, 1]"),
     ({"gpuMemoryUtilization": 1.01}, "gpuMemoryUtilization", "(0, 1]"),
-    ({"maxModelLen": 0}, "maxModelLen", "positive"),
+    ({"maxModelLen": 0}, "maxModelLen", "3548..1048576"),
     ({"maxModelLen": "4k"}, "maxModelLen", "whole number"),
     ({"systemNodeCount": 0}, "systemNodeCount", "1..20"),
     ({"dtype": "int4"}, "dtype", "must be one of"),
@@ -370,7 +370,14 @@ GPU_EXAMPLES = "g6.8xlarge, g6e.8xlarge, g5.8xlarge, p4d.24xlarge or p5.48xlarge
         ({"prefillReplicas": 0}, ["prefillReplicas = 0: must be at least 1"]),
         ({"tensorParallelSize": 0}, ["tensorParallelSize = 0: must be at least 1"]),
         ({"systemNodeCount": 0}, ["systemNodeCount = 0: must be 1..20"]),
-        ({"maxModelLen": 0}, ["maxModelLen = 0: must be a positive token count"]),
+        (
+            {"maxModelLen": 0},
+            [
+                "maxModelLen = 0: must be 3548..1048576 tokens: the readiness check's KV "
+                "integrity probe sends a prompt of up to 3500 tokens (over a hundred KV blocks) "
+                "and takes a 48-token answer"
+            ],
+        ),
         (
             {"dtype": "fp8"},
             ['dtype = "fp8": must be one of auto, bfloat16, float16, half, float32, float'],

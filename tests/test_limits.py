@@ -251,8 +251,8 @@ LIMITS: list[Edge] = [
         "On-Demand Capacity Reservation id",
     ),
     # -- serving -------------------------------------------------------------------------------
-    Edge("maxModelLen", 1, 0, "must be a positive token count", why="min"),
-    Edge("maxModelLen", 1_048_576, 1_048_577, "must be a positive token count", why="max"),
+    Edge("maxModelLen", 3548, 3547, "KV integrity probe", why="min"),
+    Edge("maxModelLen", 1_048_576, 1_048_577, "must be 3548..1048576 tokens", why="max"),
     Edge("readinessTimeoutMinutes", 10, 9, "must be 10..55", why="min"),
     Edge("readinessTimeoutMinutes", 55, 56, "before that", why="max"),
     Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),

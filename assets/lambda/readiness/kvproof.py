@@ -61,7 +61,7 @@ _FILLER_SENTENCES = (
     "The clock in the town square runs a little fast, and nobody minds at all.",
     "Along the canal the painted houses lean together like friends sharing a secret.",
 )
-_FILLER_REPEATS = 16  # 160 sentences of about 16 tokens each
+_FILLER_REPEATS = 15  # 150 sentences of about 16 tokens each
 
 
 def new_code(choice: object = None) -> str:
