@@ -576,42 +576,22 @@ def check(
 
     pd = props.serving_mode == "pd"
     metric_pods = decode_metric_pods(place, serve_json, props.app_name) if pd else []
-    before: kvproof.NixlCounters | None = None
-    if pd:
-        if late := out_of_budget("kv-counters"):
-            return late
-        before, counters_status = read_nixl_counters(client, props, metric_pods)
-        if before is None:
-            return _pending("kv-counters", counters_status)
-
     if late := out_of_budget("chat-completion"):
         return late
-    probe, completion_status = _chat_completion(client, props, kvproof.new_code())
-    if probe is None:
-        return _pending("chat-completion", completion_status)
-    if failure := kvproof.probe_failure(probe):
-        raise ReadinessError(failure)
+    run = kv_probe(client, props, metric_pods if pd else None)
+    if run.pending:
+        return _pending(run.pending_check, run.pending)
+    if run.failure:
+        raise ReadinessError(run.failure)
+    probe, verdict = run.probe, run.verdict
+    assert probe is not None
 
     if not pd:
         data = _aggregated_data(props, nodes, state, place, models, probe.answer)
         data["IntegrityProbe"] = probe.describe()[:MAX_DATA_VALUE_CHARS]
         data["RayTokenEnforced"] = token_enforced
         return Outcome(complete=True, data=data)
-
-    assert before is not None
-    verdict = None
-    for attempt in range(COUNTER_READS):
-        if attempt:
-            counter_sleep(COUNTER_WAIT_SECONDS)
-        after, counters_status = read_nixl_counters(client, props, metric_pods)
-        if after is None:
-            return _pending("kv-counters", counters_status)
-        verdict = kvproof.transfer_verdict(before, after, probe.prompt_tokens)
-        if (after.transfers or 0.0) > (before.transfers or 0.0):
-            break
     assert verdict is not None
-    if not verdict.ok:
-        raise ReadinessError(verdict.failure)
 
     kv = read_nixl_backends(
         dashboard,
@@ -654,6 +634,53 @@ def check(
         "ServeService": f"{props.serve_service}.{ns}:{SERVE_PORT}",
     }
     return Outcome(complete=True, data={k: v[:MAX_DATA_VALUE_CHARS] for k, v in data.items()})
+
+
+@dataclass(frozen=True)
+class KvProbeRun:
+    """One KV integrity probe with the NIXL counters around it. ``pending`` (with
+    ``pending_check``) when it could not be judged yet (an engine or metrics endpoint not
+    answering: try again); ``failure`` when it was judged and failed; else ``probe`` and, when
+    counters were read, ``verdict`` say what passed."""
+
+    probe: kvproof.ProbeResult | None = None
+    verdict: kvproof.KvTransferVerdict | None = None
+    pending: str = ""
+    pending_check: str = ""
+    failure: str = ""
+
+
+def kv_probe(
+    client: kube.KubeClient, props: Props, metric_pods: Sequence[str] | None
+) -> KvProbeRun:
+    """Read the NIXL counters of ``metric_pods`` (None: an aggregated app, no counters), send
+    the integrity probe, and re-read the counters until the transfer shows (Ray exports them
+    every 10 s). The one implementation behind the readiness check, the scheduled KV probe and
+    the CLI's ``smoke``, ``efa-check`` and ``drill``."""
+    before: kvproof.NixlCounters | None = None
+    if metric_pods is not None:
+        before, status = read_nixl_counters(client, props, metric_pods)
+        if before is None:
+            return KvProbeRun(pending=status, pending_check="kv-counters")
+    probe, status = _chat_completion(client, props, kvproof.new_code())
+    if probe is None:
+        return KvProbeRun(pending=status, pending_check="chat-completion")
+    if failure := kvproof.probe_failure(probe):
+        return KvProbeRun(probe=probe, failure=failure)
+    if metric_pods is None or before is None:
+        return KvProbeRun(probe=probe)
+    verdict = None
+    for attempt in range(COUNTER_READS):
+        if attempt:
+            counter_sleep(COUNTER_WAIT_SECONDS)
+        after, status = read_nixl_counters(client, props, metric_pods)
+        if after is None:
+            return KvProbeRun(probe=probe, pending=status, pending_check="kv-counters")
+        verdict = kvproof.transfer_verdict(before, after, probe.prompt_tokens)
+        if (after.transfers or 0.0) > (before.transfers or 0.0):
+            break
+    assert verdict is not None
+    return KvProbeRun(probe=probe, verdict=verdict, failure=verdict.failure)
 
 
 def ray_token_enforced(dashboard: kube.RayDashboard) -> str:
