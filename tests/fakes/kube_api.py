@@ -32,6 +32,10 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` from ``pod_logs`` (400 while the container
   waits to start). The Job controller's part is the test's: ``make_job_pod`` and
   ``finish_job``;
+* ``DELETE /api/v1/namespaces/{ns}/pods/{name}`` removes the pod (and its NIXL counters); a
+  replacement is the test's to add, as KubeRay would;
+* ``GET /api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/metrics`` (the pod proxy): the pod's
+  ``nixl_metrics`` as Ray exports them, 503 for another port or a pod without counters;
 * ``GET``/``PATCH`` (JSON merge patch, ``resourceVersion`` checked: 409 on a stale one)
   ``/api/v1/namespaces/{ns}/secrets/{name}`` from ``secrets`` (404 ``Status`` when absent). By
   default the Ray token Secret ``<rs>-ray-token`` holds ``RAY_TOKEN``, as the deploy leaves it;
@@ -1100,6 +1104,17 @@ class FakeKubeApi:
             if job is None:
                 return _not_found(f'jobs.batch "{name}" not found')
             return _json(200, job)
+        pod_path = re.match(rf"^/api/v1/namespaces/{re.escape(ns)}/pods/([^/:]+)$", path)
+        if method == "DELETE" and pod_path:
+            # The pod goes (its controller, KubeRay, would create a replacement: the test's part).
+            name = pod_path.group(1)
+            with self._lock:
+                found = [p for p in self.pods if p["metadata"]["name"] == name]
+                self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+                self.nixl_metrics.pop(name, None)
+            if not found:
+                return _not_found(f'pods "{name}" not found')
+            return _json(200, found[0])
         log = _LOG_RE.match(path)
         if method == "GET" and log and log.group(1) == ns:
             return self._pod_log(log.group(2), query)
