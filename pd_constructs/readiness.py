@@ -153,6 +153,21 @@ class ReadinessCheck(KubernetesWaiter):
         # (docs/lifecycle.md). Its on-event function runs outside the VPC: it makes no
         # Kubernetes call, only CloudFormation's DescribeStacks on an Update, to tell a rollback
         # (answered at once) from a deploy (docs/lifecycle.md).
+        properties: dict[str, str] = {
+            "Namespace": namespace,
+            "RayServiceName": ray_service_name,
+            "ApplicationName": application_name,
+            "ModelId": model_id,
+            "KvBackend": kv_backend,
+            "ServingMode": serving_mode,
+            "RayAuthSecret": ray_auth_secret,
+            "MetricsPort": str(metrics_port),
+            "ExpectedGpuNodes": str(expected_gpu_nodes),
+            "GpusPerWorker": str(gpus_per_worker),
+            "TimeoutSeconds": str(int(timeout.to_seconds())),
+            "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),
+            "ConfigHash": manifest_fingerprint,
+        }
         super().__init__(
             scope,
             construct_id,
@@ -181,21 +196,9 @@ class ReadinessCheck(KubernetesWaiter):
             ),
             environment={"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
             resource_type="Custom::RayServiceReadiness",
-            properties={
-                "Namespace": namespace,
-                "RayServiceName": ray_service_name,
-                "ApplicationName": application_name,
-                "ModelId": model_id,
-                "KvBackend": kv_backend,
-                "ServingMode": serving_mode,
-                "RayAuthSecret": ray_auth_secret,
-                "MetricsPort": str(metrics_port),
-                "ExpectedGpuNodes": str(expected_gpu_nodes),
-                "GpusPerWorker": str(gpus_per_worker),
-                "TimeoutSeconds": str(int(timeout.to_seconds())),
-                "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),
-                "ConfigHash": manifest_fingerprint,
-            },
+            properties=properties,
             log_retention=log_retention,
             log_removal_policy=EVIDENCE_REMOVAL_POLICY,
         )
+        # The scheduled KV probe (pd_constructs/kv_probe.py) runs the same check with these.
+        self.properties = properties

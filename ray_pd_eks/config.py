@@ -44,6 +44,9 @@ MAX_READINESS_MINUTES = 55
 # readiness check, the scheduled probe, smoke and efa-check send it
 # (assets/lambda/readiness/kvproof.py PROBE_MIN_MODEL_LEN; a test keeps the two equal).
 MIN_MODEL_LEN = 3548
+# The scheduled KV probe (kvProbeIntervalMinutes): 0 = off, else every 5 minutes to once a day.
+MIN_KV_PROBE_MINUTES = 5
+MAX_KV_PROBE_MINUTES = 1440
 # The check must see a few polls (each up to 5 minutes) before it may give up.
 MIN_READINESS_MINUTES = 10
 MAX_RAY_CLUSTER_REVISION = 999_999
@@ -304,6 +307,8 @@ class AppConfig:
     # Part of the Ray cluster spec hash: raising it makes the next deploy recreate the
     # RayService with an unchanged spec (docs/lifecycle.md).
     ray_cluster_revision: int = 0
+    # Minutes between scheduled KV probes (integrity probe + NIXL counters); 0 = off.
+    kv_probe_interval_minutes: int = 15
     # The application endpoint: an HTTPS load balancer in front of the serve service.
     endpoint_exposure: str = "none"  # none | internal | internet-facing
     endpoint_allowed_cidrs: tuple[str, ...] = ()  # who may reach the load balancer on 443
@@ -1026,6 +1031,14 @@ def _serving(c: AppConfig) -> list[str]:
             "after its last poll (up to 5 minutes), before that"
         )
         out.append(_problem("readinessTimeoutMinutes", c.readiness_timeout_minutes, why))
+    interval = c.kv_probe_interval_minutes
+    if interval != 0 and not MIN_KV_PROBE_MINUTES <= interval <= MAX_KV_PROBE_MINUTES:
+        why = (
+            f"must be 0 (off) or {MIN_KV_PROBE_MINUTES}..{MAX_KV_PROBE_MINUTES} minutes: each "
+            "probe is a ~2,500-token request to the model, and one probe may take up to 2 "
+            "minutes"
+        )
+        out.append(_problem("kvProbeIntervalMinutes", interval, why))
     if not 0 <= c.ray_cluster_revision <= MAX_RAY_CLUSTER_REVISION:
         why = (
             f"must be a whole number 0..{MAX_RAY_CLUSTER_REVISION}; raise it by one to make "

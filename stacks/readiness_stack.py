@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Unpack
 
 from aws_cdk import CfnOutput, Duration
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from pd_constructs.kv_probe import KvProbe
 from pd_constructs.network_policy import RAY_PORTS
 from pd_constructs.readiness import ReadinessCheck, config_hash
 from pd_constructs.workload import render_rayservice
@@ -48,8 +50,16 @@ def gpu_placement(config: AppConfig) -> str:
 
 
 class ReadinessStack(InClusterStack):
+    """The readiness check and, with ``kvProbeIntervalMinutes``, the scheduled KV probe, whose
+    alarms notify ``alarm_topic`` (the workload stack's, when observability is on)."""
+
     def __init__(
-        self, scope: Construct, construct_id: str, **props: Unpack[InClusterStackProps]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic | None = None,
+        **props: Unpack[InClusterStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
         config, cluster = self.config, self.cluster
@@ -80,6 +90,19 @@ class ReadinessStack(InClusterStack):
             ),
             log_retention=self.log_retention,
         )
+        self.kv_probe: KvProbe | None = None
+        if config.kv_probe_interval_minutes:
+            self.kv_probe = KvProbe(
+                self,
+                "KvProbe",
+                readiness=self.readiness,
+                interval_minutes=config.kv_probe_interval_minutes,
+                kv_backend=config.kv_backend,
+                serving_mode=config.serving_mode,
+                ray_service_name=config.ray_service_name,
+                log_retention=self.log_retention,
+                alarm_topic=alarm_topic,
+            )
         self.outputs: dict[str, CfnOutput] = {}
         for name in READINESS_OUTPUTS:
             self.outputs[f"Readiness{name}"] = CfnOutput(

@@ -77,6 +77,9 @@ class RayPdEksStage(Stage):
             "Readiness",
             config=config,
             cluster=self.cluster.cluster,
+            alarm_topic=(
+                self.workload.observability.topic.topic if self.workload.observability else None
+            ),
             description="ray-pd-eks: readiness check of the endpoint",
         )
         # Every Pod Identity role, whoever builds it, trusts this cluster only.

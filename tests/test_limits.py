@@ -57,6 +57,9 @@ GP3_ROOT = {"gpuLocalStorage": "none", "gpuRootVolumeThroughput": 750}  # 3000 I
 
 LIMITS: list[Edge] = [
     # -- the Ray cluster revision (forces a recreate) ------------------------------------------
+    Edge("kvProbeIntervalMinutes", 5, 4, "must be 0 (off) or 5..1440 minutes", why="min"),
+    Edge("kvProbeIntervalMinutes", 1440, 1441, "must be 0 (off) or 5..1440 minutes", why="max"),
+    Edge("kvProbeIntervalMinutes", 0, -1, "must be 0 (off) or 5..1440 minutes", why="off"),
     Edge("rayClusterRevision", 0, -1, "must be a whole number 0..999999", why="min"),
     Edge("rayClusterRevision", 999_999, 1_000_000, "must be a whole number 0..999999", why="max"),
     # -- the examples ------------------------------------------------------------------

@@ -99,7 +99,8 @@ def test_provider_polls_every_30s_up_to_the_configured_timeout(
 
 def test_lambdas_current_runtime_timeouts_and_vpc(default_app: Synthesized) -> None:
     fns = _functions(default_app)
-    assert set(fns) == {"handler.on_event", "handler.is_complete"}
+    # The scheduled KV probe (kvProbeIntervalMinutes, default 15) runs beside the check.
+    assert set(fns) == {"handler.on_event", "handler.is_complete", "handler.scheduled_probe"}
     for fn in fns.values():
         assert fn["Runtime"] == "python3.14"
     # Only the poll talks to the API server; on_event (rollback detection) stays outside.

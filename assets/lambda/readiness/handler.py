@@ -1081,3 +1081,102 @@ def read_nixl_backends(
         files_read=read_count,
         out_of_budget=late,
     )
+
+
+# --- the scheduled KV probe (kvProbeIntervalMinutes) ---------------------------------------
+
+PROBE_NAMESPACE = "RayPdEks/KvProbe"
+PROBE_METRICS = ("ProbeOk", "KvTransferStalled", "ProviderEfa")
+
+
+def scheduled_probe(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """One KV probe on a schedule (EventBridge), reusing the readiness check's code: the
+    integrity probe with the decode engines' NIXL counters around it and, with LIBFABRIC, the
+    libfabric provider from the engines' logs. Publishes ``PROBE_METRICS`` in CloudWatch's
+    embedded metric format (a log line the Lambda's log group turns into metrics: no
+    ``PutMetricData`` call, so no route to CloudWatch and no IAM permission), and returns what
+    it saw. Never raises: a failure is a ``ProbeOk`` of 0 with the reason logged.
+
+    ``PROBE_PROPERTIES`` (environment) holds the readiness check's ResourceProperties."""
+    settings = read_settings()
+    LOG.setLevel(settings.log_level)
+    props = Props.from_properties(json.loads(os.environ.get("PROBE_PROPERTIES") or "{}"))
+    try:
+        outcome = probe_outcome(props, client_factory(props))
+    except (ReadinessError, kube.KubeApiError) as exc:
+        outcome = {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": _one_line(str(exc))}
+    if props.kv_backend != "LIBFABRIC" or props.serving_mode != "pd":
+        outcome.pop("ProviderEfa", None)
+    emit_metrics(props, outcome)
+    return outcome
+
+
+def probe_outcome(props: Props, client: kube.KubeClient) -> dict[str, Any]:
+    """What one scheduled probe saw, as metric values plus ``Reason``/``Detail`` text."""
+    state = checks.rayservice_state(_get_rayservice(client, props), props.app_name)
+    if not state.running:
+        return {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": state.summary()}
+    ns = props.namespace
+    dashboard = kube.RayDashboard(
+        client,
+        ns,
+        props.rayservice,
+        port=DASHBOARD_PORT,
+        token_secret=props.ray_auth_secret or None,
+    )
+    serve_json, serve_error = _serve_applications(dashboard)
+    pods = checks.ray_pods(
+        client.get_json(f"/api/v1/namespaces/{ns}/pods"), props.rayservice, state.cluster_names
+    )
+    place = checks.placement(pods, serve_json, props.app_name, serve_error=serve_error)
+    pd = props.serving_mode == "pd"
+    run = kv_probe(
+        client, props, decode_metric_pods(place, serve_json, props.app_name) if pd else None
+    )
+    if run.pending:
+        return {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": run.pending}
+    stalled = int(
+        run.verdict is not None
+        and not run.verdict.ok
+        and ("did not rise" in run.verdict.failure or "no NIXL transfer" in run.verdict.failure)
+    )
+    outcome: dict[str, Any] = {
+        "ProbeOk": int(not run.failure),
+        "KvTransferStalled": stalled,
+        "Reason": run.failure,
+        "Detail": run.probe.describe() if run.probe else "",
+    }
+    if run.verdict is not None:
+        outcome["Detail"] += f"; {run.verdict.summary}"
+    if pd and props.kv_backend == "LIBFABRIC":
+        kv = read_nixl_backends(
+            dashboard, serve_json, props.app_name, deadline=time.monotonic() + 60.0
+        )
+        providers = [p for _, p in kv.providers]
+        outcome["ProviderEfa"] = int(bool(providers) and all(p == "efa" for p in providers))
+        outcome["Detail"] += f"; provider {kv.provider_value(props.kv_backend)}"
+    return outcome
+
+
+def emit_metrics(
+    props: Props, outcome: Mapping[str, Any], out: Callable[[str], None] = print
+) -> None:
+    """One CloudWatch embedded-metric-format line (dimension ``RayService``)."""
+    names = [name for name in PROBE_METRICS if name in outcome]
+    line = {
+        "_aws": {
+            "Timestamp": int(clock() * 1000),
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": PROBE_NAMESPACE,
+                    "Dimensions": [["RayService"]],
+                    "Metrics": [{"Name": name, "Unit": "Count"} for name in names],
+                }
+            ],
+        },
+        "RayService": props.rayservice,
+        **{name: outcome[name] for name in names},
+        "Reason": str(outcome.get("Reason", ""))[:MAX_REASON_CHARS],
+        "Detail": str(outcome.get("Detail", ""))[:MAX_REASON_CHARS],
+    }
+    out(json.dumps(line, sort_keys=True))
