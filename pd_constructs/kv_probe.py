@@ -8,7 +8,8 @@ already cover every request it makes), the same API-server-only security group, 
 subnets. Metrics go out in CloudWatch's embedded metric format through its own log group, so
 the function needs neither a route to CloudWatch nor ``cloudwatch:PutMetricData``.
 
-Alarms (on the alarm topic when there is one):
+Alarms, on the alarm topic (with ``observability=none`` there is none, and no alarm: the metrics
+are still published for the account's own monitoring):
 
 - ``KvProbeFailed``: ``ProbeOk`` below 1 in two probes running, missing data counted as
   failing (a probe that no longer runs proves nothing);
@@ -19,7 +20,7 @@ Alarms (on the alarm topic when there is one):
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
@@ -52,6 +53,7 @@ class KvProbe(Construct):
         serving_mode: str,
         ray_service_name: str,
         log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
         alarm_topic: sns.ITopic | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -64,7 +66,9 @@ class KvProbe(Construct):
             "ClusterCertificateAuthorityData": cluster.cluster_certificate_authority_data,
             **{k: v for k, v in readiness.properties.items() if k != "ConfigHash"},
         }
-        log_group = logs.LogGroup(self, "Logs", retention=log_retention)
+        log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
         self.function = lambda_.Function(
             self,
             "Function",
@@ -103,6 +107,11 @@ class KvProbe(Construct):
                 period=period,
             )
 
+        self.alarms: list[cw.Alarm] = []
+        if alarm_topic is None:
+            # observability=none: the account brings its own monitoring; the metrics are
+            # published all the same (namespace RayPdEks/KvProbe) for it to alarm on.
+            return
         self.alarms = [
             cw.Alarm(
                 self,
@@ -150,6 +159,5 @@ class KvProbe(Construct):
                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                 )
             )
-        if alarm_topic is not None:
-            for alarm in self.alarms:
-                alarm.add_alarm_action(cw_actions.SnsAction(alarm_topic))
+        for alarm in self.alarms:
+            alarm.add_alarm_action(cw_actions.SnsAction(alarm_topic))

@@ -101,6 +101,7 @@ class ReadinessStack(InClusterStack):
                 serving_mode=config.serving_mode,
                 ray_service_name=config.ray_service_name,
                 log_retention=self.log_retention,
+                log_removal_policy=self.log_removal_policy,
                 alarm_topic=alarm_topic,
             )
         self.outputs: dict[str, CfnOutput] = {}

@@ -87,11 +87,15 @@ def test_on_the_system_node_only_the_api_servers_range_adds_the_dashboard() -> N
         for port in [RAY_PORTS.serve, *OTHER_PORTS]
         if cluster.allowed(bench, pod, port)
     }
+    # And the GPU workers' metrics port, which the API server's pod proxy reads the NIXL
+    # counters through (ray-metrics-from-api-server.yaml): the same ipBlock.
     assert opened == {
         ("head", RAY_PORTS.serve),
         ("w0", RAY_PORTS.serve),
         ("w1", RAY_PORTS.serve),
         ("head", RAY_PORTS.dashboard),
+        ("w0", RAY_PORTS.metrics_export),
+        ("w1", RAY_PORTS.metrics_export),
     }
 
 

@@ -67,12 +67,12 @@ def test_default_alarms_cover_failure_stall_and_provider_on_the_alarm_topic(
         assert len(alarm["AlarmActions"]) == 1  # the workload stack's alarm topic
 
 
-def test_ucx_has_no_provider_alarm_and_no_topic_without_observability(
+def test_without_observability_the_probe_runs_but_raises_no_alarm(
     variant_app: Synthesized,
 ) -> None:
-    alarms = _alarms(variant_app)
-    assert set(alarms) == {"ProbeOk", "KvTransferStalled"}
-    assert all("AlarmActions" not in a for a in alarms.values())
+    """observability=none (the account brings its own): metrics, no alarms, no topic."""
+    assert _alarms(variant_app) == {}
+    assert _probe_function(variant_app)["Handler"] == "handler.scheduled_probe"
 
 
 def test_an_aggregated_app_alarms_only_on_the_integrity_probe(token_app: Synthesized) -> None:
