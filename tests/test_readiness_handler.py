@@ -1391,3 +1391,24 @@ def test_the_physical_id_stays_within_cloudformations_limit() -> None:
     small = {"AppStatus": "RUNNING", "KvBackend": "LIBFABRIC,LIBFABRIC"}
     exact = handler.data_from_physical_id(handler.physical_id_with_data(base, small))
     assert exact["AppStatus"] == "RUNNING" and exact["KvBackend"] == "LIBFABRIC,LIBFABRIC"
+
+
+def test_a_dashboard_that_cannot_answer_leaves_token_enforcement_unproven(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """A 503 is neither a refusal nor an answer: the check stays pending on "ray-token"."""
+    kube_api.set_stage("serving")
+    kube_api.ray_token = None
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/serve/applications/", status=503)
+    props = handler.Props.from_properties(kube_api.props())
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.t", sleep=sleeps.append
+    )
+    dashboard = kube.RayDashboard(client, props.namespace, props.rayservice, token_secret="x")
+    assert handler.ray_token_enforced(dashboard).startswith("unknown: GET /api/serve/")
+    for status in (200, 404):
+        kube_api.set_proxy(
+            kube_api.head_service, 8265, "api/serve/applications/", status=status, body={}
+        )
+        with pytest.raises(handler.ReadinessError, match="Ray token authentication is not"):
+            handler.ray_token_enforced(dashboard)

@@ -573,6 +573,9 @@ def check(
     if late := out_of_budget("ray-token"):
         return late
     token_enforced = ray_token_enforced(dashboard)
+    if token_enforced.startswith("unknown"):
+        # The dashboard did not answer (5xx, 429, no route): not proven yet, ask again.
+        return _pending("ray-token", token_enforced)
 
     pd = props.serving_mode == "pd"
     metric_pods = decode_metric_pods(place, serve_json, props.app_name) if pd else []
