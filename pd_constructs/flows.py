@@ -355,6 +355,17 @@ FLOWS: tuple[Flow, ...] = (
         _API,
     ),
     Flow(
+        "api-metrics",
+        "api-server",
+        "gpu-workers",
+        _P.metrics_export,
+        _P.metrics_export,
+        "pod proxy to the engines' metrics: the readiness check's and the KV probe's NIXL counters",
+        "ray-metrics-from-api-server",
+        _API,
+        when="prefill/decode",
+    ),
+    Flow(
         "bench-serve",
         "bench",
         "ray-pods",

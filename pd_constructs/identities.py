@@ -46,6 +46,7 @@ NOT_SYNTHESIZED_IN_TESTS = {
 
 CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
     "always": lambda c: True,
+    "servingMode=pd": lambda c: c.is_pd,
     "observability=cloudwatch": lambda c: c.observability_enabled,
     "endpointExposure set": lambda c: c.endpoint_exposed,
     "GPU autoscaling": lambda c: c.gpu_nodes_autoscale,
@@ -96,12 +97,19 @@ class RbacSubject:
     purpose: str
     rules: tuple[str, ...]
     when: str = "always"
+    # Rules held only under a condition of CONDITIONS: (condition, rule).
+    rules_when: tuple[tuple[str, str], ...] = ()
 
     def applies(self, config: AppConfig) -> bool:
         return CONDITIONS[self.when](config)
 
     def formatted_rules(self, config: AppConfig) -> set[str]:
-        return {r.format(ns=config.namespace, rs=config.ray_service_name) for r in self.rules}
+        held = [*self.rules, *(r for when, r in self.rules_when if CONDITIONS[when](config))]
+        return {r.format(ns=config.namespace, rs=config.ray_service_name) for r in held}
+
+    @property
+    def rules_text(self) -> tuple[str, ...]:
+        return (*self.rules, *(f"{r} ({when})" for when, r in self.rules_when))
 
 
 def _statement_actions(document: dict[str, object]) -> tuple[str, ...]:
@@ -392,6 +400,8 @@ RBAC: tuple[RbacSubject, ...] = (
             "{ns}: list events",
             "{ns}: list pods",
         ),
+        # The decode engines' NIXL counters through the pod proxy (kvproof.py).
+        rules_when=(("servingMode=pd", "{ns}: get pods/proxy"),),
     ),
     RbacSubject(
         "rbac-recreate",
@@ -468,7 +478,7 @@ def markdown() -> str:
     lines += ["", "## Kubernetes RBAC subjects", "", "| id | subject | what | rules | when |"]
     lines += ["|---|---|---|---|---|"]
     for s in RBAC:
-        lines.append(f"| {s.id} | `{s.subject}` | {s.purpose} | {_cell(s.rules)} | {s.when} |")
+        lines.append(f"| {s.id} | `{s.subject}` | {s.purpose} | {_cell(s.rules_text)} | {s.when} |")
     return "\n".join(lines) + "\n"
 
 

@@ -50,7 +50,9 @@ class RayPorts:
     runtime_env_agent: int = 6382
     dashboard_agent_grpc: int = 6383  # also the metrics agent
     dashboard_agent_http: int = 52365  # Ray's default; KubeRay's readiness probe calls it
-    metrics_export: int = 8080  # Prometheus endpoint (KubeRay's default); no allow by default
+    # Prometheus endpoint (KubeRay's default); on the GPU workers the API server may reach it
+    # (the readiness check reads the NIXL counters, ray-metrics-from-api-server.yaml).
+    metrics_export: int = 8080
     min_worker: int = 10002  # core worker gRPC servers: Ray's `ray start` default range
     max_worker: int = 19999
     # vLLM's NIXL handshake listener: base + data-parallel index (vLLM NixlConnector), so a
@@ -149,6 +151,8 @@ def serve_switches_env() -> list[dict[str, str]]:
 # The policies of each namespace, in the order they are applied. A file under POLICY_DIR that
 # is in neither tuple fails the tests (tests/test_network_policies.py).
 KV_TRANSFER_POLICY = "ray-kv-transfer.yaml"
+# The readiness check's (and KV probe's) reads of the decode engines' NIXL counters: P/D only.
+METRICS_FROM_API_SERVER_POLICY = "ray-metrics-from-api-server.yaml"
 LOAD_BALANCER_POLICY = "ray-serve-from-load-balancer.yaml"
 RAY_POLICIES = (
     "ray-default-deny.yaml",
@@ -158,6 +162,7 @@ RAY_POLICIES = (
     "ray-from-kuberay-operator.yaml",
     "ray-serve-from-api-server.yaml",
     "ray-dashboard-from-api-server.yaml",
+    METRICS_FROM_API_SERVER_POLICY,
     "ray-serve-from-bench.yaml",
     LOAD_BALANCER_POLICY,
 )
@@ -247,7 +252,8 @@ def render_ray_network_policies(config: AppConfig) -> list[dict[str, Any]]:
     mean every port); without an application endpoint there is no load-balancer policy (an
     empty peer list would mean every source)."""
     values = policy_values(config)
-    names = [n for n in RAY_POLICIES if config.is_pd or n != KV_TRANSFER_POLICY]
+    pd_only = (KV_TRANSFER_POLICY, METRICS_FROM_API_SERVER_POLICY)
+    names = [n for n in RAY_POLICIES if config.is_pd or n not in pd_only]
     names = [n for n in names if config.endpoint_exposed or n != LOAD_BALANCER_POLICY]
     return [render_policy(name, values) for name in names]
 

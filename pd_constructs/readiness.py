@@ -27,15 +27,29 @@ QUERY_INTERVAL = Duration.seconds(30)
 # the slowest call started just inside the budget (see the handler's constants).
 POLL_BUDGET_SECONDS = 180
 HANDLER_TIMEOUT = Duration.minutes(5)
+# The Provider's own hard stop comes this long after the check's deadline (``timeout``), so
+# the check's own message always arrives first; timeout + grace stays under CloudFormation's
+# hour (readinessTimeoutMinutes is at most 55).
+PROVIDER_GRACE = Duration.minutes(3)
+CLOUDFORMATION_LIMIT_MINUTES = 60
 SERVE_PORT = 8000
 DASHBOARD_PORT = 8265
 
 
 def readiness_rbac(
-    *, namespace: str, ray_service: str, ray_auth_secret: str = ""
+    *, namespace: str, ray_service: str, ray_auth_secret: str = "", kv_counters: bool = True
 ) -> list[dict[str, Any]]:
     """ClusterRole for nodes (cluster-scoped), Role for what lives in the namespace; with
-    ``ray_auth_secret``, ``get`` on that one Secret (the Ray token the dashboard requires)."""
+    ``ray_auth_secret``, ``get`` on that one Secret (the Ray token the dashboard requires);
+    with ``kv_counters`` (P/D), ``get`` on ``pods/proxy`` to read the decode engines' NIXL
+    counters from their metrics port.
+
+    ``pods/proxy`` cannot name its pods: RBAC's resource name is ``<pod>:<port>``, and KubeRay
+    generates the worker pods' names. So the grant is the namespace's ``pods/proxy`` ``get``
+    only (no ``create``: no POST through it); the NetworkPolicy
+    ``ray-metrics-from-api-server`` is what narrows it to the workers' metrics port, the only
+    port of the Ray pods the control plane may reach besides Serve's and the dashboard's.
+    """
     serve, head = f"{ray_service}-serve-svc", f"{ray_service}-head-svc"
     return group_rbac(
         name="ray-pd-eks-readiness",
@@ -65,6 +79,11 @@ def readiness_rbac(
                 "resourceNames": [f"{head}:{DASHBOARD_PORT}"],
                 "verbs": ["get"],
             },
+            *(
+                [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}]
+                if kv_counters
+                else []
+            ),
             *(
                 [
                     {
@@ -120,19 +139,39 @@ class ReadinessCheck(KubernetesWaiter):
         gpus_per_worker: int = 1,
         serving_mode: str = "pd",
         ray_auth_secret: str = "",
+        metrics_port: int = 8080,
         timeout: Duration,
         manifest_fingerprint: str,
         log_retention: logs.RetentionDays,
         provider_scope: Construct | None = None,
     ) -> None:
         minutes = timeout.to_minutes()
-        if minutes > 60:
-            raise ValueError(f"ReadinessCheck timeout {minutes} min: CloudFormation allows 60")
+        limit = CLOUDFORMATION_LIMIT_MINUTES - int(PROVIDER_GRACE.to_minutes()) - 2
+        if minutes > limit:
+            raise ValueError(
+                f"ReadinessCheck timeout {minutes} min: at most {limit}, so that the check's own "
+                "message, then the Provider's hard stop, come before CloudFormation's hour"
+            )
         # Its logs are kept on delete, whatever retainLogs says: when a first deploy fails,
         # CloudFormation deletes the stack, and these logs hold the only record of why
         # (docs/lifecycle.md). Its on-event function runs outside the VPC: it makes no
         # Kubernetes call, only CloudFormation's DescribeStacks on an Update, to tell a rollback
         # (answered at once) from a deploy (docs/lifecycle.md).
+        properties: dict[str, str] = {
+            "Namespace": namespace,
+            "RayServiceName": ray_service_name,
+            "ApplicationName": application_name,
+            "ModelId": model_id,
+            "KvBackend": kv_backend,
+            "ServingMode": serving_mode,
+            "RayAuthSecret": ray_auth_secret,
+            "MetricsPort": str(metrics_port),
+            "ExpectedGpuNodes": str(expected_gpu_nodes),
+            "GpusPerWorker": str(gpus_per_worker),
+            "TimeoutSeconds": str(int(timeout.to_seconds())),
+            "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),
+            "ConfigHash": manifest_fingerprint,
+        }
         super().__init__(
             scope,
             construct_id,
@@ -143,6 +182,7 @@ class ReadinessCheck(KubernetesWaiter):
                 namespace=namespace,
                 ray_service=ray_service_name,
                 ray_auth_secret=ray_auth_secret,
+                kv_counters=serving_mode == "pd",
             ),
             on_event=Handler(
                 "handler.on_event",
@@ -156,25 +196,14 @@ class ReadinessCheck(KubernetesWaiter):
                     "Readiness check: one poll of nodes, RayService, endpoint and EFA",
                 ),
                 interval=QUERY_INTERVAL,
-                total_timeout=timeout,
+                total_timeout=timeout.plus(PROVIDER_GRACE),
             ),
             environment={"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
             resource_type="Custom::RayServiceReadiness",
-            properties={
-                "Namespace": namespace,
-                "RayServiceName": ray_service_name,
-                "ApplicationName": application_name,
-                "ModelId": model_id,
-                "KvBackend": kv_backend,
-                "ServingMode": serving_mode,
-                "RayAuthSecret": ray_auth_secret,
-                "ExpectedGpuNodes": str(expected_gpu_nodes),
-                "GpusPerWorker": str(gpus_per_worker),
-                "TimeoutSeconds": str(int(timeout.to_seconds())),
-                "QueryIntervalSeconds": str(int(QUERY_INTERVAL.to_seconds())),
-                "ConfigHash": manifest_fingerprint,
-            },
+            properties=properties,
             log_retention=log_retention,
             log_removal_policy=EVIDENCE_REMOVAL_POLICY,
             provider_scope=provider_scope,
         )
+        # The scheduled KV probe (pd_constructs/kv_probe.py) runs the same check with these.
+        self.properties = properties

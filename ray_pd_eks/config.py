@@ -47,7 +47,20 @@ KV_BACKENDS = ("LIBFABRIC", "UCX")
 # pd: prefill and decode engines on separate GPU nodes, KV cache over NIXL (the product);
 # aggregated: ordinary engines doing both phases on the same GPU nodes (the baseline to beat).
 SERVING_MODES = ("pd", "aggregated")
-MAX_READINESS_MINUTES = 60  # CloudFormation custom resources wait at most one hour.
+# CloudFormation fails a custom resource after one hour. The readiness check ends with its own
+# message by readinessTimeoutMinutes, so that the Provider's hard stop (3 minutes later) and
+# CloudFormation's hour never speak first: the last poll (up to 5 minutes), the Provider's start
+# and its answer to CloudFormation need the minutes above 55 (issue 24 item 10).
+MAX_READINESS_MINUTES = 55
+# The KV integrity probe's prompt (at most 3500 tokens) plus its answer (48 tokens): the
+# readiness check, the scheduled probe, smoke and efa-check send it
+# (assets/lambda/readiness/kvproof.py PROBE_MIN_MODEL_LEN; a test keeps the two equal).
+MIN_MODEL_LEN = 3548
+# The scheduled KV probe (kvProbeIntervalMinutes): 0 = off, else every 5 minutes to once a day.
+MIN_KV_PROBE_MINUTES = 5
+MAX_KV_PROBE_MINUTES = 1440
+# The check must see a few polls (each up to 5 minutes) before it may give up.
+MIN_READINESS_MINUTES = 10
 MAX_RAY_CLUSTER_REVISION = 999_999
 RAYSERVICE_NAME_MAX = 47  # KubeRay derives longer object names from it.
 # The GPU node group is named <gpuNodegroupName>-<AZ>-<8 hex> (so it can be replaced when it
@@ -323,10 +336,12 @@ class AppConfig:
     gpu_node_max_count: int = 0
     # Billions of parameters, for the model/GPU fit check; 0 = read from modelSource's name.
     model_params_billions: float = 0.0
-    readiness_timeout_minutes: int = 60
+    readiness_timeout_minutes: int = 55
     # Part of the Ray cluster spec hash: raising it makes the next deploy recreate the
     # RayService with an unchanged spec (docs/lifecycle.md).
     ray_cluster_revision: int = 0
+    # Minutes between scheduled KV probes (integrity probe + NIXL counters); 0 = off.
+    kv_probe_interval_minutes: int = 15
     # The application endpoint: an HTTPS load balancer in front of the serve service.
     endpoint_exposure: str = "none"  # none | internal | internet-facing
     endpoint_allowed_cidrs: tuple[str, ...] = ()  # who may reach the load balancer on 443
@@ -1065,8 +1080,13 @@ def _software(c: AppConfig) -> list[str]:
 
 def _serving(c: AppConfig) -> list[str]:
     out = []
-    if not 1 <= c.max_model_len <= 1_048_576:
-        out.append(_problem("maxModelLen", c.max_model_len, "must be a positive token count"))
+    if not MIN_MODEL_LEN <= c.max_model_len <= 1_048_576:
+        why = (
+            f"must be {MIN_MODEL_LEN}..1048576 tokens: the readiness check's KV integrity probe "
+            "sends a prompt of up to 3500 tokens (over a hundred KV blocks) and takes a "
+            "48-token answer"
+        )
+        out.append(_problem("maxModelLen", c.max_model_len, why))
     if c.dtype not in DTYPES:
         out.append(_problem("dtype", c.dtype, f"must be one of {', '.join(DTYPES)}"))
     if not 0 < c.gpu_memory_utilization <= 1:
@@ -1087,12 +1107,21 @@ def _serving(c: AppConfig) -> list[str]:
             "LIBFABRIC or use servingMode=pd to compare backends"
         )
         out.append(_problem("kvBackend", c.kv_backend, why))
-    if not 1 <= c.readiness_timeout_minutes <= MAX_READINESS_MINUTES:
+    if not MIN_READINESS_MINUTES <= c.readiness_timeout_minutes <= MAX_READINESS_MINUTES:
         why = (
-            f"must be 1..{MAX_READINESS_MINUTES}: a CloudFormation custom resource waits "
-            "at most one hour"
+            f"must be {MIN_READINESS_MINUTES}..{MAX_READINESS_MINUTES}: CloudFormation fails a "
+            "custom resource after one hour, and the check must end with its own reason, "
+            "after its last poll (up to 5 minutes), before that"
         )
         out.append(_problem("readinessTimeoutMinutes", c.readiness_timeout_minutes, why))
+    interval = c.kv_probe_interval_minutes
+    if interval != 0 and not MIN_KV_PROBE_MINUTES <= interval <= MAX_KV_PROBE_MINUTES:
+        why = (
+            f"must be 0 (off) or {MIN_KV_PROBE_MINUTES}..{MAX_KV_PROBE_MINUTES} minutes: each "
+            "probe is a ~2,500-token request to the model, and one probe may take up to 2 "
+            "minutes"
+        )
+        out.append(_problem("kvProbeIntervalMinutes", interval, why))
     if not 0 <= c.ray_cluster_revision <= MAX_RAY_CLUSTER_REVISION:
         why = (
             f"must be a whole number 0..{MAX_RAY_CLUSTER_REVISION}; raise it by one to make "

@@ -63,10 +63,16 @@ def checks() -> ModuleType:
     return _load("checks")
 
 
+def kvproof() -> ModuleType:
+    """``assets/lambda/readiness/kvproof.py``: the KV integrity probe and the NIXL counters."""
+    return _load("kvproof")
+
+
 def handler() -> ModuleType:
     """``assets/lambda/readiness/handler.py``: the readiness verdicts and the NIXL log reader."""
     kube()
     checks()
+    kvproof()
     return _load("handler", "ray_pd_eks_readiness_handler")
 
 

@@ -10,15 +10,29 @@ from __future__ import annotations
 from typing import Unpack
 
 from aws_cdk import CfnOutput, Duration
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from pd_constructs.kv_probe import KvProbe
+from pd_constructs.network_policy import RAY_PORTS
 from pd_constructs.readiness import ReadinessCheck, config_hash
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import AppConfig
 from stacks.app_stack import InClusterStack, InClusterStackProps
 
 # Readiness facts surfaced as stack outputs (and to the pipeline's post-deploy step).
-READINESS_OUTPUTS = ("AppStatus", "GpuNodes", "PrefillNode", "DecodeNode", "KvBackend", "Models")
+READINESS_OUTPUTS = (
+    "AppStatus",
+    "GpuNodes",
+    "PrefillNode",
+    "DecodeNode",
+    "KvBackend",
+    "KvProvider",
+    "KvTransfer",
+    "IntegrityProbe",
+    "RayTokenEnforced",
+    "Models",
+)
 
 
 def gpu_placement(config: AppConfig) -> str:
@@ -36,8 +50,16 @@ def gpu_placement(config: AppConfig) -> str:
 
 
 class ReadinessStack(InClusterStack):
+    """The readiness check and, with ``kvProbeIntervalMinutes``, the scheduled KV probe, whose
+    alarms notify ``alarm_topic`` (the workload stack's, when observability is on)."""
+
     def __init__(
-        self, scope: Construct, construct_id: str, **props: Unpack[InClusterStackProps]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        alarm_topic: sns.ITopic | None = None,
+        **props: Unpack[InClusterStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
         config, cluster = self.config, self.cluster
@@ -52,6 +74,7 @@ class ReadinessStack(InClusterStack):
             kv_backend=config.kv_backend,
             serving_mode=config.serving_mode,
             ray_auth_secret=config.ray_auth_secret_name,
+            metrics_port=RAY_PORTS.metrics_export,
             # At least the group's minimum: it may hold more while decode has scaled out.
             expected_gpu_nodes=config.gpu_node_min,
             gpus_per_worker=config.tensor_parallel_size,
@@ -68,6 +91,20 @@ class ReadinessStack(InClusterStack):
             log_retention=self.log_retention,
             provider_scope=self.providers,
         )
+        self.kv_probe: KvProbe | None = None
+        if config.kv_probe_interval_minutes:
+            self.kv_probe = KvProbe(
+                self,
+                "KvProbe",
+                readiness=self.readiness,
+                interval_minutes=config.kv_probe_interval_minutes,
+                kv_backend=config.kv_backend,
+                serving_mode=config.serving_mode,
+                ray_service_name=config.ray_service_name,
+                log_retention=self.log_retention,
+                log_removal_policy=self.log_removal_policy,
+                alarm_topic=alarm_topic,
+            )
         self.outputs: dict[str, CfnOutput] = {}
         for name in READINESS_OUTPUTS:
             self.outputs[f"Readiness{name}"] = CfnOutput(

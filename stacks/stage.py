@@ -81,6 +81,9 @@ class RayPdEksStage(Stage):
             config=config,
             cluster=self.cluster.cluster,
             providers=self.cluster.providers,
+            alarm_topic=(
+                self.workload.observability.topic.topic if self.workload.observability else None
+            ),
             description="ray-pd-eks: readiness check of the endpoint",
         )
         # Every Pod Identity role, whoever builds it, trusts this cluster only.

@@ -951,10 +951,10 @@ def test_chat_completion_error_is_final_only_for_a_client_error(
     )
     if final:
         with pytest.raises(handler.ReadinessError, match=f"returned {status}"):
-            handler._chat_completion(client, props)
+            handler._chat_completion(client, props, CODE)
     else:
-        text, why = handler._chat_completion(client, props)
-        assert text == "" and "POST /v1/chat/completions via ray-llm-serve-svc:8000" in why
+        result, why = handler._chat_completion(client, props, CODE)
+        assert result is None and "POST /v1/chat/completions via ray-llm-serve-svc:8000" in why
     # One attempt per poll: the next poll is the retry.
     assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1
 
@@ -970,6 +970,7 @@ def _completion_client(kube_api: FakeKubeApi, status: int, body: Any) -> Any:
 
 
 CHAT_WHERE = "POST /v1/chat/completions via ray-llm-serve-svc:8000"
+CODE = "7QK2M9XD"
 
 
 @pytest.mark.parametrize(
@@ -977,27 +978,40 @@ CHAT_WHERE = "POST /v1/chat/completions via ray-llm-serve-svc:8000"
     [
         (
             200,
-            {"choices": [{"message": {"content": "OK"}}]},
-            ("OK", f"{CHAT_WHERE}: returned text"),
+            {"choices": [{"message": {"content": "7QK2-M9XD"}}], "usage": {"prompt_tokens": 2600}},
+            ("7QK2-M9XD", True, f"{CHAT_WHERE}: returned text"),
         ),
-        (200, {"choices": [{"message": {"content": ""}}]}, ("", f"{CHAT_WHERE}: returned no text")),
-        (200, "<html>starting</html>", ("", f"{CHAT_WHERE}: response is not JSON")),
-        (503, {"object": "error", "message": "engine warming up"}, None),
+        (
+            200,
+            {"choices": [{"message": {"content": "7QK2M9XB"}}]},
+            ("7QK2M9XB", False, f"{CHAT_WHERE}: returned text"),
+        ),
+        (
+            200,
+            {"choices": [{"message": {"content": ""}}]},
+            (None, None, f"{CHAT_WHERE}: returned no text"),
+        ),
+        (200, "<html>starting</html>", (None, None, f"{CHAT_WHERE}: response is not JSON")),
+        (
+            503,
+            {"object": "error", "message": "engine warming up"},
+            (None, None, f"{CHAT_WHERE}: engine warming up"),  # the server's message
+        ),
     ],
-    ids=["text", "no-text", "not-json", "pending-shows-the-reason"],
+    ids=["code", "wrong-code", "no-text", "not-json", "pending-shows-the-reason"],
 )
 def test_chat_completion_says_what_it_got(
-    kube_api: FakeKubeApi, status: int, body: Any, expected: tuple[str, str] | None
+    kube_api: FakeKubeApi, status: int, body: Any, expected: tuple[Any, Any, str]
 ) -> None:
     client = _completion_client(kube_api, status, body)
     props = handler.Props.from_properties(kube_api.props())
-    got = handler._chat_completion(client, props)
-    if expected is None:
-        text, why = got
-        assert text == ""
-        assert why == f"{CHAT_WHERE}: engine warming up"  # the server's message, not the error
+    result, why = handler._chat_completion(client, props, CODE)
+    answer, ok, status_text = expected
+    assert why == status_text
+    if answer is None:
+        assert result is None
     else:
-        assert got == expected
+        assert (result.answer, result.ok, result.code) == (answer, ok, CODE)
 
 
 def test_chat_completion_is_one_bounded_minimal_request(kube_api: FakeKubeApi) -> None:
@@ -1011,7 +1025,8 @@ def test_chat_completion_is_one_bounded_minimal_request(kube_api: FakeKubeApi) -
             return real.service_proxy(*args, **kwargs)
 
     props = handler.Props.from_properties(kube_api.props())
-    assert handler._chat_completion(Recording(), props)[0] == "OK"
+    result = handler._chat_completion(Recording(), props, CODE)[0]
+    assert result is not None and result.answer == "OK"
     (call,) = calls
     assert call["args"] == (props.namespace, props.serve_service, 8000, "v1/chat/completions")
     assert (call["method"], call["timeout"], call["retries"]) == (
@@ -1019,12 +1034,7 @@ def test_chat_completion_is_one_bounded_minimal_request(kube_api: FakeKubeApi) -
         handler.CHAT_TIMEOUT_SECONDS,
         0,
     )
-    assert call["json_body"] == {
-        "model": props.model_id,
-        "messages": [{"role": "user", "content": "Say OK."}],
-        "max_tokens": 8,
-        "temperature": 0,
-    }
+    assert call["json_body"] == lambda_code.kvproof().probe_request(props.model_id, CODE)
 
 
 # --- rollback detection: only CloudFormation's rollback Update answers at once ----------------
@@ -1254,7 +1264,9 @@ def _props_with(**changes: Any) -> Any:
 @pytest.mark.parametrize(
     ("timeout", "interval", "budget", "give_up"),
     [
-        (3600, 30, 180.0, 3600 - (30 + 180 + 60)),  # the margin before CloudFormation's hour
+        # The next poll (one interval later, at most MAX_POLL_SECONDS long) must end in time.
+        (3300, 30, 180.0, 3300 - (30 + 300)),
+        (3300, 60, 60.0, 3300 - (60 + 300)),  # the budget is inside the poll's 300 s
         (400, 30, 180.0, 200),  # short timeouts: never before half the timeout
     ],
 )

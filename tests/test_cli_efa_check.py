@@ -43,8 +43,13 @@ def serving(kube_api: FakeKubeApi, fi_provider: str | None = "efa") -> None:
             ]
 
 
-def finding(out: str, text: str) -> str:
-    (line,) = [line.strip() for line in out.splitlines() if text in line]
+def finding(out: str, text: str, kind: str = "") -> str:
+    """The one line naming ``text``; a worker's label names its backend and provider lines,
+    so ``kind`` picks one (default: the backend line when there are several)."""
+    lines = [line.strip() for line in out.splitlines() if text in line]
+    if kind or len(lines) > 1:
+        lines = [line for line in lines if line.split()[1] == (kind or "backend")]
+    (line,) = lines
     return line
 
 
@@ -61,6 +66,13 @@ def test_libfabric_on_both_workers_passes(kube_api: FakeKubeApi, cli: Harness) -
     prefill = finding(result.out, PREFILL)
     assert prefill.startswith(f"OK    backend       {PREFILL}: LIBFABRIC (from worker-")
     assert finding(result.out, DECODE).startswith(f"OK    backend       {DECODE}: LIBFABRIC")
+    assert finding(result.out, PREFILL, "provider") == f"OK    provider      {PREFILL}: efa"
+    assert finding(result.out, DECODE, "provider") == f"OK    provider      {DECODE}: efa"
+    assert finding(result.out, "code ", "integrity").startswith("OK    integrity     code ")
+    assert " returned (" in finding(result.out, "code ", "integrity")
+    assert finding(result.out, "transfer(s)", "transfer").startswith(
+        "OK    transfer      1 transfer(s), "
+    )
     assert "0 FAIL, 0 WARN: the KV cache path uses EFA" in result.out
     assert (
         '  kubectl logs -n inference -l ray.io/node-type=worker --tail=-1 | grep -h "Backend .* '
@@ -180,3 +192,35 @@ def test_serving_mode_is_read_from_the_live_app() -> None:
     assert checks.serving_mode(agg) == "aggregated"
     assert checks.serving_mode({"spec": {"serveConfigV2": "applications: []"}}) is None
     assert checks.serving_mode(None) is None
+
+
+def test_the_tcp_provider_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    kube_api.set_nixl_backend("LIBFABRIC", provider="tcp")
+    result = cli.run("efa-check", "--no-probe")
+    assert result.code == 1
+    line = finding(result.out, DECODE, "provider")
+    assert line.startswith(f"FAIL  provider      {DECODE}: tcp: NIXL's LIBFABRIC plugin saw no EFA")
+    assert kube_api.requests_to("v1/chat/completions") == []  # --no-probe sends nothing
+
+
+def test_an_answer_without_the_code_fails_the_check(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    kube_api.chat_answer = "The access code is 7QK2M9XD."
+    result = cli.run("efa-check")
+    assert result.code == 1
+    assert finding(result.out, "code ", "integrity").startswith("FAIL  integrity     code ")
+    assert "KV integrity probe failed: the answer does not contain the code" in result.out
+
+
+def test_a_transfer_count_that_did_not_rise_fails_the_check(
+    kube_api: FakeKubeApi, cli: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray_pd_eks import lambda_code
+
+    monkeypatch.setattr(lambda_code.handler(), "counter_sleep", lambda _: None)
+    serving(kube_api)
+    kube_api.kv_transfers_per_chat = 0
+    result = cli.run("efa-check")
+    assert result.code == 1
+    assert "the NIXL transfer count did not rise during the probe" in result.out

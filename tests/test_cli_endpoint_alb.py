@@ -115,6 +115,11 @@ def stub_secret(h: Harness, secret: str = CLIENT_SECRET) -> None:
 # -- smoke through the load balancer ---------------------------------------------------------
 
 
+def token_of(alb: Any) -> str:
+    (token,) = alb.issued
+    return str(token)
+
+
 def test_smoke_gets_a_cognito_token_and_calls_the_alb(alb: FakeEndpoint, tmp_path: Path) -> None:
     h = harness(tmp_path, **INTERNAL)
     stub_stack(h, cognito_outputs(alb.url))
@@ -131,7 +136,11 @@ def test_smoke_gets_a_cognito_token_and_calls_the_alb(alb: FakeEndpoint, tmp_pat
     assert "(3 tokens from usage.completion_tokens" in result.out
     assert result.out.rstrip().endswith("OK: the endpoint answers")
     # The token flow: basic auth with the client's credentials, client-credentials grant.
-    token_call, models, chat = alb.requests
+    token_call, models, chat, probe = alb.requests
+    # Then the KV integrity probe, through the same endpoint with the same token.
+    assert probe.headers["authorization"] == f"Bearer {token_of(alb)}"
+    assert "access code exactly: " in json.loads(probe.body)["messages"][0]["content"]
+    assert re.search(r"^  integrity   code [A-Z0-9]{8} returned ", result.out, re.M)
     assert (token_call.method, token_call.path) == ("POST", "/oauth2/token")
     basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
     assert token_call.headers["authorization"] == f"Basic {basic}"

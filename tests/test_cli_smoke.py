@@ -46,7 +46,7 @@ def serve(kube_api: FakeKubeApi, body: str | dict[str, object]) -> None:
 def test_models_and_a_streamed_completion(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse("KV cache ", "moves ", "fast.", usage_tokens=12))
     cli.clock.tick = 0.25
-    result = cli.run("smoke", "--max-tokens", "16", "--prompt", "hi")
+    result = cli.run("smoke", "--max-tokens", "16", "--prompt", "hi", "--no-probe")
     assert result.code == 0, result.err
     assert re.search(r"^  models      qwen3\.5-9b  \(\d+\.\d\d s\)$", result.out, re.M)
     assert "  answer      'KV cache moves fast.'" in result.out
@@ -71,7 +71,7 @@ def test_models_and_a_streamed_completion(kube_api: FakeKubeApi, cli: Harness) -
 def test_token_rate_uses_measured_time(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse("a", "b", "c", "d"))  # no usage: counts the chunks
     cli.clock.tick = 0.5
-    result = cli.run("smoke")
+    result = cli.run("smoke", "--no-probe")
     assert result.code == 0, result.err
     match = re.search(r"tokens/s    (\S+)  \(4 tokens from streamed chunks in (\S+) s", result.out)
     assert match is not None, result.out
@@ -121,7 +121,7 @@ def test_completion_is_never_retried(kube_api: FakeKubeApi, cli: Harness) -> Non
 
 def test_a_server_that_does_not_stream_is_reported(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, chat_completion_body("Plain answer."))
-    result = cli.run("smoke")
+    result = cli.run("smoke", "--no-probe")
     assert result.code == 0
     assert "  answer      'Plain answer.'" in result.out
     assert "(the server did not stream)" in result.out
@@ -135,3 +135,27 @@ def test_rayservice_missing_is_exit_3(kube_api: FakeKubeApi, cli: Harness) -> No
     result = cli.run("smoke")
     assert result.code == 3
     assert result.err.startswith("error: RayService 'ray-llm' not found in namespace 'inference'")
+
+
+def test_the_kv_integrity_probe_prints_what_it_saw(kube_api: FakeKubeApi, cli: Harness) -> None:
+    """The readiness check's probe: the answer holds the random code from the prompt's start."""
+    kube_api.set_stage("serving")  # the fake's chat world answers with the probe's code
+    result = cli.run("smoke")
+    assert result.code == 0, result.out + result.err
+    line = next(x for x in result.out.splitlines() if x.startswith("  integrity"))
+    assert re.match(r"^  integrity   code [A-Z0-9]{8} returned \(\d+ prompt tokens; answer", line)
+    probe, *_ = [
+        json.loads(r.body)
+        for r in kube_api.requests_to("v1/chat/completions", "POST")
+        if "access code" in r.body.decode()
+    ]
+    assert probe["temperature"] == 0 and probe["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_an_answer_without_the_code_fails_smoke(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    kube_api.chat_answer = "The access code is 7QK2M9XD."
+    result = cli.run("smoke")
+    assert result.code == 1
+    assert "  integrity   code " in result.out and " NOT returned (" in result.out
+    assert "KV integrity probe failed: the answer does not contain the code" in result.err

@@ -42,7 +42,7 @@ def test_walkthrough_defaults() -> None:
         True,
     )
     assert (c.kv_backend, c.prefill_replicas, c.decode_replicas) == ("LIBFABRIC", 1, 1)
-    assert c.readiness_timeout_minutes == 60
+    assert c.readiness_timeout_minutes == 55
     assert c.image_uri("eu-west-1") == (
         "763104351884.dkr.ecr.eu-west-1.amazonaws.com/ray:serve-llm-cuda-v1.0"
     )
@@ -103,15 +103,15 @@ BAD = [
     ({"gpuNodegroupName": "gpu workers"}, "gpuNodegroupName", "not a valid EKS name"),
     ({"gpuMemoryUtilization": 0}, "gpuMemoryUtilization", "(0, 1]"),
     ({"gpuMemoryUtilization": 1.01}, "gpuMemoryUtilization", "(0, 1]"),
-    ({"maxModelLen": 0}, "maxModelLen", "positive"),
+    ({"maxModelLen": 0}, "maxModelLen", "3548..1048576"),
     ({"maxModelLen": "4k"}, "maxModelLen", "whole number"),
     ({"systemNodeCount": 0}, "systemNodeCount", "1..20"),
     ({"dtype": "int4"}, "dtype", "must be one of"),
     ({"kvBackend": "TCP"}, "kvBackend", "LIBFABRIC (EFA) or UCX"),
     ({"servingMode": "disaggregated"}, "servingMode", "must be pd (prefill and decode"),
     ({"servingMode": "aggregated", "kvBackend": "UCX"}, "kvBackend", "moves no KV cache"),
-    ({"readinessTimeoutMinutes": 61}, "readinessTimeoutMinutes", "at most one hour"),
-    ({"readinessTimeoutMinutes": 0}, "readinessTimeoutMinutes", "1..60"),
+    ({"readinessTimeoutMinutes": 56}, "readinessTimeoutMinutes", "after one hour"),
+    ({"readinessTimeoutMinutes": 9}, "readinessTimeoutMinutes", "10..55"),
     ({"region": "us-west-2", "gpuAz": "us-east-1a"}, "gpuAz", "is not in region us-west-2"),
     ({"gpuAz": "west"}, "gpuAz", "not an Availability Zone name"),
     ({"region": "Oregon"}, "region", "AWS region"),
@@ -370,7 +370,14 @@ GPU_EXAMPLES = "g6.8xlarge, g6e.8xlarge, g5.8xlarge, p4d.24xlarge or p5.48xlarge
         ({"prefillReplicas": 0}, ["prefillReplicas = 0: must be at least 1"]),
         ({"tensorParallelSize": 0}, ["tensorParallelSize = 0: must be at least 1"]),
         ({"systemNodeCount": 0}, ["systemNodeCount = 0: must be 1..20"]),
-        ({"maxModelLen": 0}, ["maxModelLen = 0: must be a positive token count"]),
+        (
+            {"maxModelLen": 0},
+            [
+                "maxModelLen = 0: must be 3548..1048576 tokens: the readiness check's KV "
+                "integrity probe sends a prompt of up to 3500 tokens (over a hundred KV blocks) "
+                "and takes a 48-token answer"
+            ],
+        ),
         (
             {"dtype": "fp8"},
             ['dtype = "fp8": must be one of auto, bfloat16, float16, half, float32, float'],

@@ -260,7 +260,7 @@ def test_drain_and_engine_profile_are_serve_only_changes() -> None:
     base = cluster_spec_hash(DEFAULTS)
     for overrides in (
         {"gracefulShutdownSeconds": 60},
-        {"maxModelLen": 2048},
+        {"maxModelLen": 8192},
         FP8,
         {"requestRouter": "prefix-aware", "gpuNodeCount": 3, "decodeReplicas": 2},
     ):

@@ -57,6 +57,9 @@ GP3_ROOT = {"gpuLocalStorage": "none", "gpuRootVolumeThroughput": 750}  # 3000 I
 
 LIMITS: list[Edge] = [
     # -- the Ray cluster revision (forces a recreate) ------------------------------------------
+    Edge("kvProbeIntervalMinutes", 5, 4, "must be 0 (off) or 5..1440 minutes", why="min"),
+    Edge("kvProbeIntervalMinutes", 1440, 1441, "must be 0 (off) or 5..1440 minutes", why="max"),
+    Edge("kvProbeIntervalMinutes", 0, -1, "must be 0 (off) or 5..1440 minutes", why="off"),
     Edge("rayClusterRevision", 0, -1, "must be a whole number 0..999999", why="min"),
     Edge("rayClusterRevision", 999_999, 1_000_000, "must be a whole number 0..999999", why="max"),
     # -- the examples ------------------------------------------------------------------
@@ -257,10 +260,10 @@ LIMITS: list[Edge] = [
         "On-Demand Capacity Reservation id",
     ),
     # -- serving -------------------------------------------------------------------------------
-    Edge("maxModelLen", 1, 0, "must be a positive token count", why="min"),
-    Edge("maxModelLen", 1_048_576, 1_048_577, "must be a positive token count", why="max"),
-    Edge("readinessTimeoutMinutes", 1, 0, "must be 1..60", why="min"),
-    Edge("readinessTimeoutMinutes", 60, 61, "at most one hour", why="max"),
+    Edge("maxModelLen", 3548, 3547, "KV integrity probe", why="min"),
+    Edge("maxModelLen", 1_048_576, 1_048_577, "must be 3548..1048576 tokens", why="max"),
+    Edge("readinessTimeoutMinutes", 10, 9, "must be 10..55", why="min"),
+    Edge("readinessTimeoutMinutes", 55, 56, "before that", why="max"),
     Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
     Edge("rayVersion", "2.52.0", "2.51.99", "must be 2.52.0 or newer", why="min"),
     Edge(

@@ -225,9 +225,11 @@ def test_ray_pods_reach_every_port_ray_listens_on(world: World) -> None:
 
 
 def test_nothing_outside_the_ray_cluster_reaches_its_internal_ports(world: World) -> None:
-    """Every port but the dashboard (which the operator and the API server reach, below)."""
+    """Every port but the dashboard (which the operator and the API server reach, below) and
+    the workers' metrics port (the API server reads the NIXL counters, below)."""
     internal = set(_start_ports(world.head_spec) + _start_ports(world.worker_spec))
     internal.discard(RAY_PORTS.dashboard)
+    internal.discard(RAY_PORTS.metrics_export)
     sources: list[Pod | External] = [
         world.neighbour,
         world.stranger,
@@ -316,9 +318,33 @@ def test_pods_of_system_nodes_do_not_share_the_api_servers_allow(world: World) -
     assert not world.allowed(system_node, world.workers[0], RAY_PORTS.serve)
 
 
-def test_metrics_port_has_no_allow_by_default(world: World) -> None:
-    for source in (world.neighbour, world.stranger, API_SERVER):
-        assert not world.allowed(source, world.workers[0], RAY_PORTS.metrics_export)
+def test_api_server_reaches_the_gpu_workers_metrics_port_only(world: World) -> None:
+    """The readiness check reads the decode engines' NIXL counters through the pod proxy
+    (ray-metrics-from-api-server.yaml): API server -> GPU worker metrics port, nothing else."""
+    for worker in world.workers:
+        assert world.allowed(API_SERVER, worker, RAY_PORTS.metrics_export), worker.name
+    assert not world.allowed(API_SERVER, world.head, RAY_PORTS.metrics_export)
+    outsiders: list[Pod | External] = [OUTSIDE_VPC, GPU_SUBNET_HOST, *world.warmup]
+    for outsider in outsiders:
+        assert not world.allowed(outsider, world.workers[0], RAY_PORTS.metrics_export)
+    # The control plane's interfaces have subnets of their own: pods on system nodes do not
+    # share this allow.
+    assert not world.allowed(world.stranger, world.workers[0], RAY_PORTS.metrics_export)
+
+
+def test_aggregated_app_opens_no_metrics_port_to_the_api_server() -> None:
+    """No KV cache moves, so there are no counters to read and no allow."""
+    from pd_constructs.network_policy import render_ray_network_policies
+    from ray_pd_eks.config import AppConfig
+
+    names = {
+        p["metadata"]["name"]
+        for p in render_ray_network_policies(AppConfig(serving_mode="aggregated"))
+    }
+    assert "ray-metrics-from-api-server" not in names
+    assert "ray-metrics-from-api-server" in {
+        p["metadata"]["name"] for p in render_ray_network_policies(AppConfig())
+    }
 
 
 def test_the_scraper_reaches_the_metrics_port_of_every_ray_pod_and_nothing_else_does(
@@ -333,7 +359,9 @@ def test_the_scraper_reaches_the_metrics_port_of_every_ray_pod_and_nothing_else_
     (aws-network-policy-agent, pkg/fwruleprocessor: "Traffic from the local node should always
     be allowed", the IMDS local-ipv4 address). So no rule opens 8080, and nothing but the node
     itself reaches it: not the cluster-level scraper on another node, not a pod of the agent's
-    namespace, not the API server, the operator or another Ray pod."""
+    namespace, not the operator or another Ray pod. The API server (its pod proxy) reaches the
+    GPU workers' port only: the readiness check's and the KV probe's NIXL counters
+    (test_api_server_reaches_the_gpu_workers_metrics_port_only)."""
     port = RAY_PORTS.metrics_export
     agent_pod = Pod(
         "cloudwatch-agent-x", "default", {"app.kubernetes.io/name": "cloudwatch-agent"}, "10.0.1.77"
@@ -344,7 +372,9 @@ def test_the_scraper_reaches_the_metrics_port_of_every_ray_pod_and_nothing_else_
         assert world.allowed(on_its_node, pod, port), pod.name
         cluster_scraper = External(ip="10.0.64.9", node="sys-2")
         others = [w for w in world.ray_pods if w.node != pod.node]
-        sources: list[Pod | External] = [cluster_scraper, agent_pod, API_SERVER, world.operator]
+        sources: list[Pod | External] = [cluster_scraper, agent_pod, world.operator]
+        if pod not in world.workers:
+            sources.append(API_SERVER)
         for source in [*sources, *others]:
             assert not world.allowed(source, pod, port), (source, pod.name)
 

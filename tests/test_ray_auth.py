@@ -114,8 +114,14 @@ def test_readiness_sends_the_token_to_the_dashboard_only_and_never_logs_it(
     result = _poll(kube_api)
     assert result["IsComplete"] is True
     dashboard = kube_api.requests_to(HEAD_PROXY)
-    assert dashboard and all(
-        _header(r, "X-Ray-Authorization") == f"Bearer {RAY_TOKEN}" for r in dashboard
+    # Every dashboard request carries the token but the one that proves it is required: the
+    # same read without it, which the dashboard must refuse (issue 23).
+    without = [r for r in dashboard if not _header(r, "X-Ray-Authorization")]
+    assert [r.path.rsplit("/proxy/", 1)[1] for r in without] == ["api/serve/applications/"]
+    assert len(dashboard) > 1 and all(
+        _header(r, "X-Ray-Authorization") == f"Bearer {RAY_TOKEN}"
+        for r in dashboard
+        if r not in without
     )
     # Read once per poll, with `get` on exactly that Secret.
     (secret_read,) = kube_api.requests_to("/secrets/")

@@ -26,7 +26,14 @@ import pytest
 from ray_pd_eks import lambda_code
 from tests import rbac
 from tests.cli_fixtures import cli_harness
-from tests.fakes.kube_api import RAY_CLUSTER, STAGES, FakeKubeApi, make_raycluster, make_secret
+from tests.fakes.kube_api import (
+    RAY_CLUSTER,
+    STAGES,
+    FakeKubeApi,
+    make_pod,
+    make_raycluster,
+    make_secret,
+)
 from tests.synth import Synthesized, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -127,6 +134,27 @@ def drive_cli(server: FakeKubeApi, tmp_path: Path) -> None:
         assert result.code in (0, 1), (command, result.out, result.err)
 
 
+def drive_drill(server: FakeKubeApi, tmp_path: Path) -> None:
+    """``drill decode-restart``: delete the decode pod, wait, probe (a replacement appears)."""
+    server.set_stage("serving")
+    harness = cli_harness(server, tmp_path)
+    replacement = f"{RAY_CLUSTER}-gpu-workers-worker-n3wp0"
+
+    def replaced() -> None:
+        server.pods.append(make_pod(replacement, node="gpu-b", ip="10.0.1.21"))
+        server.nixl_metrics[replacement] = {"xfer": 0.0, "bytes": 0.0, "failed": 0.0}
+        server.kv_decode_pod = replacement
+
+    harness.clock.on_sleep = [replaced]
+    waits = getattr(handler, "counter_sleep")  # noqa: B009  (a module loaded by path)
+    setattr(handler, "counter_sleep", lambda _: None)  # noqa: B010
+    try:
+        result = harness.run("drill", "decode-restart", "--yes")
+    finally:
+        setattr(handler, "counter_sleep", waits)  # noqa: B010
+    assert result.code == 0, (result.out, result.err)
+
+
 def drive_bench(server: FakeKubeApi, tmp_path: Path) -> None:
     """``bench``: create the Job, follow its pod and log, delete it (the Job controller's part
     played here as the fake's helpers do)."""
@@ -214,14 +242,24 @@ IDENTITIES = [
         verbs=frozenset({"get", "list", "delete"}),
     ),
     # The CLI runs as a person in adminPrincipalArns (AmazonEKSClusterAdminPolicy): RBAC cannot
-    # narrow that, so this row proves it suffices and that the CLI itself only reads.
+    # narrow that, so this row proves it suffices and that the CLI itself only reads, but for
+    # efa-check's KV integrity probe (a POST through Serve's proxy, RBAC "create").
     Identity(
         "operator-cli",
         subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
         drive=drive_cli,
         exact=False,
         extra=admin_grants,
-        verbs=frozenset({"get", "list"}),
+        verbs=frozenset({"get", "list", "create"}),
+    ),
+    # `drill` deletes one engine's pod (tests/test_cli_drill.py proves DRILL_RULES exact).
+    Identity(
+        "operator-cli-drill",
+        subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
+        drive=drive_drill,
+        exact=False,
+        extra=admin_grants,
+        verbs=frozenset({"get", "list", "create", "delete"}),
     ),
     # `bench` is the one command that writes: it creates and deletes its Job.
     Identity(

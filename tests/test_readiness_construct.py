@@ -54,7 +54,8 @@ def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) 
         "RayAuthSecret": "ray-llm-ray-token",
         "ExpectedGpuNodes": "2",
         "GpusPerWorker": "1",
-        "TimeoutSeconds": "3600",
+        "MetricsPort": "8080",
+        "TimeoutSeconds": "3300",
         "QueryIntervalSeconds": "30",
         "ConfigHash": props["ConfigHash"],
     }
@@ -108,13 +109,17 @@ def test_provider_polls_every_30s_up_to_the_configured_timeout(
     definition = "".join(
         p for p in machine["DefinitionString"]["Fn::Join"][1] if isinstance(p, str)
     )
-    assert '"IntervalSeconds":30,"MaxAttempts":120' in definition  # 60 min / 30 s
+    # The Provider's hard stop: readinessTimeoutMinutes (55) + 3 minutes of grace, so the
+    # check's own message comes first and CloudFormation's hour (60) last.
+    assert '"IntervalSeconds":30,"MaxAttempts":116' in definition  # 58 min / 30 s
     assert machine["LoggingConfiguration"]["Level"] == "ALL"
     assert machine["LoggingConfiguration"]["IncludeExecutionData"] is False
 
 
 def test_lambdas_current_runtime_timeouts_and_vpc(default_app: Synthesized) -> None:
     fns = _functions(default_app)
+    # The scheduled KV probe (kvProbeIntervalMinutes, default 15) runs in the Readiness stack
+    # (tests/test_kv_probe.py); the check's own functions are the cluster stack's providers.
     assert set(fns) == {"handler.on_event", "handler.is_complete"}
     for fn in fns.values():
         assert fn["Runtime"] == "python3.14"

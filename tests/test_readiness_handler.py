@@ -52,6 +52,7 @@ def _load_lambda() -> tuple[ModuleType, ModuleType, ModuleType]:
 
 
 handler, kube, checks = _load_lambda()
+kvproof = importlib.import_module("kvproof")
 
 GPU_RESOURCE_TEXT = "2 Insufficient nvidia.com/gpu"
 EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
@@ -106,6 +107,20 @@ def started(event: dict[str, Any], *, ago: float = 0.0) -> dict[str, Any]:
 
 def poll(event: dict[str, Any]) -> dict[str, Any]:
     return dict(handler.is_complete(event, None))
+
+
+def probe_code(request: Any) -> str:
+    """The random code a recorded integrity-probe request carried."""
+    content = json.loads(request.body)["messages"][0]["content"]
+    return content.split("access code exactly: ", 1)[1].split(".", 1)[0]
+
+
+@pytest.fixture(autouse=True)
+def no_counter_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The handler's waits between re-reads of the NIXL counters, recorded, not slept."""
+    waits: list[float] = []
+    monkeypatch.setattr(handler, "counter_sleep", waits.append)
+    return waits
 
 
 def pending_check(caplog: pytest.LogCaptureFixture) -> str:
@@ -176,7 +191,7 @@ def test_expected_gpu_nodes_accepts_cloudformation_strings_and_ints(
 ) -> None:
     props = handler.Props.from_properties(kube_api.props(ExpectedGpuNodes=expected))
     assert props.expected_gpu_nodes == 2
-    assert props.timeout_seconds == 3600
+    assert props.timeout_seconds == 3300
 
 
 def test_gpus_per_worker_is_optional_and_positive(kube_api: FakeKubeApi) -> None:
@@ -210,6 +225,11 @@ def test_happy_path_waits_through_each_stage_then_returns_data(
 
     physical_id = result.pop("PhysicalResourceId")
     assert physical_id.startswith(f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}?")
+    # The "models" stage answered the probe 503 (pending); the last request is the one served.
+    chat = kube_api.requests_to("v1/chat/completions", "POST")[-1]
+    code = probe_code(chat)
+    tokens = len(json.loads(chat.body)["messages"][0]["content"]) // 4
+    moved = tokens * kube_api.kv_bytes_per_token
     assert result == {
         "IsComplete": True,
         "Data": {
@@ -219,8 +239,18 @@ def test_happy_path_waits_through_each_stage_then_returns_data(
             "DecodeNode": fake.GPU_NODE_B,
             "PlacementMethod": "serve-replicas",
             "Models": "qwen3.5-9b",
-            "CompletionSample": "OK.",
+            "CompletionSample": f"The access code is {code}.",
             "KvBackend": "LIBFABRIC,LIBFABRIC",
+            "KvProvider": "efa,efa",
+            "KvTransfer": (
+                f"1 transfer(s), {moved / 1048576:.1f} MiB for {tokens} prompt tokens "
+                "(96 KiB/token)"
+            ),
+            "IntegrityProbe": (
+                f"code {code} returned ({tokens} prompt tokens; answer 'The access code is "
+                f"{code}.')"
+            ),
+            "RayTokenEnforced": "yes: 401 without the token",
             "ServeService": "ray-llm-serve-svc.inference:8000",
         },
     }
@@ -265,14 +295,17 @@ def test_requests_use_the_service_proxy_with_the_specified_completion(
         "POST",
     )
     assert len(models) == 1 and len(chats) == 1
+    code = probe_code(chats[0])
     assert json.loads(chats[0].body) == {
         "model": "qwen3.5-9b",
-        "messages": [{"role": "user", "content": "Say OK."}],
-        "max_tokens": 8,
+        "messages": [{"role": "user", "content": kvproof.probe_prompt(code)}],
+        "max_tokens": 48,
         "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": False},
     }
     serve_details = kube_api.requests_to("ray-llm-head-svc:8265/proxy/api/serve/applications/")
-    assert len(serve_details) == 1
+    # Once with the Ray token (placement), once without (it must be refused).
+    assert [bool(r.headers.get("X-Ray-Authorization")) for r in serve_details] == [True, False]
     log_reads = kube_api.requests_to("ray-llm-head-svc:8265/proxy/api/v0/logs/file")
     assert {r.query["node_id"] for r in log_reads} == {fake.RAY_NODE_A, fake.RAY_NODE_B}
     assert all(r.authorization.startswith("Bearer k8s-aws-v1.") for r in kube_api.requests)
@@ -499,11 +532,11 @@ def unhealthy_rayservice() -> dict[str, Any]:
 def test_unhealthy_is_pending_however_late_in_the_wait(
     kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Serve is replacing the replicas: ten seconds short of the give-up point (3330 s by
+    """Serve is replacing the replicas: ten seconds short of the give-up point (2970 s by
     default) it still waits."""
     kube_api.set_stage("running")
     kube_api.rayservice = unhealthy_rayservice()
-    assert poll(started(cfn_event(kube_api), ago=3320)) == {"IsComplete": False}
+    assert poll(started(cfn_event(kube_api), ago=2960)) == {"IsComplete": False}
     assert pending_check(caplog) == "rayservice"
 
 
@@ -512,9 +545,9 @@ def test_unhealthy_at_the_timeout_fails_with_serves_message_and_deployments(
 ) -> None:
     kube_api.set_stage("running")
     kube_api.rayservice = unhealthy_rayservice()
-    # The default give-up point, as above: 3600 s - (30 s + 180 s + 60 s) = 3330 s.
-    message = fail_message(started(cfn_event(kube_api), ago=3330))
-    assert "timed out for ray-llm-multinode/inference/ray-llm after 56 min" in message
+    # The default give-up point, as above: 3300 s - (30 s + 300 s, the longest a poll lasts).
+    message = fail_message(started(cfn_event(kube_api), ago=2970))
+    assert "timed out for ray-llm-multinode/inference/ray-llm after 50 min" in message
     assert (
         "still failing: rayservice; last status: Ready=True/NonZeroServeEndpoints; app " in message
     )
@@ -702,7 +735,7 @@ def test_no_timeout_while_well_inside_the_budget(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
     kube_api.set_stage("deploying")
-    assert poll(started(cfn_event(kube_api), ago=3300)) == {"IsComplete": False}
+    assert poll(started(cfn_event(kube_api), ago=2900)) == {"IsComplete": False}
     # A shorter TimeoutSeconds moves the give-up point accordingly.
     short = started(cfn_event(kube_api, TimeoutSeconds="1200", QueryIntervalSeconds="30"), ago=960)
     assert "still failing: rayservice" in fail_message(short)
@@ -731,20 +764,120 @@ def test_ucx_configured_and_instantiated_is_reported(
     assert result["Data"]["KvBackend"] == "UCX,UCX"
 
 
-def test_nixl_backend_unreadable_is_unknown_with_a_reason_not_success(
+def test_no_backend_evidence_fails_the_deploy_and_names_what_was_read(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """No 'Backend ... was instantiated' line is no proof: the deploy fails, naming the files."""
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend(None)
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "no evidence that NIXL instantiated LIBFABRIC" in message
+    assert f"prefill@{fake.WORKER_IP_A}: unknown: no 'Backend ... was instantiated' line" in message
+    assert f"looked at 36 worker log file(s) of prefill@{fake.WORKER_IP_A}, decode@" in message
+
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/logs", status=403, body=b"{}")
+    blocked = fail_message(started(cfn_event(kube_api)))
+    assert "unknown: cannot list logs" in blocked
+
+
+def test_no_backend_evidence_and_no_counted_transfer_fails_the_deploy(
+    kube_api: FakeKubeApi, sleeps: list[float], no_counter_waits: list[float]
+) -> None:
+    """The silent world: logs say nothing and the engines export no NIXL series."""
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend(None)
+    kube_api.kv_decode_pod = ""  # nothing counts the probe
+    original = fake.nixl_metrics_text
+    try:
+        fake.nixl_metrics_text = lambda counters: "# no NIXL series\nray_up 1\n"
+        message = fail_message(started(cfn_event(kube_api)))
+    finally:
+        fake.nixl_metrics_text = original
+    assert "no NIXL transfer was counted" in message
+    assert f"decode engines' metrics ({fake.WORKER_POD_B})" in message
+    assert "ray_vllm_nixl_xfer_time_seconds_count" in message
+    # It re-read the counters (Ray exports them every 10 s) before giving its verdict.
+    assert no_counter_waits == [handler.COUNTER_WAIT_SECONDS] * (handler.COUNTER_READS - 1)
+
+
+def test_a_transfer_count_that_did_not_rise_fails_the_deploy(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
     kube_api.set_stage("serving")
-    kube_api.set_nixl_backend(None)
-    result = poll(started(cfn_event(kube_api)))
-    assert result["IsComplete"] is True
-    values = result["Data"]["KvBackend"].split(",")
-    assert len(values) == 2
-    assert all(v.startswith("unknown: no 'Backend ... was instantiated' line") for v in values)
+    kube_api.nixl_metrics[fake.WORKER_POD_B] = {"xfer": 7.0, "bytes": 1e9, "failed": 0.0}
+    kube_api.kv_transfers_per_chat = 0
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "the NIXL transfer count did not rise during the probe" in message
+    assert f"stayed at 7 on {fake.WORKER_POD_B}" in message
 
-    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/logs", status=403, body=b"{}")
-    blocked = poll(started(cfn_event(kube_api)))["Data"]["KvBackend"]
-    assert blocked.startswith("unknown: cannot list logs")
+
+def test_a_failed_transfer_fails_the_deploy(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    kube_api.set_stage("serving")
+    kube_api.kv_failed_per_chat = 1
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "1 NIXL transfer(s) failed during the probe" in message
+
+
+def test_too_few_bytes_for_the_prompt_fails_the_deploy(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """A transfer was counted but moved less than the prompt's KV cache needs."""
+    kube_api.set_stage("serving")
+    kube_api.kv_bytes_per_token = 1024
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "less than the" in message and "the prompt's KV did not move" in message
+
+
+def test_the_tcp_provider_fails_the_deploy(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
+    """NIXL's LIBFABRIC plugin on libfabric's tcp provider: the silent TCP fallback."""
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", provider="tcp")
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "chose libfabric's TCP provider" in message
+    assert f"decode@{fake.WORKER_IP_B}=tcp" in message
+
+
+def test_no_provider_evidence_fails_the_deploy_with_libfabric(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", provider=None)
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "no libfabric provider evidence" in message
+    assert "Discovered <n> EFA devices" in message and "looked at" in message
+
+
+def test_an_answer_without_the_code_fails_the_deploy(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """Fluent but wrong: decode answered from KV that is not this prompt's."""
+    kube_api.set_stage("serving")
+    kube_api.chat_answer = "The access code is 7QK2M9XD."
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "KV integrity probe failed: the answer does not contain the code" in message
+    assert "'The access code is 7QK2M9XD.'" in message
+
+
+def test_a_dashboard_that_answers_without_the_token_fails_the_deploy(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """Ray older than 2.52 ignores authOptions and serves the dashboard open."""
+    kube_api.set_stage("serving")
+    kube_api.ray_token = None  # the fake dashboard then answers every request
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "Ray token authentication is not enforced" in message
+    assert "without the Ray token was answered, not refused with 401/403" in message
+
+
+def test_the_counters_are_read_from_the_decode_pod_through_the_pod_proxy(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    assert poll(started(cfn_event(kube_api)))["IsComplete"] is True
+    reads = kube_api.requests_to("/proxy/metrics", "GET")
+    assert [r.path for r in reads] == [
+        f"/api/v1/namespaces/inference/pods/{fake.WORKER_POD_B}:8080/proxy/metrics"
+    ] * 2  # before and after the probe
 
 
 def test_placement_falls_back_to_worker_pods_when_serve_details_are_unreadable(
@@ -996,6 +1129,7 @@ def test_aggregated_app_completes_without_reading_nixl_logs(
 ) -> None:
     _serve_aggregated(kube_api)
     result = poll(started(cfn_event(kube_api, ServingMode="aggregated")))
+    code = probe_code(kube_api.requests_to("v1/chat/completions", "POST")[0])
     engines = f"aggregated: engines on {fake.GPU_NODE_A},{fake.GPU_NODE_B}"
     assert result["IsComplete"] is True
     assert result["Data"] == {
@@ -1005,11 +1139,17 @@ def test_aggregated_app_completes_without_reading_nixl_logs(
         "DecodeNode": engines,
         "PlacementMethod": "serve-replicas",
         "Models": "qwen3.5-9b",
-        "CompletionSample": "OK.",
+        "CompletionSample": f"The access code is {code}.",
         "KvBackend": "none (aggregated: no KV transfer)",
+        "KvProvider": "none (aggregated: no KV transfer)",
+        "KvTransfer": "none (aggregated: no KV transfer)",
+        "IntegrityProbe": result["Data"]["IntegrityProbe"],
+        "RayTokenEnforced": "yes: 401 without the token",
         "ServeService": "ray-llm-serve-svc.inference:8000",
     }
+    assert result["Data"]["IntegrityProbe"].startswith(f"code {code} returned")
     assert kube_api.requests_to("api/v0/logs") == []
+    assert kube_api.requests_to("/proxy/metrics") == []
 
 
 def test_a_pd_check_of_an_aggregated_app_proves_no_kv_backend(
@@ -1018,9 +1158,8 @@ def test_a_pd_check_of_an_aggregated_app_proves_no_kv_backend(
     # The same cluster checked as PD has no prefill/decode replicas: placement stays pending
     # on the weaker pod-level proof, which holds, then NIXL is unknown, never "aggregated".
     _serve_aggregated(kube_api)
-    result = poll(started(cfn_event(kube_api)))
-    assert result["Data"]["PlacementMethod"] == "worker-pods"
-    assert result["Data"]["KvBackend"].startswith("unknown")
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "no evidence that NIXL instantiated LIBFABRIC" in message
 
 
 def test_aggregated_engines_sharing_a_node_fail_the_deploy(
@@ -1076,7 +1215,8 @@ def test_nixl_log_files_are_read_stdout_first_replica_then_its_engine_workers() 
         f"worker-{gpu}-01000000-5151.out",
         f"worker-{other}-02000000-6000.out",
         f"worker-{replica}-01000000-4242.err",
-        "serve/replica_qwen_Prefill_1.log",
+        # NIXL's C++ plugins log to stderr: the engine job's .err before the replica log.
+        f"worker-{gpu}-01000000-5151.err",
     ]
     assert all(not name.startswith(("raylet", "gcs_server")) for name in chosen)
 
@@ -1092,7 +1232,13 @@ def test_nixl_line_in_an_engine_worker_stdout_is_found_behind_many_idle_workers(
     reads = [r.query["filename"] for r in kube_api.requests_to("api/v0/logs/file")]
     assert reads[0] == f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.out"
     assert reads[1] == f"worker-{fake.PREFILL_WORKER_ID[::-1]}-01000000-5151.out"
-    assert not any(name.endswith(".err") for name in reads)
+    # Then the .err of its own job, where NIXL's LIBFABRIC plugin logs the provider; never
+    # an idle worker's.
+    assert reads[2:4] == [
+        f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.err",
+        f"worker-{fake.PREFILL_WORKER_ID[::-1]}-01000000-5151.err",
+    ]
+    assert not any("9a9a" in name for name in reads)
 
 
 # --- rollbacks -----------------------------------------------------------------------------
@@ -1245,3 +1391,24 @@ def test_the_physical_id_stays_within_cloudformations_limit() -> None:
     small = {"AppStatus": "RUNNING", "KvBackend": "LIBFABRIC,LIBFABRIC"}
     exact = handler.data_from_physical_id(handler.physical_id_with_data(base, small))
     assert exact["AppStatus"] == "RUNNING" and exact["KvBackend"] == "LIBFABRIC,LIBFABRIC"
+
+
+def test_a_dashboard_that_cannot_answer_leaves_token_enforcement_unproven(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """A 503 is neither a refusal nor an answer: the check stays pending on "ray-token"."""
+    kube_api.set_stage("serving")
+    kube_api.ray_token = None
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/serve/applications/", status=503)
+    props = handler.Props.from_properties(kube_api.props())
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.t", sleep=sleeps.append
+    )
+    dashboard = kube.RayDashboard(client, props.namespace, props.rayservice, token_secret="x")
+    assert handler.ray_token_enforced(dashboard).startswith("unknown: GET /api/serve/")
+    for status in (200, 404):
+        kube_api.set_proxy(
+            kube_api.head_service, 8265, "api/serve/applications/", status=status, body={}
+        )
+        with pytest.raises(handler.ReadinessError, match="Ray token authentication is not"):
+            handler.ray_token_enforced(dashboard)

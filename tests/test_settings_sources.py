@@ -67,7 +67,7 @@ def test_synth_and_the_cli_read_the_same_settings(
     file beats cdk.json (admins, maxModelLen), and -c beats the local file (maxModelLen)."""
     home = project.parent / "home"
     write(project / "settings.local.json", {"adminPrincipalArns": [ADMIN], "maxModelLen": 8192})
-    pairs = ("maxModelLen=2048", "rayServiceName=from-cli")
+    pairs = ("maxModelLen=6144", "rayServiceName=from-cli")
     cdk_context = real_cdk_context(project, home, *pairs)
     assert cdk_context == cdk_cli_context(project, dict(p.split("=") for p in pairs), home)
 
@@ -80,7 +80,7 @@ def test_synth_and_the_cli_read_the_same_settings(
     assert cli_config == synth_config
     assert cli_config.namespace == DEFAULTS.namespace == "inference"
     assert cli_config.admin_principal_arns == (ADMIN,)
-    assert cli_config.max_model_len == 2048
+    assert cli_config.max_model_len == 6144
     assert cli_config.ray_service_name == "from-cli"
 
 

@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from ray_pd_eks import lambda_code
+from ray_pd_eks.cli import probe
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK
@@ -25,8 +26,14 @@ Prove the prefill->decode KV-cache path uses EFA:
   pods     each Ray worker requests vpc.amazonaws.com/efa and sets FI_PROVIDER=efa
   backend  the NIXL backend each worker instantiated, from its logs via the Ray dashboard
            ("Backend LIBFABRIC was instantiated" vs "Backend UCX ...")
+  provider with LIBFABRIC, the libfabric provider NIXL chose ("Discovered <n> EFA devices"
+           vs "... tcp devices (TCP fallback)")
+  probe    the KV integrity probe (a ~2,500-token prompt with a random code at its start,
+           temperature 0: the answer must hold the code) and the decode engines' NIXL
+           counters around it (transfers rose, none failed, bytes fit the prompt)
 Exit 1 when a worker fell back to UCX while kvBackend is LIBFABRIC, when a node or pod lacks
-EFA, or when the backend could not be read (unknown is not a pass).
+EFA, when the backend or provider could not be read (unknown is not a pass), the provider is
+tcp, or the probe fails. --no-probe skips the probe (it sends one request to the model).
 An aggregated app (servingMode aggregated) moves no KV cache: only the nodes are shown, and
 the command exits 0 saying there is nothing to prove."""
 
@@ -44,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3000,
         metavar="N",
         help="read the last N lines of each worker log file (default: 3000)",
+    )
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="do not send the KV integrity probe (one chat completion) to the model",
     )
 
 
@@ -157,6 +169,28 @@ def _backend_findings(report: Any, configured: str) -> list[Finding]:
     return findings
 
 
+def _provider_findings(report: Any, configured: str) -> list[Finding]:
+    """The libfabric provider per LIBFABRIC worker, judged as the readiness check judges it."""
+    if configured != "LIBFABRIC":
+        return []
+    findings = []
+    for label, provider in report.providers:
+        if provider == "efa":
+            findings.append(Finding(OK, "provider", f"{label}: efa"))
+        elif provider in ("tcp", "sockets"):
+            findings.append(
+                Finding(
+                    FAIL,
+                    "provider",
+                    f"{label}: {provider}: NIXL's LIBFABRIC plugin saw no EFA device, the KV "
+                    f"cache moves at TCP speed; fix: {FALLBACK_FIX}",
+                )
+            )
+        else:
+            findings.append(Finding(FAIL, "provider", f"{label}: {provider}"))
+    return findings
+
+
 def kubectl_commands(app: App) -> list[str]:
     c = app.config
     grep = 'grep -h "Backend .* was instantiated"'
@@ -225,6 +259,10 @@ def run(app: App) -> int:
             dashboard, serve_json, config.application_name, lines=app.args.log_lines
         )
     backend_findings = _backend_findings(report, config.kv_backend)
+    backend_findings += _provider_findings(report, config.kv_backend)
+    if not app.args.no_probe:
+        _, probe_findings = probe.run(cluster, serve_json, pd=True)
+        backend_findings += probe_findings
     for finding in backend_findings:
         app.print(finding.line())
     findings += backend_findings

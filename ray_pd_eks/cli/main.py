@@ -15,6 +15,7 @@ from types import ModuleType
 
 from ray_pd_eks.cli import (
     bench,
+    drill,
     efa_check,
     endpoint,
     preflight,
@@ -33,6 +34,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     endpoint,
     smoke,
     efa_check,
+    drill,
     bench,
 )
 PROG = "python -m ray_pd_eks"
@@ -50,6 +52,7 @@ _TYPICAL = (
     ("status --watch", "while the deploy waits for the model"),
     ("smoke", "one chat completion (load balancer or API server)"),
     ("efa-check", "LIBFABRIC (EFA) or UCX (TCP fallback)?"),
+    ("drill decode-restart --yes", "time the recovery from a lost engine"),
     ("endpoint", "the URL, how to get a token, curl lines"),
     ("bench", "TTFT, ITL, throughput and cost per token"),
 )

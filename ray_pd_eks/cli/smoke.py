@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ray_pd_eks.cli import alb, https
+from ray_pd_eks import lambda_code
+from ray_pd_eks.cli import alb, https, probe
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed, UsageError
@@ -37,7 +38,10 @@ an existing identity provider. The time to first token is measured on the stream
 
 Otherwise (or with --via-api-server) they go to <rayServiceName>-serve-svc:8000 through the
 Kubernetes API server's service proxy, which delivers the stream in one piece, so "first token"
-is an upper bound there. Exit 1 if the model is not listed or no text comes back."""
+is an upper bound there. Then the KV integrity probe, the readiness check's own: a
+~2,500-token prompt with a random code only at its start, at temperature 0; the answer must
+contain the code (decode reading wrong or stale KV cannot produce it). Exit 1 if the model is
+not listed, no text comes back, or the probe's answer lacks the code (--no-probe skips it)."""
 
 DEFAULT_PROMPT = "In one sentence: why separate prefill and decode onto different GPUs?"
 COMPLETION_TIMEOUT_SECONDS = 180.0
@@ -51,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=64,
         metavar="N",
         help="completion length limit (default: 64)",
+    )
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip the KV integrity probe (one more chat completion)",
     )
     parser.add_argument(
         "--via-api-server",
@@ -220,8 +229,34 @@ def run_through_endpoint(app: App) -> int:
         app.print(f"  first token {answer.first_text_seconds:.2f} s  (measured on the stream)")
     app.print(f"  latency     {answer.total_seconds:.2f} s  (whole answer)")
     report_rate(app, completion, answer.total_seconds)
+    if not app.args.no_probe:
+        kvproof = lambda_code.kvproof()
+        code = kvproof.new_code()
+        reply = https.request(
+            "POST",
+            f"{endpoint.url}/v1/chat/completions",
+            context=context,
+            clock=clock,
+            headers={**headers, "Content-Type": "application/json"},
+            body=json.dumps(kvproof.probe_request(config.model_id, code)).encode(),
+            timeout=COMPLETION_TIMEOUT_SECONDS,
+        )
+        alb.check_status("/v1/chat/completions (KV integrity probe)", reply)
+        try:
+            payload = json.loads(reply.body)
+        except json.JSONDecodeError:
+            payload = None
+        result = kvproof.judge_answer(code, payload)
+        report_probe(app, result, kvproof.probe_failure(result))
     app.print("OK: the endpoint answers")
     return EXIT_OK
+
+
+def report_probe(app: App, result: Any, failure: str | None) -> None:
+    """Print what the probe saw; fail (exit 1) with the reason when the code is missing."""
+    app.print(f"  integrity   {result.describe()}")
+    if failure:
+        raise CheckFailed(failure)
 
 
 def run(app: App) -> int:
@@ -266,5 +301,10 @@ def run(app: App) -> int:
     else:
         app.print(f"  latency     {seconds:.2f} s  (the server did not stream)")
     report_rate(app, completion, seconds)
+    if not app.args.no_probe:
+        run_, _ = probe.run(cluster, None, pd=False)
+        if run_.pending:
+            raise CheckFailed(f"the KV integrity probe got no answer: {run_.pending}")
+        report_probe(app, run_.probe, run_.failure or None)
     app.print("OK: the endpoint answers")
     return EXIT_OK

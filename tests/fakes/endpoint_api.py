@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import re
 import ssl
 import threading
 import urllib.parse
@@ -50,6 +51,9 @@ class FakeEndpoint:
     chunks: list[str] = field(default_factory=lambda: ["Prefill ", "and decode ", "split."])
     accepted_tokens: set[str] = field(default_factory=set)
     status_override: int | None = None  # the ALB's own answer for /v1/*
+    # The KV integrity probe's answer (a request carrying "access code exactly: <code>."):
+    # None answers with the code, as an intact KV cache does.
+    probe_answer: str | None = None
     cert_names: tuple[str, ...] = ()  # empty: the shared 127.0.0.1/localhost certificate
     requests: list[Recorded] = field(default_factory=list)
     issued: list[str] = field(default_factory=list)
@@ -170,6 +174,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command == "GET" and self.path == "/v1/models":
             data = [{"id": m, "object": "model"} for m in fake.models]
             self._send(200, json.dumps({"object": "list", "data": data}).encode())
+            return
+        probe = re.search(rb"access code exactly: ([A-Z0-9]+)\.", body)
+        if self.command == "POST" and self.path == "/v1/chat/completions" and probe:
+            # The KV integrity probe (not streamed): an intact KV cache returns its code.
+            code = fake.probe_answer or f"The code is {probe.group(1).decode()}."
+            answer = {
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": code}}],
+                "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 6},
+            }
+            self._send(200, json.dumps(answer).encode())
             return
         if self.command == "POST" and self.path == "/v1/chat/completions":
             self.send_response(200)

@@ -32,6 +32,10 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` from ``pod_logs`` (400 while the container
   waits to start). The Job controller's part is the test's: ``make_job_pod`` and
   ``finish_job``;
+* ``DELETE /api/v1/namespaces/{ns}/pods/{name}`` removes the pod (and its NIXL counters); a
+  replacement is the test's to add, as KubeRay would;
+* ``GET /api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/metrics`` (the pod proxy): the pod's
+  ``nixl_metrics`` as Ray exports them, 503 for another port or a pod without counters;
 * ``GET``/``PATCH`` (JSON merge patch, ``resourceVersion`` checked: 409 on a stale one)
   ``/api/v1/namespaces/{ns}/secrets/{name}`` from ``secrets`` (404 ``Status`` when absent). By
   default the Ray token Secret ``<rs>-ray-token`` holds ``RAY_TOKEN``, as the deploy leaves it;
@@ -643,6 +647,39 @@ def make_ray_node(node_id: str, ip: str, *, head: bool = False) -> dict[str, Any
     }
 
 
+def provider_log(provider: str | None) -> str:
+    """A vLLM GPU worker's stderr: NIXL's LIBFABRIC plugin logs (abseil, INFO) the provider it
+    chose, as ``libfabric_topology.cpp`` in NIXL 1.3 writes it; None: no such line."""
+    lines = ["INFO 11-30 01:02:03 [core.py:58] engine"]
+    if provider == "efa":
+        lines.append(
+            "I1130 01:02:05.101010    5151 libfabric_topology.cpp:131] Discovered 4 EFA devices"
+        )
+    elif provider:
+        lines.append(
+            f"I1130 01:02:05.101010    5151 libfabric_topology.cpp:133] Discovered 1 {provider} "
+            "devices (TCP fallback)"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def nixl_metrics_text(counters: Mapping[str, float]) -> str:
+    """A Ray worker pod's /metrics with vLLM's NIXL series as Ray 2.58 exports them (one label
+    set per engine replica; the histograms' bucket lines are left out)."""
+    labels = 'ReplicaId="r1",engine="0",model_name="qwen3.5-9b"'
+    return (
+        "# HELP ray_vllm_nixl_xfer_time_seconds Histogram of transfer duration.\n"
+        "# TYPE ray_vllm_nixl_xfer_time_seconds histogram\n"
+        f"ray_vllm_nixl_xfer_time_seconds_count{{{labels}}} {counters.get('xfer', 0.0)}\n"
+        f"ray_vllm_nixl_xfer_time_seconds_sum{{{labels}}} {counters.get('xfer', 0.0) * 0.004}\n"
+        "# TYPE ray_vllm_nixl_bytes_transferred histogram\n"
+        f"ray_vllm_nixl_bytes_transferred_count{{{labels}}} {counters.get('xfer', 0.0)}\n"
+        f"ray_vllm_nixl_bytes_transferred_sum{{{labels}}} {counters.get('bytes', 0.0)}\n"
+        "# TYPE ray_vllm_nixl_num_failed_transfers_total counter\n"
+        f"ray_vllm_nixl_num_failed_transfers_total{{{labels}}} {counters.get('failed', 0.0)}\n"
+    )
+
+
 def nixl_log(backend: str | None) -> str:
     """A vLLM GPU worker's stdout; with ``backend`` it contains NIXL's instantiation line."""
     lines = [
@@ -739,6 +776,8 @@ _CA: trustme.CA | None = None
 _CERT: trustme.LeafCert | None = None
 _LOG_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 _PROXY_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy/(.*)$")
+_POD_PROXY_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/:]+):(\d+)/proxy/(.*)$")
+_PROBE_CODE_RE = re.compile(r"access code exactly: ([A-Z0-9]+)\.")
 
 
 def _shared_ca() -> tuple[trustme.CA, trustme.LeafCert]:
@@ -788,6 +827,17 @@ class FakeKubeApi:
             RAY_TOKEN_SECRET: make_secret(RAY_TOKEN_SECRET, {"auth_token": RAY_TOKEN})
         }
         self.ray_token: str | None = RAY_TOKEN
+        # The KV world behind serve-svc's chat completions (stage "serving"): while
+        # ``chat_serving``, a POST answers with the probe's code (or ``chat_answer`` when set),
+        # reports usage.prompt_tokens (characters / 4), and adds to the decode pod's NIXL
+        # counters (``nixl_metrics``, by pod; served on pods/<pod>:8080/proxy/metrics).
+        self.chat_serving = False
+        self.chat_answer: str | None = None
+        self.kv_decode_pod = WORKER_POD_B
+        self.kv_transfers_per_chat = 1
+        self.kv_bytes_per_token = 96 * 1024
+        self.kv_failed_per_chat = 0
+        self.nixl_metrics: dict[str, dict[str, float]] = {}
         self.requests: list[RecordedRequest] = []
         self._proxy: dict[tuple[str, int, str, str], ProxyResponse] = {}
         self._faults: list[_Fault] = []
@@ -907,11 +957,18 @@ class FakeKubeApi:
     def head_service(self) -> str:
         return f"{self.rayservice_name}-head-svc"
 
-    def set_nixl_backend(self, prefill: str | None, decode: str | None = "same") -> None:
-        """Rewrite both GPU workers' logs so NIXL reports these backends (None: no line)."""
+    def set_nixl_backend(
+        self, prefill: str | None, decode: str | None = "same", *, provider: str | None = "efa"
+    ) -> None:
+        """Rewrite both GPU workers' logs so NIXL reports these backends (None: no line) and,
+        for LIBFABRIC, the libfabric ``provider`` (None: no provider line)."""
         decode_backend = prefill if decode == "same" else decode
-        self.ray_logs[RAY_NODE_A] = _worker_logs(PREFILL_WORKER_ID, nixl_log(prefill))
-        self.ray_logs[RAY_NODE_B] = _worker_logs(DECODE_WORKER_ID, nixl_log(decode_backend))
+        for node, worker, backend in (
+            (RAY_NODE_A, PREFILL_WORKER_ID, prefill),
+            (RAY_NODE_B, DECODE_WORKER_ID, decode_backend),
+        ):
+            errors = provider_log(provider if backend == "LIBFABRIC" else None)
+            self.ray_logs[node] = _worker_logs(worker, nixl_log(backend), errors)
 
     def set_aggregated(
         self,
@@ -956,6 +1013,9 @@ class FakeKubeApi:
         self.serve_applications = None
         self.ray_nodes = []
         self.ray_logs = {}
+        self.chat_serving = False
+        self.chat_answer = None
+        self.nixl_metrics = {}
         system = make_node(SYSTEM_NODE, role="system", gpus=0, efa=0, instance_type="m7i.xlarge")
         head = make_pod(HEAD_POD, node_type="head", node=SYSTEM_NODE, ip=HEAD_IP)
         if index == 0:
@@ -996,17 +1056,15 @@ class FakeKubeApi:
             make_ray_node(RAY_NODE_B, WORKER_IP_B),
         ]
         self.set_nixl_backend(None)
+        self.nixl_metrics = {
+            WORKER_POD_A: {"xfer": 0.0, "bytes": 0.0, "failed": 0.0},
+            WORKER_POD_B: {"xfer": 0.0, "bytes": 0.0, "failed": 0.0},
+        }
         if index >= 3:
             models = {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}
             self.set_proxy(self.serve_service, 8000, "v1/models", body=models)
         if index >= 4:
-            self.set_proxy(
-                self.serve_service,
-                8000,
-                "v1/chat/completions",
-                method="POST",
-                body=chat_completion_body(model=self.model_id),
-            )
+            self.chat_serving = True
             self.set_nixl_backend("LIBFABRIC")
 
     # -- request handling (called from server threads) --------------------------------------
@@ -1046,6 +1104,17 @@ class FakeKubeApi:
             if job is None:
                 return _not_found(f'jobs.batch "{name}" not found')
             return _json(200, job)
+        pod_path = re.match(rf"^/api/v1/namespaces/{re.escape(ns)}/pods/([^/:]+)$", path)
+        if method == "DELETE" and pod_path:
+            # The pod goes (its controller, KubeRay, would create a replacement: the test's part).
+            name = pod_path.group(1)
+            with self._lock:
+                found = [p for p in self.pods if p["metadata"]["name"] == name]
+                self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
+                self.nixl_metrics.pop(name, None)
+            if not found:
+                return _not_found(f'pods "{name}" not found')
+            return _json(200, found[0])
         log = _LOG_RE.match(path)
         if method == "GET" and log and log.group(1) == ns:
             return self._pod_log(log.group(2), query)
@@ -1083,10 +1152,21 @@ class FakeKubeApi:
             if name not in self.rayclusters:
                 return _not_found(f'rayclusters.ray.io "{name}" not found')
             return _json(200, self.rayclusters[name])
+        pod_proxy = _POD_PROXY_RE.match(path)
+        if pod_proxy and pod_proxy.group(1) == ns and method == "GET":
+            return self._pod_metrics(
+                pod_proxy.group(2), int(pod_proxy.group(3)), pod_proxy.group(4)
+            )
         proxy = _PROXY_RE.match(path)
         if proxy and proxy.group(1) == ns:
             return self._route_proxy(
-                method, proxy.group(2), int(proxy.group(3)), proxy.group(4), query, headers or {}
+                method,
+                proxy.group(2),
+                int(proxy.group(3)),
+                proxy.group(4),
+                query,
+                headers or {},
+                body,
             )
         return _not_found("the server could not find the requested resource")
 
@@ -1163,6 +1243,44 @@ class FakeKubeApi:
             self.secrets[name] = updated
             return _json(200, updated)
 
+    def _pod_metrics(self, pod: str, port: int, rest: str) -> ProxyResponse:
+        if not any(p["metadata"]["name"] == pod for p in self.pods):
+            return _not_found(f'pods "{pod}" not found')
+        with self._lock:
+            counters = self.nixl_metrics.get(pod)
+        if port != 8080 or rest != "metrics" or counters is None:
+            return _json(
+                503,
+                status_body(
+                    503,
+                    "ServiceUnavailable",
+                    f"error trying to reach service: dial tcp {pod}:{port}: connect: "
+                    "connection refused",
+                ),
+            )
+        return ProxyResponse(200, nixl_metrics_text(counters).encode(), "text/plain")
+
+    def _chat(self, body: bytes) -> ProxyResponse:
+        """A chat completion of the serving world: the answer holds the probe's code when the
+        KV cache arrived intact (``chat_answer`` None), and the decode pod counts the pull."""
+        request = json.loads(body or b"{}")
+        content = " ".join(str(m.get("content", "")) for m in request.get("messages") or [])
+        found = _PROBE_CODE_RE.search(content)
+        text = self.chat_answer
+        if text is None:
+            text = f"The access code is {found.group(1)}." if found else COMPLETION_TEXT
+        prompt_tokens = max(1, len(content) // 4)
+        with self._lock:
+            counters = self.nixl_metrics.get(self.kv_decode_pod)
+            if counters is not None:
+                counters["xfer"] += self.kv_transfers_per_chat
+                counters["failed"] += self.kv_failed_per_chat
+                if self.kv_transfers_per_chat:
+                    counters["bytes"] += prompt_tokens * self.kv_bytes_per_token
+        answer = chat_completion_body(text, model=self.model_id)
+        answer["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8}
+        return _json(200, answer)
+
     def _route_proxy(
         self,
         method: str,
@@ -1171,6 +1289,7 @@ class FakeKubeApi:
         rest: str,
         query: dict[str, str],
         headers: Mapping[str, str],
+        body: bytes = b"",
     ) -> ProxyResponse:
         if service == self.head_service and port == 8265 and self.ray_token is not None:
             # Ray's token middleware (http_token_authentication.py) in front of every route.
@@ -1185,6 +1304,14 @@ class FakeKubeApi:
             explicit = self._proxy.get((service, port, method, rest))
         if explicit is not None:
             return explicit
+        if (
+            self.chat_serving
+            and service == self.serve_service
+            and port == 8000
+            and method == "POST"
+            and rest == "v1/chat/completions"
+        ):
+            return self._chat(body)
         if service == self.head_service and port == 8265 and method == "GET":
             dashboard = self._dashboard(rest, query)
             if dashboard is not None:
@@ -1336,7 +1463,7 @@ def finish_job(job: dict[str, Any], *, succeeded: bool, reason: str = "") -> Non
     }
 
 
-def _worker_logs(worker_id: str, nixl_text: str) -> dict[str, str]:
+def _worker_logs(worker_id: str, nixl_text: str, engine_errors: str = "") -> dict[str, str]:
     """One GPU node's Ray log files, as the log API lists them: the Serve replica's worker
     files, its vLLM GPU worker actor's (same job, another worker id; NIXL prints "Backend ...
     was instantiated" to its stdout, so ``.out``), and a pool of idle workers whose ``.err``
@@ -1346,7 +1473,8 @@ def _worker_logs(worker_id: str, nixl_text: str) -> dict[str, str]:
         "raylet.out": "raylet started\n",
         f"worker-{worker_id}-01000000-4242.err": "INFO replica starting the vLLM engine\n",
         f"worker-{worker_id}-01000000-4242.out": "replica started\n",
-        f"worker-{gpu_worker}-01000000-5151.err": "INFO 11-30 01:02:03 [core.py:58] engine\n",
+        f"worker-{gpu_worker}-01000000-5151.err": engine_errors
+        or "INFO 11-30 01:02:03 [core.py:58] engine\n",
         f"worker-{gpu_worker}-01000000-5151.out": nixl_text,
         "python-core-worker-abc_4242.log": "core worker log\n",
     }

@@ -959,7 +959,9 @@ def log_files_to_read(files: Iterable[str], target: NixlTarget, max_files: int) 
     of a vLLM GPU worker actor the engine starts beside it (same job, another worker id). So:
     the replica's ``.out``, the ``.out`` files of its job, any other ``.out``; only then the
     ``.err`` files and the Serve replica log, which would hold the line only if logging were
-    redirected. Files of other processes (raylet, GCS, dashboard...) are never read.
+    redirected. NIXL's LIBFABRIC plugin logs the libfabric provider it chose on stderr, so the
+    ``.err`` files of the replica's job come next. Files of other processes (raylet, GCS,
+    dashboard...) are never read.
     """
     unique = list(dict.fromkeys(files))
 
@@ -982,7 +984,9 @@ def log_files_to_read(files: Iterable[str], target: NixlTarget, max_files: int) 
             own = worker in target.worker_ids
             if stream == "out":
                 return 0 if own else 1 if job in own_jobs else 2
-            return 3 if own else 5
+            # NIXL's C++ plugins log to stderr (the libfabric provider line), so the .err of
+            # the engine's own job comes before other processes' .err files.
+            return 3 if own else 4 if job in own_jobs else 5
         if target.replica_log and base(target.replica_log) == b:
             return 4
         if b.startswith("worker-") and b.endswith(".out"):
@@ -1005,6 +1009,28 @@ class KvBackendReport:
     backends: tuple[tuple[str, str], ...] = ()
     reason: str = ""  # set when nothing could be read at all
     sources: Mapping[str, str] = field(default_factory=dict)
+    # The libfabric provider per LIBFABRIC worker ("efa"/"tcp"/"sockets"/"unknown: <why>").
+    providers: tuple[tuple[str, str], ...] = ()
+    files_read: int = 0
+    out_of_budget: bool = False
+
+    def looked_at(self) -> str:
+        """What was read, for a message that says where the evidence was sought."""
+        if not self.backends:
+            return f"the Ray dashboard's log API ({self.reason or 'no worker logs read'})"
+        labels = ", ".join(label for label, _ in self.backends)
+        return (
+            f"{self.files_read} worker log file(s) of {labels} through the Ray dashboard's log "
+            "API (worker-*.out and .err of the engine's Ray job)"
+        )
+
+    def provider_value(self, configured: str) -> str:
+        """The ``KvProvider`` Data value: the libfabric provider per worker, prefill first."""
+        if configured.upper() != "LIBFABRIC":
+            return "none (UCX: no libfabric provider)"
+        if not self.providers:
+            return f"unknown: {self.reason or 'no worker logs read'}"
+        return ",".join(provider for _, provider in self.providers)
 
     def value(self) -> str:
         """The ``KvBackend`` Data value: comma-joined per worker, prefill first."""

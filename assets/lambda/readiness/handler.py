@@ -7,10 +7,15 @@ it returns ``IsComplete: True`` (with ``Data``) or raises. Each ``is_complete`` 
 2. the RayService's ``Ready`` condition is True and the Serve app is ``RUNNING``;
 3. prefill and decode run on different nodes (``ServingMode`` aggregated: each engine on a node
    of its own);
-4. ``/v1/models`` lists the model and a short chat completion returns text (through the API
-   server's service proxy, so the Lambda needs no route to pod IPs);
-5. which NIXL backend each worker instantiated, from the Ray dashboard's log API (not for an
-   aggregated app, which moves no KV cache).
+4. the Ray dashboard refuses a request without the Ray token (token auth is enforced);
+5. ``/v1/models`` lists the model and the KV integrity probe (``kvproof``: a ~2,500-token
+   prompt with a random code only at its start, temperature 0) answers with the code (through
+   the API server's service proxy, so the Lambda needs no route to pod IPs);
+6. (P/D only) the decode engines' NIXL counters, read from their metrics port through the API
+   server's pod proxy before and after the probe: the transfer count rose, no transfer failed,
+   the bytes moved fit the prompt; and, from the Ray dashboard's log API, the NIXL backend each
+   engine instantiated and, with LIBFABRIC, the libfabric provider (``efa``; ``tcp`` or no
+   evidence fails).
 
 Terminal states raise at once with a message a person can act on; the Provider turns the
 exception into the CloudFormation failure reason. Nothing survives between polls except the
@@ -33,13 +38,14 @@ from typing import Any
 
 import checks
 import kube
+import kvproof
 from pd_lambda import props as props_helpers
 from pd_lambda import rollback
 
 LOG = logging.getLogger("readiness")
 
 STARTED_AT_KEY = "ReadinessStartedAt"  # top-level, so it never leaks into the resource's Data
-DEFAULT_TIMEOUT_SECONDS = 3600  # CloudFormation's one-hour cap on a custom resource
+DEFAULT_TIMEOUT_SECONDS = 3300  # readinessTimeoutMinutes' default, below CloudFormation's hour
 DEFAULT_QUERY_INTERVAL_SECONDS = 30
 DEFAULT_POLL_BUDGET_SECONDS = 180.0
 # A GPU pod still failing to schedule this long after the last GPU node turned Ready is not
@@ -55,8 +61,16 @@ OBJECT_WARNING_MIN_COUNT = 2
 # Worst case for one API call: 4 attempts x 10 s timeout + 7 s backoff. The poll reserves it so
 # a call started just inside the budget still ends well before the Lambda timeout.
 SLOWEST_CALL_SECONDS = 60
+# The polling function's timeout (pd_constructs/readiness.py HANDLER_TIMEOUT): no poll lasts
+# longer, whatever it does.
+MAX_POLL_SECONDS = 300
 SERVE_PORT = 8000
 DASHBOARD_PORT = 8265
+METRICS_PORT = 8080  # RAY_PORTS.metrics_export; the construct passes it as MetricsPort
+# Ray's workers hand their metrics to the node's metrics agent every metrics_report_interval_ms
+# (10 s by default), so a counter can lag the request that moved it: re-read for up to ~30 s.
+COUNTER_READS = 6
+COUNTER_WAIT_SECONDS = 5.0
 # One attempt only: a 503 from a proxy without endpoints just means "next poll", and a single
 # 45 s call keeps the poll inside SLOWEST_CALL_SECONDS.
 CHAT_TIMEOUT_SECONDS = 45.0
@@ -67,7 +81,7 @@ LOG_LINES = 3000
 LOG_FILES_PER_WORKER = 24
 MAX_REASON_CHARS = 1500
 # CloudFormation caps a custom resource response at 4 KiB, Data included.
-MAX_DATA_VALUE_CHARS = 300
+MAX_DATA_VALUE_CHARS = 200
 KV_BACKENDS = ("LIBFABRIC", "UCX")
 SERVING_MODES = ("pd", "aggregated")
 
@@ -138,6 +152,8 @@ class Props:
     # Optional property RayAuthSecret: the Secret with the Ray token the dashboard requires
     # (rayClusterConfig.authOptions.secretName); empty = the dashboard takes no token.
     ray_auth_secret: str = ""
+    # Optional property MetricsPort: the Ray pods' Prometheus port (KubeRay's ``metrics``).
+    metrics_port: int = METRICS_PORT
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     query_interval_seconds: int = DEFAULT_QUERY_INTERVAL_SECONDS
 
@@ -186,6 +202,7 @@ class Props:
             serving_mode=serving_mode,
             gpus_per_worker=_positive_int(properties, "GpusPerWorker", 1),
             ray_auth_secret=str(properties.get("RayAuthSecret") or ""),
+            metrics_port=_positive_int(properties, "MetricsPort", METRICS_PORT),
             timeout_seconds=_positive_int(properties, "TimeoutSeconds", DEFAULT_TIMEOUT_SECONDS),
             query_interval_seconds=_positive_int(
                 properties, "QueryIntervalSeconds", DEFAULT_QUERY_INTERVAL_SECONDS
@@ -213,6 +230,8 @@ def make_client(props: Props, *, sleep: Callable[[float], None] = time.sleep) ->
 
 client_factory: Callable[[Props], kube.KubeClient] = make_client
 clock: Callable[[], float] = time.time
+# Waits between re-reads of the NIXL counters (tests replace it with a no-op).
+counter_sleep: Callable[[float], None] = time.sleep
 
 
 # --- the Provider contract -----------------------------------------------------------------
@@ -292,7 +311,9 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
             "PhysicalResourceId": physical_id_with_data(props.physical_id, outcome.data),
         }
 
-    elapsed = now - started
+    # Measured when this poll ends, not when it began: the decision is whether the *next*
+    # poll could still end before the deadline.
+    elapsed = max(now, clock()) - started
     give_up_after = _give_up_after(props, settings)
     LOG.info(
         "poll: pending %s (%.0f s of %d s): %s",
@@ -316,13 +337,18 @@ def _started_at(event: Mapping[str, Any], now: float) -> float:
 
 
 def _give_up_after(props: Props, settings: Settings) -> float:
-    """Seconds after the start at which a still-pending poll raises with our own message.
+    """Seconds after the start past which a poll that ends still pending raises our own message.
 
-    The Provider's total timeout would end the wait with a bare "Operation timed out", so we
-    stop first. Polls are at most one query interval plus one poll apart, so raising from the
-    first poll past ``timeout - (interval + budget + slowest call)`` lands before the hard stop.
+    The deadline is ``TimeoutSeconds`` (``readinessTimeoutMinutes``, at most 55), which the
+    construct keeps below both the Provider's total timeout and CloudFormation's one-hour limit
+    on a custom resource, so neither ends the wait with a bare "Operation timed out" (issue 24
+    item 10). The next poll starts one query interval after this one ends and lasts at most
+    ``MAX_POLL_SECONDS`` (the polling function's timeout), so a poll that ends later than
+    ``timeout - (interval + MAX_POLL_SECONDS)`` is the last one that can end before the
+    deadline: it raises. Never before half the timeout (short test timeouts).
     """
-    margin = props.query_interval_seconds + settings.poll_budget_seconds + SLOWEST_CALL_SECONDS
+    del settings  # the budget is inside MAX_POLL_SECONDS
+    margin = props.query_interval_seconds + MAX_POLL_SECONDS
     return max(props.timeout_seconds / 2, props.timeout_seconds - margin)
 
 
@@ -344,6 +370,10 @@ DATA_KEYS = (
     "Models",
     "CompletionSample",
     "KvBackend",
+    "KvProvider",
+    "KvTransfer",
+    "IntegrityProbe",
+    "RayTokenEnforced",
     "ServeService",
 )
 ID_DATA_KEYS = tuple(k for k in DATA_KEYS if k != "ServeService")
@@ -517,16 +547,32 @@ def check(
             )
         return _pending("models", models_status)
 
+    if late := out_of_budget("ray-token"):
+        return late
+    token_enforced = ray_token_enforced(dashboard)
+    if token_enforced.startswith("unknown"):
+        # The dashboard did not answer (5xx, 429, no route): not proven yet, ask again.
+        return _pending("ray-token", token_enforced)
+
+    pd = props.serving_mode == "pd"
+    metric_pods = decode_metric_pods(place, serve_json, props.app_name) if pd else []
     if late := out_of_budget("chat-completion"):
         return late
-    sample, completion_status = _chat_completion(client, props)
-    if not sample:
-        return _pending("chat-completion", completion_status)
+    run = kv_probe(client, props, metric_pods if pd else None)
+    if run.pending:
+        return _pending(run.pending_check, run.pending)
+    if run.failure:
+        raise ReadinessError(run.failure)
+    probe, verdict = run.probe, run.verdict
+    assert probe is not None
 
-    if props.serving_mode == "aggregated":
-        return Outcome(
-            complete=True, data=_aggregated_data(props, nodes, state, place, models, sample)
-        )
+    if not pd:
+        data = _aggregated_data(props, nodes, state, place, models, probe.answer)
+        data["IntegrityProbe"] = probe.describe()[:MAX_DATA_VALUE_CHARS]
+        data["RayTokenEnforced"] = token_enforced
+        return Outcome(complete=True, data=data)
+    assert verdict is not None
+
     kv = read_nixl_backends(
         dashboard,
         serve_json,
@@ -542,6 +588,10 @@ def check(
             'kv_connector_extra_config.backends: ["LIBFABRIC"] in both prefill_config and '
             "decode_config, FI_PROVIDER=efa on the workers, and request vpc.amazonaws.com/efa"
         )
+    if kv.out_of_budget:
+        return _pending("kv-backend", "poll budget used up while reading the engines' logs")
+    if failure := backend_failure(props.kv_backend, kv):
+        raise ReadinessError(failure)
 
     if place.method == "serve-replicas":
         prefill_node = ",".join(place.prefill_nodes)
@@ -555,11 +605,154 @@ def check(
         "DecodeNode": decode_node,
         "PlacementMethod": place.method,
         "Models": ",".join(models),
-        "CompletionSample": " ".join(sample.split())[:SAMPLE_CHARS],
+        "CompletionSample": " ".join(probe.answer.split())[:SAMPLE_CHARS],
         "KvBackend": kv.value(),
+        "KvProvider": kv.provider_value(props.kv_backend),
+        "KvTransfer": verdict.summary,
+        "IntegrityProbe": probe.describe(),
+        "RayTokenEnforced": token_enforced,
         "ServeService": f"{props.serve_service}.{ns}:{SERVE_PORT}",
     }
     return Outcome(complete=True, data={k: v[:MAX_DATA_VALUE_CHARS] for k, v in data.items()})
+
+
+@dataclass(frozen=True)
+class KvProbeRun:
+    """One KV integrity probe with the NIXL counters around it. ``pending`` (with
+    ``pending_check``) when it could not be judged yet (an engine or metrics endpoint not
+    answering: try again); ``failure`` when it was judged and failed; else ``probe`` and, when
+    counters were read, ``verdict`` say what passed."""
+
+    probe: kvproof.ProbeResult | None = None
+    verdict: kvproof.KvTransferVerdict | None = None
+    pending: str = ""
+    pending_check: str = ""
+    failure: str = ""
+
+
+def kv_probe(
+    client: kube.KubeClient, props: Props, metric_pods: Sequence[str] | None
+) -> KvProbeRun:
+    """Read the NIXL counters of ``metric_pods`` (None: an aggregated app, no counters), send
+    the integrity probe, and re-read the counters until the transfer shows (Ray exports them
+    every 10 s). The one implementation behind the readiness check, the scheduled KV probe and
+    the CLI's ``smoke``, ``efa-check`` and ``drill``."""
+    before: kvproof.NixlCounters | None = None
+    if metric_pods is not None:
+        before, status = read_nixl_counters(client, props, metric_pods)
+        if before is None:
+            return KvProbeRun(pending=status, pending_check="kv-counters")
+    probe, status = _chat_completion(client, props, kvproof.new_code())
+    if probe is None:
+        return KvProbeRun(pending=status, pending_check="chat-completion")
+    if failure := kvproof.probe_failure(probe):
+        return KvProbeRun(probe=probe, failure=failure)
+    if metric_pods is None or before is None:
+        return KvProbeRun(probe=probe)
+    verdict = None
+    for attempt in range(COUNTER_READS):
+        if attempt:
+            counter_sleep(COUNTER_WAIT_SECONDS)
+        after, status = read_nixl_counters(client, props, metric_pods)
+        if after is None:
+            return KvProbeRun(probe=probe, pending=status, pending_check="kv-counters")
+        verdict = kvproof.transfer_verdict(before, after, probe.prompt_tokens)
+        if (after.transfers or 0.0) > (before.transfers or 0.0):
+            break
+    assert verdict is not None
+    return KvProbeRun(probe=probe, verdict=verdict, failure=verdict.failure)
+
+
+def ray_token_enforced(dashboard: kube.RayDashboard) -> str:
+    """Prove the dashboard refuses a request without the Ray token: 401/403 passes; an answer
+    fails the deploy (an image whose Ray predates token authentication, 2.52, starts the
+    dashboard open and ignores authOptions). Skipped, and said so, without a token Secret."""
+    if not dashboard.token_secret:
+        return "not checked: no RayAuthSecret (the dashboard takes no token)"
+    # The endpoint the check reads with the token: a route that is certainly not exempt
+    # (Ray 2.58's token_auth_middleware, ray/_private/authentication/
+    # http_token_authentication.py, answers 401 without a token and 403 with a wrong one).
+    where = (
+        f"GET /api/serve/applications/ via {dashboard.service}:{dashboard.port} without the "
+        "Ray token"
+    )
+    try:
+        dashboard.client.service_proxy(
+            dashboard.namespace,
+            dashboard.service,
+            dashboard.port,
+            "api/serve/applications/",
+            retries=1,
+        )
+    except kube.UpstreamAuthError as exc:
+        return f"yes: {exc.status} without the token"
+    except kube.KubeAuthError:
+        raise
+    except kube.KubeApiError as exc:
+        if exc.status is not None and exc.status < 500 and exc.status != 429:
+            raise ReadinessError(
+                f"Ray token authentication is not proven: {where} answered {exc.status} "
+                f"({exc.reason}), not 401/403"
+            ) from None
+        return f"unknown: {where}: {exc.reason or exc}"
+    raise ReadinessError(
+        f"Ray token authentication is not enforced: {where} was answered, not refused with "
+        "401/403; the image's Ray is older than 2.52 or authOptions did not reach the "
+        "RayCluster: use a Ray >= 2.52 image and check rayClusterConfig.authOptions"
+    )
+
+
+def decode_metric_pods(place: checks.Placement, serve_json: Any, app_name: str) -> list[str]:
+    """The pods whose metrics port carries the decode engines' NIXL counters: the worker pods
+    of the RUNNING decode replicas (by node IP), else every running worker pod (prefill's
+    engines count no pulls, so the sum is still decode's)."""
+    ips = {
+        r.node_ip
+        for r in checks.serve_replicas(serve_json, app_name)
+        if r.role == "decode" and r.state == "RUNNING" and r.node_ip
+    }
+    workers = [p for p in place.pods if p.role == "worker" and p.phase == "Running"]
+    chosen = sorted(p.name for p in workers if p.ip in ips)
+    return chosen or sorted(p.name for p in workers)
+
+
+def read_nixl_counters(
+    client: kube.KubeClient, props: Props, pods: Sequence[str]
+) -> tuple[kvproof.NixlCounters | None, str]:
+    """The NIXL counters summed over ``pods``, read from ``/metrics`` on the metrics port
+    through the API server's pod proxy; None and why when a pod's metrics are unreadable."""
+    if not pods:
+        return None, "no running worker pod to read NIXL metrics from"
+    texts: dict[str, str] = {}
+    for pod in pods:
+        where = f"GET /metrics of pod {pod}:{props.metrics_port}"
+        try:
+            texts[pod] = client.pod_proxy(
+                props.namespace, pod, props.metrics_port, "metrics", retries=1
+            )
+        except kube.KubeAuthError:
+            raise
+        except kube.KubeApiError as exc:
+            return None, f"{where}: {exc.reason or exc}"
+    return kvproof.NixlCounters.from_texts(texts), f"read NIXL metrics of {', '.join(pods)}"
+
+
+def backend_failure(kv_backend: str, kv: checks.KvBackendReport) -> str | None:
+    """No evidence is no proof: every engine must show the configured NIXL backend, and with
+    LIBFABRIC the ``efa`` provider (kvproof.provider_failure)."""
+    looked_at = kv.looked_at()
+    wrong = [
+        f"{label}: {backend}" for label, backend in kv.backends if backend != kv_backend.upper()
+    ]
+    if not kv.backends or wrong:
+        found = "; ".join(wrong) or f"unknown: {kv.reason or 'no worker logs read'}"
+        return (
+            f"no evidence that NIXL instantiated {kv_backend.upper()} ({found}); looked at "
+            f"{looked_at}: the deploy cannot prove which transport moves the KV cache; check "
+            "the workers' logs for 'Backend ... was instantiated' (python -m ray_pd_eks "
+            "efa-check)"
+        )
+    return kvproof.provider_failure(kv_backend, dict(kv.providers), looked_at)
 
 
 def _aggregated_data(
@@ -579,6 +772,8 @@ def _aggregated_data(
         "Models": ",".join(models),
         "CompletionSample": " ".join(sample.split())[:SAMPLE_CHARS],
         "KvBackend": "none (aggregated: no KV transfer)",
+        "KvProvider": "none (aggregated: no KV transfer)",
+        "KvTransfer": "none (aggregated: no KV transfer)",
         "ServeService": f"{props.serve_service}.{props.namespace}:{SERVE_PORT}",
     }
     return {k: v[:MAX_DATA_VALUE_CHARS] for k, v in data.items()}
@@ -754,14 +949,12 @@ def _list_models(client: kube.KubeClient, props: Props) -> tuple[list[str], str]
     return models, f"{where}: listed {', '.join(models) or 'no models'}"
 
 
-def _chat_completion(client: kube.KubeClient, props: Props) -> tuple[str, str]:
+def _chat_completion(
+    client: kube.KubeClient, props: Props, code: str
+) -> tuple[kvproof.ProbeResult | None, str]:
+    """Send the KV integrity probe (one attempt: a completion is never sent twice in a poll);
+    the result when the engine answered with text, else None and why (the next poll retries)."""
     where = f"POST /v1/chat/completions via {props.serve_service}:{SERVE_PORT}"
-    request = {
-        "model": props.model_id,
-        "messages": [{"role": "user", "content": "Say OK."}],
-        "max_tokens": 8,
-        "temperature": 0,
-    }
     try:
         _, body = client.service_proxy(
             props.namespace,
@@ -769,7 +962,7 @@ def _chat_completion(client: kube.KubeClient, props: Props) -> tuple[str, str]:
             SERVE_PORT,
             "v1/chat/completions",
             method="POST",
-            json_body=request,
+            json_body=kvproof.probe_request(props.model_id, code),
             timeout=CHAT_TIMEOUT_SECONDS,
             retries=0,
         )
@@ -779,33 +972,17 @@ def _chat_completion(client: kube.KubeClient, props: Props) -> tuple[str, str]:
     except kube.KubeApiError as exc:
         if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (404, 408, 429):
             raise ReadinessError(
-                f"the endpoint rejected a minimal chat completion ({where} returned {exc.status}: "
-                f"{exc.reason}); check the model's engine settings in serveConfigV2"
+                f"the endpoint rejected the KV integrity probe ({where} returned {exc.status}: "
+                f"{exc.reason}); check maxModelLen holds {kvproof.PROBE_MIN_MODEL_LEN} tokens "
+                "and the model's engine settings in serveConfigV2"
             ) from None
-        return "", f"{where}: {exc.reason or exc}"
+        return None, f"{where}: {exc.reason or exc}"
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return "", f"{where}: response is not JSON"
-    text = _completion_text(payload)
-    return text, f"{where}: " + ("returned text" if text else "returned no text")
-
-
-def _completion_text(payload: Any) -> str:
-    """Text of the first choice. Reasoning models may spend a few tokens in a separate
-    reasoning field before any content; that still proves the engine generates."""
-    choices = payload.get("choices") if isinstance(payload, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        return ""
-    choice = choices[0]
-    message = choice.get("message") or {}
-    for value in (
-        message.get("content"),
-        message.get("reasoning_content"),
-        message.get("reasoning"),
-        choice.get("text"),
-    ):
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return ""
+        return None, f"{where}: response is not JSON"
+    result = kvproof.judge_answer(code, payload)
+    if not result.answer:
+        return None, f"{where}: returned no text"
+    return result, f"{where}: returned text"
 
 
 def read_nixl_backends(
@@ -822,8 +999,10 @@ def read_nixl_backends(
 
     Uses the Ray dashboard's log API (through the head service proxy): the Serve replicas name
     the prefill/decode nodes and worker processes; without them, every alive worker node is
-    read. Anything unreadable is reported as ``unknown: <reason>`` — never as success, and never
-    as a failure of the deploy either (the endpoint has already answered).
+    read. Anything unreadable is reported as ``unknown: <reason>``, never as success; the
+    caller decides (``backend_failure``: no evidence fails the deploy). With LIBFABRIC it also
+    reads the libfabric provider NIXL chose (``kvproof.libfabric_provider``), which NIXL logs on
+    the engine worker's stderr.
     """
     try:
         have_replicas = bool(checks.nixl_targets(serve_json, app_name))
@@ -838,28 +1017,146 @@ def read_nixl_backends(
     if not targets:
         return checks.KvBackendReport(reason="the Ray dashboard lists no worker nodes")
     backends: list[tuple[str, str]] = []
+    providers: list[tuple[str, str]] = []
     sources: dict[str, str] = {}
+    read_count = 0
+    late = False
     for target in targets:
         try:
             files = dashboard.list_log_files(target.node_id)
         except kube.KubeApiError as exc:
             backends.append((target.label, f"unknown: cannot list logs ({exc.reason or exc})"))
+            providers.append((target.label, f"unknown: cannot list logs ({exc.reason or exc})"))
             continue
         chosen = checks.log_files_to_read(files, target, max_files)
         found: str | None = None
+        provider: str | None = None
         note = f"no 'Backend ... was instantiated' line in the last {lines} lines of "
         note += f"{len(chosen)} log file(s)"
+        provider_note = f"no 'Discovered <n> EFA|tcp devices' line in {len(chosen)} log file(s)"
         for filename in chosen:
             if deadline is not None and monotonic() > deadline:
-                note = "poll budget used up while reading logs"
+                note = provider_note = "poll budget used up while reading logs"
+                late = True
                 break
             try:
                 text = dashboard.read_log(target.node_id, filename, lines=lines)
             except kube.KubeApiError:
                 continue
-            found = checks.nixl_backend(text)
-            if found:
+            read_count += 1
+            found = found or checks.nixl_backend(text)
+            provider = provider or kvproof.libfabric_provider(text)
+            if found and target.label not in sources:
                 sources[target.label] = filename
+            # UCX has no libfabric provider to find; LIBFABRIC needs both lines.
+            if found and (provider or found != "LIBFABRIC"):
                 break
         backends.append((target.label, found or f"unknown: {note} on {target.label}"))
-    return checks.KvBackendReport(backends=tuple(backends), sources=sources)
+        if found == "LIBFABRIC" or not found:
+            providers.append((target.label, provider or f"unknown: {provider_note}"))
+    return checks.KvBackendReport(
+        backends=tuple(backends),
+        sources=sources,
+        providers=tuple(providers),
+        files_read=read_count,
+        out_of_budget=late,
+    )
+
+
+# --- the scheduled KV probe (kvProbeIntervalMinutes) ---------------------------------------
+
+PROBE_NAMESPACE = "RayPdEks/KvProbe"
+PROBE_METRICS = ("ProbeOk", "KvTransferStalled", "ProviderEfa")
+
+
+def scheduled_probe(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """One KV probe on a schedule (EventBridge), reusing the readiness check's code: the
+    integrity probe with the decode engines' NIXL counters around it and, with LIBFABRIC, the
+    libfabric provider from the engines' logs. Publishes ``PROBE_METRICS`` in CloudWatch's
+    embedded metric format (a log line the Lambda's log group turns into metrics: no
+    ``PutMetricData`` call, so no route to CloudWatch and no IAM permission), and returns what
+    it saw. Never raises: a failure is a ``ProbeOk`` of 0 with the reason logged.
+
+    ``PROBE_PROPERTIES`` (environment) holds the readiness check's ResourceProperties."""
+    settings = read_settings()
+    LOG.setLevel(settings.log_level)
+    props = Props.from_properties(json.loads(os.environ.get("PROBE_PROPERTIES") or "{}"))
+    try:
+        outcome = probe_outcome(props, client_factory(props))
+    except (ReadinessError, kube.KubeApiError) as exc:
+        outcome = {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": _one_line(str(exc))}
+    if props.kv_backend != "LIBFABRIC" or props.serving_mode != "pd":
+        outcome.pop("ProviderEfa", None)
+    emit_metrics(props, outcome)
+    return outcome
+
+
+def probe_outcome(props: Props, client: kube.KubeClient) -> dict[str, Any]:
+    """What one scheduled probe saw, as metric values plus ``Reason``/``Detail`` text."""
+    state = checks.rayservice_state(_get_rayservice(client, props), props.app_name)
+    if not state.running:
+        return {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": state.summary()}
+    ns = props.namespace
+    dashboard = kube.RayDashboard(
+        client,
+        ns,
+        props.rayservice,
+        port=DASHBOARD_PORT,
+        token_secret=props.ray_auth_secret or None,
+    )
+    serve_json, serve_error = _serve_applications(dashboard)
+    pods = checks.ray_pods(
+        client.get_json(f"/api/v1/namespaces/{ns}/pods"), props.rayservice, state.cluster_names
+    )
+    place = checks.placement(pods, serve_json, props.app_name, serve_error=serve_error)
+    pd = props.serving_mode == "pd"
+    run = kv_probe(
+        client, props, decode_metric_pods(place, serve_json, props.app_name) if pd else None
+    )
+    if run.pending:
+        return {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": run.pending}
+    stalled = int(
+        run.verdict is not None
+        and not run.verdict.ok
+        and ("did not rise" in run.verdict.failure or "no NIXL transfer" in run.verdict.failure)
+    )
+    outcome: dict[str, Any] = {
+        "ProbeOk": int(not run.failure),
+        "KvTransferStalled": stalled,
+        "Reason": run.failure,
+        "Detail": run.probe.describe() if run.probe else "",
+    }
+    if run.verdict is not None:
+        outcome["Detail"] += f"; {run.verdict.summary}"
+    if pd and props.kv_backend == "LIBFABRIC":
+        kv = read_nixl_backends(
+            dashboard, serve_json, props.app_name, deadline=time.monotonic() + 60.0
+        )
+        providers = [p for _, p in kv.providers]
+        outcome["ProviderEfa"] = int(bool(providers) and all(p == "efa" for p in providers))
+        outcome["Detail"] += f"; provider {kv.provider_value(props.kv_backend)}"
+    return outcome
+
+
+def emit_metrics(
+    props: Props, outcome: Mapping[str, Any], out: Callable[[str], None] = print
+) -> None:
+    """One CloudWatch embedded-metric-format line (dimension ``RayService``)."""
+    names = [name for name in PROBE_METRICS if name in outcome]
+    line = {
+        "_aws": {
+            "Timestamp": int(clock() * 1000),
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": PROBE_NAMESPACE,
+                    "Dimensions": [["RayService"]],
+                    "Metrics": [{"Name": name, "Unit": "Count"} for name in names],
+                }
+            ],
+        },
+        "RayService": props.rayservice,
+        **{name: outcome[name] for name in names},
+        "Reason": str(outcome.get("Reason", ""))[:MAX_REASON_CHARS],
+        "Detail": str(outcome.get("Detail", ""))[:MAX_REASON_CHARS],
+    }
+    out(json.dumps(line, sort_keys=True))

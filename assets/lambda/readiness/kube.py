@@ -364,6 +364,29 @@ class KubeClient:
             retries=retries,
         )
 
+    def pod_proxy(
+        self,
+        namespace: str,
+        pod: str,
+        port: int,
+        path: str,
+        *,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> str:
+        """GET ``path`` on one pod's port through the API server's proxy subresource
+        (``pods/proxy``), as text: how the readiness check reads a worker's metrics port
+        without a route to pod IPs. The API server connects from its own interfaces, so the
+        pod's NetworkPolicy must admit the control plane on that port."""
+        proxy_path = (
+            f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(pod)}:{int(port)}/proxy/"
+            + path.lstrip("/")
+        )
+        _, body = self.request(
+            "GET", proxy_path, headers={"Accept": "text/plain"}, timeout=timeout, retries=retries
+        )
+        return body.decode("utf-8", errors="replace")
+
     # -- internals ----------------------------------------------------------------------------
 
     def _bearer(self) -> str:

@@ -1,0 +1,133 @@
+"""``drill``: delete one engine's worker pod, wait for the endpoint and the KV probe, report
+the downtime; a stale peer fails with the reason, the event and the recover command.
+
+KubeRay's and Serve's part (a replacement pod, the replica moving to it) is played between
+polls with the harness clock's ``on_sleep`` hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ray_pd_eks import lambda_code
+from ray_pd_eks.cli import drill
+from tests import rbac
+from tests.cli_fixtures import Harness, cli_harness
+from tests.fakes import kube_api as fake
+from tests.fakes.kube_api import FakeKubeApi
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+NEW_DECODE_POD = f"{fake.RAY_CLUSTER}-gpu-workers-worker-n3wp0"
+
+
+@pytest.fixture
+def cli(kube_api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    monkeypatch.setattr(lambda_code.handler(), "counter_sleep", lambda _: None)
+    return cli_harness(kube_api, tmp_path)
+
+
+def replace_decode_pod(server: FakeKubeApi) -> None:
+    """KubeRay's replacement on the same node and IP, with fresh counters."""
+    server.pods.append(fake.make_pod(NEW_DECODE_POD, node=fake.GPU_NODE_B, ip=fake.WORKER_IP_B))
+    server.nixl_metrics[NEW_DECODE_POD] = {"xfer": 0.0, "bytes": 0.0, "failed": 0.0}
+    server.kv_decode_pod = NEW_DECODE_POD
+
+
+def app_down(server: FakeKubeApi) -> None:
+    server.rayservice = fake.make_rayservice(ready=True, app_status="DEPLOYING")
+
+
+def app_up(server: FakeKubeApi) -> None:
+    server.rayservice = fake.make_rayservice(ready=True, app_status="RUNNING")
+
+
+def recovered(server: FakeKubeApi) -> None:
+    replace_decode_pod(server)
+    app_up(server)
+
+
+def test_decode_restart_measures_the_downtime(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [
+        lambda: app_down(kube_api),
+        lambda: recovered(kube_api),
+    ]
+    result = cli.run("drill", "decode-restart", "--yes", "--interval", "10")
+    assert result.code == 0, result.out + result.err
+    (deleted,) = kube_api.requests_to("/pods/", "DELETE")
+    assert deleted.path == f"/api/v1/namespaces/inference/pods/{fake.WORKER_POD_B}"
+    assert "deleting pod inference/" + fake.WORKER_POD_B + " (the decode engine)" in result.out
+    assert "waiting: RayService: " in result.out
+    assert "OK: the endpoint served again after 20s (downtime)" in result.out
+    assert "OK    integrity     code " in result.out
+    assert "OK    transfer      1 transfer(s)" in result.out
+
+
+def test_a_stale_peer_fails_with_reason_event_and_recover_command(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """Prefill came back RUNNING, but decode's pulls keep failing: a stale peer."""
+    kube_api.set_stage("serving")
+    kube_api.kv_failed_per_chat = 1
+    kube_api.events = [
+        fake.make_event(fake.WORKER_POD_B, "NixlError", "transfer to stale agent failed", ago=5)
+    ]
+    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1
+    assert f"not recovered 1 min after deleting {fake.WORKER_POD_A}" in result.err
+    assert "decode holds a stale peer (1 NIXL transfer(s) failed during the probe" in result.err
+    assert "transfer to stale agent failed" in result.err
+    assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in result.err
+
+
+def test_never_running_again_says_so(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
+    result = cli.run("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1
+    assert "the RayService did not return to RUNNING" in result.err
+    assert "recover with: python -m ray_pd_eks status" in result.err
+
+
+def test_without_yes_nothing_is_deleted(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    result = cli.run("drill", "prefill-restart")
+    assert result.code == 2
+    assert f"deletes pod inference/{fake.WORKER_POD_A} (the prefill engine)" in result.err
+    assert kube_api.requests_to("/pods/", "DELETE") == []
+
+
+@pytest.mark.parametrize(
+    ("last", "ran", "says"),
+    [
+        ("1 NIXL transfer(s) failed during the probe", True, "stale peer"),
+        ("the NIXL transfer count did not rise during the probe", True, "stale peer"),
+        ("KV integrity probe failed: the answer does not contain the code", True, "stale peer"),
+        ("GET /metrics of pod x: 503", True, "the probe never passed"),
+        ("RayService: Ready=False", False, "did not return to RUNNING"),
+    ],
+)
+def test_drill_verdicts(last: str, ran: bool, says: str) -> None:
+    assert says in drill.drill_verdict(last, ran)
+
+
+def test_the_drills_role_covers_each_request_and_each_rule_is_used(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """DRILL_RULES (docs/readiness.md) is least privilege for the drill: every request the
+    drill made is allowed, and every rule allowed one of them."""
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [lambda: recovered(kube_api)]
+    assert cli.run("drill", "decode-restart", "--yes").code == 0
+    rules = [
+        rbac.Rule.from_json(r) for r in drill.drill_rules(fake.RAYSERVICE, fake.RAY_TOKEN_SECRET)
+    ]
+    used: set[int] = set()
+    for request in kube_api.requests:
+        attrs = rbac.attributes(request.method, request.path, request.query)
+        matching = [i for i, rule in enumerate(rules) if rule.matches(attrs)]
+        assert matching, f"drill request not covered by DRILL_RULES: {attrs}"
+        used.update(matching)
+    assert used == set(range(len(rules)))

@@ -1,0 +1,166 @@
+"""The scheduled KV probe (kvProbeIntervalMinutes): its function, schedule and alarms in the
+templates, and ``handler.scheduled_probe`` against the fake API server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pd_constructs import kv_probe
+from ray_pd_eks import lambda_code
+from tests.fakes import kube_api as fake
+from tests.fakes.kube_api import FakeKubeApi
+from tests.synth import Synthesized
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+handler = lambda_code.handler()
+kube = lambda_code.kube()
+
+
+def _probe_function(app: Synthesized) -> dict[str, Any]:
+    (fn,) = [
+        r["Properties"]
+        for r in app.resources("Readiness", "AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") == "handler.scheduled_probe"
+    ]
+    return fn
+
+
+def _alarms(app: Synthesized) -> dict[str, dict[str, Any]]:
+    return {
+        r["Properties"]["MetricName"]: r["Properties"]
+        for r in app.resources("Readiness", "AWS::CloudWatch::Alarm").values()
+    }
+
+
+def test_the_probe_runs_as_the_readiness_poll_with_its_role_and_security_group(
+    default_app: Synthesized,
+) -> None:
+    fn = _probe_function(default_app)
+    # The poll lives with the other providers in the Cluster stack; the probe imports its role
+    # and security group from there.
+    (poll,) = [
+        r["Properties"]
+        for k, r in default_app.resources("Cluster", "AWS::Lambda::Function").items()
+        if k.startswith("ProvidersReadiness")
+        and r["Properties"].get("Handler") == "handler.is_complete"
+    ]
+    role = poll["Role"]["Fn::GetAtt"][0]
+    assert role in json.dumps(fn["Role"])  # same role: same access entry, group and RBAC
+    (group,) = poll["VpcConfig"]["SecurityGroupIds"]
+    (probe_group,) = fn["VpcConfig"]["SecurityGroupIds"]
+    assert group["Fn::GetAtt"][0] in json.dumps(probe_group)
+    assert fn["Timeout"] == 120
+    rule = default_app.only("Readiness", "AWS::Events::Rule")["Properties"]
+    assert rule["ScheduleExpression"] == "rate(15 minutes)"
+    assert handler.PROBE_NAMESPACE == kv_probe.PROBE_NAMESPACE
+
+
+def test_default_alarms_cover_failure_stall_and_provider_on_the_alarm_topic(
+    default_app: Synthesized,
+) -> None:
+    alarms = _alarms(default_app)
+    assert set(alarms) == {"ProbeOk", "KvTransferStalled", "ProviderEfa"}
+    assert alarms["ProbeOk"]["TreatMissingData"] == "breaching"  # no probe proves nothing
+    assert alarms["ProbeOk"]["EvaluationPeriods"] == 2
+    assert alarms["ProbeOk"]["Period"] == 900
+    for alarm in alarms.values():
+        assert alarm["Namespace"] == "RayPdEks/KvProbe"
+        assert alarm["Dimensions"] == [{"Name": "RayService", "Value": "ray-llm"}]
+        assert len(alarm["AlarmActions"]) == 1  # the workload stack's alarm topic
+
+
+def test_without_observability_the_probe_runs_but_raises_no_alarm(
+    variant_app: Synthesized,
+) -> None:
+    """observability=none (the account brings its own): metrics, no alarms, no topic."""
+    assert _alarms(variant_app) == {}
+    assert _probe_function(variant_app)["Handler"] == "handler.scheduled_probe"
+
+
+def test_an_aggregated_app_alarms_only_on_the_integrity_probe(token_app: Synthesized) -> None:
+    assert set(_alarms(token_app)) == {"ProbeOk"}
+
+
+# --- the handler -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def probe_env(kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The function's environment pointing at the fake; returns the metric lines printed."""
+    monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props()))
+    monkeypatch.setattr(handler, "counter_sleep", lambda _: None)
+    monkeypatch.setattr(
+        handler,
+        "client_factory",
+        lambda props: kube.KubeClient(
+            props.endpoint, props.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: None
+        ),
+    )
+    lines: list[dict[str, Any]] = []
+    monkeypatch.setattr(handler, "emit_metrics", _recording(handler.emit_metrics, lines))
+    return lines
+
+
+def _recording(emit: Any, lines: list[dict[str, Any]]) -> Any:
+    def record(props: Any, outcome: Any) -> None:
+        emit(props, outcome, out=lambda text: lines.append(json.loads(text)))
+
+    return record
+
+
+def test_a_healthy_world_publishes_ok_metrics(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("serving")
+    outcome = handler.scheduled_probe({}, None)
+    assert (outcome["ProbeOk"], outcome["KvTransferStalled"], outcome["ProviderEfa"]) == (1, 0, 1)
+    (line,) = probe_env
+    emf = line["_aws"]["CloudWatchMetrics"][0]
+    assert emf["Namespace"] == "RayPdEks/KvProbe" and emf["Dimensions"] == [["RayService"]]
+    assert [m["Name"] for m in emf["Metrics"]] == ["ProbeOk", "KvTransferStalled", "ProviderEfa"]
+    assert line["RayService"] == fake.RAYSERVICE and line["ProbeOk"] == 1
+    assert "returned" in line["Detail"] and "provider efa,efa" in line["Detail"]
+
+
+def test_kv_that_stops_moving_is_a_stall(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.kv_transfers_per_chat = 0
+    outcome = handler.scheduled_probe({}, None)
+    assert (outcome["ProbeOk"], outcome["KvTransferStalled"]) == (0, 1)
+    assert "did not rise" in outcome["Reason"]
+
+
+def test_an_answer_without_the_code_fails_the_probe(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.chat_answer = "no idea"
+    outcome = handler.scheduled_probe({}, None)
+    assert (outcome["ProbeOk"], outcome["KvTransferStalled"]) == (0, 0)
+    assert "does not contain the code" in outcome["Reason"]
+
+
+def test_the_tcp_provider_publishes_provider_efa_zero(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", provider="tcp")
+    assert handler.scheduled_probe({}, None)["ProviderEfa"] == 0
+
+
+def test_an_endpoint_that_is_down_fails_without_raising(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("deploying")
+    outcome = handler.scheduled_probe({}, None)
+    assert outcome["ProbeOk"] == 0 and "app qwen=DEPLOYING" in outcome["Reason"]
+    kube_api.rayservice = None
+    outcome = handler.scheduled_probe({}, None)
+    assert outcome["ProbeOk"] == 0 and "not found" in outcome["Reason"]
+    assert [line["ProbeOk"] for line in probe_env] == [0, 0]

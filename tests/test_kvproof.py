@@ -1,0 +1,177 @@
+"""The KV proof's pure decisions (assets/lambda/readiness/kvproof.py): the integrity probe, the
+NIXL counters from Prometheus text, the transfer verdict and the libfabric provider.
+
+The same functions decide in the readiness Lambda, the scheduled KV probe and the CLI, so each
+limit is tested here at the limit and one past it; tests/test_readiness_handler.py drives them
+through the fake API server."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ray_pd_eks import config, lambda_code
+
+kvproof = lambda_code.kvproof()
+
+
+def test_the_settings_floor_of_maxmodellen_is_the_probes_need() -> None:
+    assert config.MIN_MODEL_LEN == kvproof.PROBE_MIN_MODEL_LEN
+    assert kvproof.PROBE_MIN_MODEL_LEN == kvproof.PROBE_MAX_PROMPT_TOKENS + kvproof.PROBE_MAX_TOKENS
+
+
+def test_the_code_appears_only_in_the_first_line_and_the_prompt_spans_many_blocks() -> None:
+    code = kvproof.new_code()
+    prompt = kvproof.probe_prompt(code)
+    lines = prompt.splitlines()
+    assert code in lines[0] and prompt.count(code) == 1
+    # No digit anywhere else: no part of the filler can pass for the code.
+    assert not any(ch.isdigit() for ch in "\n".join(lines[1:]))
+    # Words are a lower bound on tokens for the tokenizers in use (one word >= one token), and
+    # ~4 characters a token an upper estimate: at least 2,000, at most 3,500 tokens.
+    assert len(prompt.split()) >= kvproof.PROBE_MIN_PROMPT_TOKENS
+    assert len(prompt) / 3.6 <= kvproof.PROBE_MAX_PROMPT_TOKENS
+
+
+def test_codes_are_letters_and_digits_with_at_least_two_of_each() -> None:
+    picks = itertools.cycle("AAAAAAAA" + "A1B2C3D4")  # first attempt all letters: rejected
+    code = kvproof.new_code(lambda alphabet: next(picks))
+    assert code == "A1B2C3D4"
+    for _ in range(50):
+        code = kvproof.new_code()
+        assert len(code) == kvproof.CODE_LENGTH and code.isalnum() and code.upper() == code
+        assert 2 <= sum(c.isdigit() for c in code) <= kvproof.CODE_LENGTH - 2
+
+
+def test_the_request_is_deterministic_short_and_without_thinking() -> None:
+    request = kvproof.probe_request("m", "7QK2M9XD")
+    assert request["temperature"] == 0 and request["max_tokens"] == 48
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def _answer(content: str, tokens: int | None = 2600, field: str = "content") -> dict[str, object]:
+    body: dict[str, object] = {"choices": [{"message": {field: content}}]}
+    if tokens is not None:
+        body["usage"] = {"prompt_tokens": tokens}
+    return body
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "ok"),
+    [
+        ("7QK2M9XD", "content", True),
+        ("The code is 7qk2-m9xd.", "content", True),  # case, dashes and spaces ignored
+        ("7QK2 M9XD", "reasoning_content", True),
+        ("7QK2M9XB", "content", False),  # one character off
+        ("7QK2M9X", "content", False),
+        ("", "content", False),
+    ],
+)
+def test_the_answer_must_contain_the_code(content: str, field: str, ok: bool) -> None:
+    result = kvproof.judge_answer("7QK2M9XD", _answer(content, field=field))
+    assert result.ok is ok
+    failure = kvproof.probe_failure(result)
+    assert (failure is None) is ok
+    if not ok:
+        assert "does not contain the code 7QK2M9XD" in str(failure)
+
+
+@pytest.mark.parametrize(("tokens", "fails"), [(2000, False), (1999, True), (None, False)])
+def test_a_prompt_shorter_than_the_floor_fails(tokens: int | None, fails: bool) -> None:
+    result = kvproof.judge_answer("7QK2M9XD", _answer("7QK2M9XD", tokens))
+    failure = kvproof.probe_failure(result)
+    assert (failure is not None) is fails
+    if fails:
+        assert "only 1999 tokens, fewer than 2000" in str(failure)
+
+
+METRICS = """\
+# HELP ray_vllm_nixl_xfer_time_seconds Histogram of transfer duration.
+# TYPE ray_vllm_nixl_xfer_time_seconds histogram
+ray_vllm_nixl_xfer_time_seconds_bucket{ReplicaId="a",engine="0",le="0.005"} 3.0
+ray_vllm_nixl_xfer_time_seconds_count{ReplicaId="a",engine="0"} 3.0
+ray_vllm_nixl_xfer_time_seconds_count{ReplicaId="b",engine="0"} 2.0
+ray_vllm_nixl_bytes_transferred_sum{ReplicaId="a",engine="0"} 1.5e+06
+ray_vllm_nixl_num_failed_transfers_total{ReplicaId="a",engine="0"} 0.0
+ray_vllm_nixl_num_failed_transfers_total{ReplicaId="b",engine="0"} NaN
+ray_vllm_kv_cache_usage_perc{ReplicaId="a"} 0.4
+"""
+
+
+def test_metric_totals_sum_every_label_set_and_skip_the_rest() -> None:
+    assert kvproof.metric_totals(METRICS) == {
+        kvproof.XFER_COUNT: 5.0,
+        kvproof.BYTES_SUM: 1.5e6,
+        kvproof.FAILED_TOTAL: 0.0,
+    }
+    counters = kvproof.NixlCounters.from_texts({"b": METRICS, "a": METRICS})
+    assert (counters.transfers, counters.bytes, counters.pods) == (10.0, 3e6, ("a", "b"))
+
+
+def test_the_series_names_are_the_ones_the_metrics_table_lists() -> None:
+    from ray_pd_eks.metrics import SERIES
+
+    assert set(kvproof.NIXL_SERIES) <= SERIES
+
+
+def _counters(transfers: float | None, moved: float = 0.0, failed: float = 0.0) -> object:
+    return kvproof.NixlCounters(transfers, moved, failed, ("decode-pod",))
+
+
+TOKENS = 2600
+LOW = (TOKENS - kvproof.UNCOUNTED_TOKENS) * kvproof.MIN_KV_BYTES_PER_TOKEN
+HIGH = TOKENS * kvproof.MAX_KV_BYTES_PER_TOKEN
+
+
+@pytest.mark.parametrize(
+    ("after", "ok", "says"),
+    [
+        (_counters(None), False, "no NIXL transfer was counted"),
+        (_counters(4, 1e9), False, "did not rise during the probe (ray_vllm_nixl_xfer_time"),
+        (_counters(5, 1e9 + LOW, failed=1), False, "1 NIXL transfer(s) failed"),
+        (_counters(5, 1e9 + LOW), True, ""),  # at the floor
+        (_counters(5, 1e9 + LOW - 1), False, "the prompt's KV did not move"),  # one byte short
+        (_counters(5, 1e9 + HIGH), True, ""),  # at the ceiling
+        (_counters(5, 1e9 + HIGH + 1), False, "other requests were moving KV"),
+    ],
+    ids=["absent", "not-risen", "failed", "floor", "below-floor", "ceiling", "above-ceiling"],
+)
+def test_transfer_verdict(after: object, ok: bool, says: str) -> None:
+    before = _counters(4, 1e9)
+    verdict = kvproof.transfer_verdict(before, after, TOKENS)
+    assert verdict.ok is ok
+    assert says in verdict.failure
+    if ok:
+        assert verdict.summary.startswith("1 transfer(s),")
+
+
+def test_without_a_token_count_only_the_rise_is_judged() -> None:
+    verdict = kvproof.transfer_verdict(_counters(0), _counters(1, 10.0), None)
+    assert verdict.ok and verdict.summary == "1 transfer(s), 0.0 MiB"
+
+
+@pytest.mark.parametrize(
+    ("text", "provider"),
+    [
+        ("I1130 01:02:05 5151 libfabric_topology.cpp:131] Discovered 4 EFA devices\n", "efa"),
+        ("Discovered 1 tcp devices (TCP fallback)\n", "tcp"),
+        ("Discovered 1 sockets devices (TCP fallback)\n", "sockets"),
+        ("Discovered 4 EFA devices\nDiscovered 1 tcp devices (TCP fallback)\n", "tcp"),  # last
+        ("Backend LIBFABRIC was instantiated\n", None),
+        ("", None),
+    ],
+)
+def test_libfabric_provider_from_nixls_log_line(text: str, provider: str | None) -> None:
+    assert kvproof.libfabric_provider(text) == provider
+
+
+def test_provider_verdicts() -> None:
+    assert kvproof.provider_failure("LIBFABRIC", {"p": "efa", "d": "efa"}, "logs") is None
+    assert kvproof.provider_failure("UCX", {}, "logs") is None  # UCX has no provider
+    tcp = kvproof.provider_failure("LIBFABRIC", {"p": "efa", "d": "tcp"}, "logs")
+    assert tcp is not None and "TCP provider (d=tcp)" in tcp
+    unknown = kvproof.provider_failure("LIBFABRIC", {"p": "efa", "d": "unknown: x"}, "3 files")
+    assert unknown is not None and "d: unknown: x; looked at 3 files" in unknown
+    nothing = kvproof.provider_failure("LIBFABRIC", {}, "the log API (down)")
+    assert nothing is not None and "no engine logs were read (the log API (down))" in nothing
