@@ -11,7 +11,19 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from tests.cli_fixtures import ACCOUNT, REGION, ROLE_ARN, USER_ARN, Harness, write_cdk_json
+from tests.cli_fixtures import (
+    ACCOUNT,
+    REGION,
+    ROLE_ARN,
+    SSO_PATH,
+    SSO_ROLE,
+    SSO_ROLE_ARN,
+    SSO_SESSION_ARN,
+    USER_ARN,
+    Harness,
+    stub_get_role,
+    write_cdk_json,
+)
 
 G6: dict[str, Any] = {
     "InstanceType": "g6.8xlarge",
@@ -121,7 +133,8 @@ def instance(vcpus: int, cluster: str | None = None) -> dict[str, Any]:
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    return Harness(write_cdk_json(tmp_path, region=REGION))
+    """Someone else (ROLE_ARN) administers: an empty adminPrincipalArns is a FAIL of its own."""
+    return Harness(write_cdk_json(tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN]))
 
 
 def stub_all(
@@ -348,7 +361,11 @@ def test_quota_of_a_family_without_a_known_quota_warns() -> None:
 
 
 def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
-    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuNodeType="p4d.24xlarge"))
+    harness = Harness(
+        write_cdk_json(
+            tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN], gpuNodeType="p4d.24xlarge"
+        )
+    )
     p4d = {
         "InstanceType": "p4d.24xlarge",
         "VCpuInfo": {"DefaultVCpus": 96},
@@ -366,7 +383,9 @@ def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
 
 
 def test_configured_az_that_does_not_offer_the_type_fails(tmp_path: Path) -> None:
-    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuAz="us-west-2d"))
+    harness = Harness(
+        write_cdk_json(tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN], gpuAz="us-west-2d")
+    )
     stub_all(harness, running=[])
     result = harness.run("preflight")
     assert result.code == 1
@@ -448,6 +467,7 @@ def test_ssm_denied_and_no_cdktoolkit_stack_fails_with_the_bootstrap_command(
 
 def test_admin_principal_from_an_assumed_role_is_recognised(harness: Harness) -> None:
     stub_all(harness, arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice", running=[])
+    stub_get_role(harness.session, "Admin")
     result = harness.run(
         "preflight",
         "-c",
@@ -458,6 +478,53 @@ def test_admin_principal_from_an_assumed_role_is_recognised(harness: Harness) ->
     assert f"OK    access        {ROLE_ARN} is in adminPrincipalArns" in result.out
     assert "OK    api endpoint  public for 203.0.113.7/32, and private" in result.out
     assert "0 FAIL, 0 WARN" in result.out
+
+
+def test_an_identity_center_admin_with_the_full_arn_is_recognised(harness: Harness) -> None:
+    """The session ARN has no path; IAM's GetRole gives it, and the whole ARN matches."""
+    stub_all(harness, arn=SSO_SESSION_ARN, running=[])
+    stub_get_role(harness.session, SSO_ROLE, SSO_PATH)
+    result = harness.run("preflight", "-c", f"adminPrincipalArns={SSO_ROLE_ARN}")
+    assert lines_of(result.out, "access") == [
+        f"OK    access        {SSO_ROLE_ARN} is in adminPrincipalArns"
+    ]
+
+
+def test_the_same_role_name_under_another_path_fails(harness: Harness) -> None:
+    """`role/Admin` listed, the caller is `role/team/Admin`: EKS would refuse the entry."""
+    stub_all(harness, arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice", running=[])
+    stub_get_role(harness.session, "Admin", "/team/")
+    result = harness.run("preflight", "-c", f"adminPrincipalArns={ROLE_ARN}")
+    assert lines_of(result.out, "access") == [
+        f"FAIL  access        adminPrincipalArns has {ROLE_ARN}, but your role is "
+        f"arn:aws:iam::{ACCOUNT}:role/team/Admin: that path names no role, and EKS refuses its "
+        "access entry (the Cluster stack fails); `ray-pd-eks settings --remove "
+        f"adminPrincipalArns={ROLE_ARN} --add-admin-me`"
+    ]
+    assert result.code == 1
+
+
+def test_a_denied_get_role_compares_by_name_and_says_the_path_is_unchecked(
+    harness: Harness,
+) -> None:
+    stub_all(harness, arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice", running=[])
+    harness.session.stub("iam").add_client_error("get_role", "AccessDenied", "no", 403)
+    result = harness.run("preflight", "-c", f"adminPrincipalArns={ROLE_ARN}")
+    # The pathless ARN is the listed one: it is the best guess, and it says so.
+    (line,) = lines_of(result.out, "access")
+    assert line.startswith(f"OK    access        {ROLE_ARN} is in adminPrincipalArns")
+
+
+def test_no_admin_at_all_is_a_failure_saying_nobody_can_administer(tmp_path: Path) -> None:
+    harness = Harness(write_cdk_json(tmp_path, region=REGION))
+    stub_all(harness, running=[])
+    result = harness.run("preflight")
+    assert lines_of(result.out, "access") == [
+        "FAIL  access        adminPrincipalArns is empty: NOBODY can administer this cluster "
+        "(no access entry: status/smoke/efa-check and kubectl are denied, for you too); add "
+        "yourself with `ray-pd-eks settings --add-admin-me`"
+    ]
+    assert result.code == 1
 
 
 def test_account_mismatch_fails(harness: Harness) -> None:
@@ -473,7 +540,10 @@ def test_account_mismatch_fails(harness: Harness) -> None:
 def test_no_credentials_is_one_line_exit_3(tmp_path: Path) -> None:
     from tests.cli_fixtures import StubbedSession
 
-    harness = Harness(write_cdk_json(tmp_path, region=REGION), StubbedSession(credentials=False))
+    harness = Harness(
+        write_cdk_json(tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN]),
+        StubbedSession(credentials=False),
+    )
     result = harness.run("preflight", "--profile", "dev")
     assert result.code == 3
     assert result.err == (
@@ -641,7 +711,13 @@ def reservation(**changes: Any) -> dict[str, Any]:
 
 def reserved_harness(tmp_path: Path, **context: Any) -> Harness:
     return Harness(
-        write_cdk_json(tmp_path, region=REGION, gpuCapacityReservationId=RESERVATION_ID, **context)
+        write_cdk_json(
+            tmp_path,
+            region=REGION,
+            adminPrincipalArns=[ROLE_ARN],
+            gpuCapacityReservationId=RESERVATION_ID,
+            **context,
+        )
     )
 
 
@@ -1109,7 +1185,11 @@ def test_node_update_headroom_edge(
 ) -> None:
     """Without a capacity reservation an EKS node update launches 2 extra GPU nodes (twice
     the group's one AZ) before it drains the old ones: a WARN when the quota lacks room."""
-    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuNodeMaxCount=max_count))
+    harness = Harness(
+        write_cdk_json(
+            tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN], gpuNodeMaxCount=max_count
+        )
+    )
     stub_all(harness, quota=quota, running=[_cpus(in_use)] if in_use else [])
     result = harness.run("preflight")
     assert lines_of(result.out, "vCPU quota")[0].startswith("OK    vCPU quota")

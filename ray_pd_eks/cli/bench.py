@@ -459,7 +459,7 @@ def run(app: App) -> int:
     if not state.running:
         raise CheckFailed(
             f"the Serve app is not RUNNING ({state.summary()}): nothing to benchmark yet; "
-            "watch it with `python -m ray_pd_eks status --watch`"
+            "watch it with `ray-pd-eks status --watch`"
         )
     deployed = deployed_settings(rayservice, app)
     if args.input_len + args.output_len > int(deployed["maxModelLen"]):

@@ -21,8 +21,10 @@ from botocore import exceptions as bce
 
 from ray_pd_eks import lambda_code
 from ray_pd_eks.cli.app import App
-from ray_pd_eks.cli.aws import Aws, error_code
+from ray_pd_eks.cli.aws import Aws, error_code, same_name_other_path, same_principal
 from ray_pd_eks.cli.errors import (
+    ADD_ADMIN_ME_COMMAND,
+    CLI,
     DEPLOY_COMMAND,
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -754,18 +756,7 @@ class Preflight:
     def access(self) -> Iterator[Finding]:
         """Can this principal use status/smoke/efa-check after the deploy? Two things decide:
         an access entry on the cluster, and a network path to its API endpoint."""
-        principal = self.aws.principal_arn()
-        if principal in self.config.admin_principal_arns:
-            yield Finding(OK, "access", f"{principal} is in adminPrincipalArns")
-        else:
-            yield Finding(
-                WARN,
-                "access",
-                f"{principal} is not in adminPrincipalArns: status/smoke/efa-check will be denied "
-                "by the cluster; add it with `"
-                f"{SET_COMMAND} adminPrincipalArns="
-                f"{','.join([*self.config.admin_principal_arns, principal])}`",
-            )
+        yield self._admin_finding()
         cidrs = self.config.endpoint_public_cidrs
         if cidrs:
             yield Finding(OK, "api endpoint", f"public for {', '.join(cidrs)}, and private")
@@ -776,6 +767,46 @@ class Preflight:
                 "private only: status/smoke/efa-check and kubectl work from inside the VPC; to "
                 f"use them from here, `{SET_COMMAND} endpointPublicCidrs=<your-ip>/32`",
             )
+
+    def _admin_finding(self) -> Finding:
+        """The caller against adminPrincipalArns, whole ARNs compared (paths included)."""
+        admins = self.config.admin_principal_arns
+        if not admins:
+            return Finding(
+                FAIL,
+                "access",
+                "adminPrincipalArns is empty: NOBODY can administer this cluster (no access "
+                "entry: status/smoke/efa-check and kubectl are denied, for you too); add "
+                f"yourself with `{ADD_ADMIN_ME_COMMAND}`",
+            )
+        me = self.aws.principal()
+        if any(same_principal(me.arn, arn) for arn in admins):
+            return Finding(OK, "access", f"{me.arn} is in adminPrincipalArns")
+        if not me.path_known and any(same_name_other_path(me.arn, a) for a in admins):
+            listed = next(a for a in admins if same_name_other_path(me.arn, a))
+            return Finding(
+                WARN,
+                "access",
+                f"{listed} in adminPrincipalArns names your role, but its path is not "
+                f"checked ({me.unknown_path_reason}); it must be the role's full ARN "
+                "(`aws iam get-role --role-name <name> --query Role.Arn`)",
+            )
+        wrong = [a for a in admins if same_name_other_path(me.arn, a)]
+        if wrong:
+            return Finding(
+                FAIL,
+                "access",
+                f"adminPrincipalArns has {wrong[0]}, but your role is {me.arn}: that path "
+                "names no role, and EKS refuses its access entry (the Cluster stack fails); "
+                f"`{CLI} settings --remove adminPrincipalArns={wrong[0]} --add-admin-me`",
+            )
+        unsure = "" if me.path_known else f" (its path unknown: {me.unknown_path_reason})"
+        return Finding(
+            WARN,
+            "access",
+            f"{me.arn}{unsure} is not in adminPrincipalArns: status/smoke/efa-check will be "
+            f"denied by the cluster; add it with `{ADD_ADMIN_ME_COMMAND}`",
+        )
 
     def endpoint_certificate(self) -> Iterator[Finding]:
         """The ALB's certificate: found here, ISSUED, this region, covering the domain."""
