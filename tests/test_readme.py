@@ -7,8 +7,11 @@ command copied from either must work.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from ray_pd_eks import instance_types
 from ray_pd_eks.cli.main import COMMANDS, build_parser
@@ -146,3 +149,57 @@ def test_no_deploy_shown_carries_a_setting_that_later_commands_would_forget() ->
             assert re.findall(r"-c (\w+)=", command) in ([], ["pipeline"]), (where, command)
     assert "ray_pd_eks settings --set adminPrincipalArns=" in README
     assert "--set endpointPublicCidrs=" in README
+
+
+# -- documented cdk commands select the Stage's stacks (else the CLI prints no warning) ------
+
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+_CDK_COMMAND = re.compile(r"npx cdk (synth|diff|deploy|destroy)(?![|\w])([^`\n]*)")
+
+
+def _documented(verb: str) -> list[tuple[str, str]]:
+    """(where, arguments) of every ``npx cdk <verb>`` command in the manual and setup.sh."""
+    texts = {**MANUAL, "scripts/setup.sh": (ROOT / "scripts" / "setup.sh").read_text()}
+    return [
+        (where, rest.strip())
+        for where, text in texts.items()
+        for found_verb, rest in _CDK_COMMAND.findall(re.sub(r"\s*\n\s*", " ", text))
+        if found_verb == verb
+    ]
+
+
+def test_every_documented_synth_and_diff_selects_stacks() -> None:
+    """`npx cdk synth` on a Stage app selects no stack: no template, and none of the app's
+    warnings. The pipeline's own CodeBuild synth (pipeline.md) has a top-level stack."""
+    commands = _documented("synth") + _documented("diff")
+    assert any(where == "README.md" for where, _ in commands)
+    for where, args in commands:
+        if where == "docs/pipeline.md":
+            continue
+        assert "'RayPdEks/*'" in args or "RayPdEksPipeline" in args, (where, args)
+
+
+def _cdk_synth(assembly: Path, args: list[str]) -> str:
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    argv = [str(CDK), "synth", "--app", str(assembly), "--no-notices", *args]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_the_readmes_synth_command_shows_the_apps_warnings(default_app: Any) -> None:
+    """The README's command, run by the pinned CDK CLI on the tests' synthesized assembly (the
+    default settings warn that nobody administers the cluster); the bare command shows none."""
+    (args,) = [a for where, a in _documented("synth") if where == "README.md"]
+    documented = [a.strip("'") for a in args.split() if not a.startswith("-c") and "=" not in a]
+    shown = _cdk_synth(default_app.outdir, documented)
+    assert "adminPrincipalArns is empty: NOBODY can administer this cluster" in shown
+    bare = _cdk_synth(default_app.outdir, ["--quiet"])
+    assert "NOBODY can administer" not in bare
+
+
+def test_the_gpu_share_of_the_cost_matches_the_cost_table() -> None:
+    (gpu,) = re.findall(r"^\| GPU nodes \|[^|]*\| ~\$([\d.]+) \|", README, flags=re.M)
+    (total,) = re.findall(r"^\| \*\*Total\*\* \| \| \*\*~\$([\d.]+)\*\* \|", README, flags=re.M)
+    (share,) = re.findall(r"The GPU nodes are (\d+) % of it", README)
+    assert int(share) == round(100 * float(gpu) / float(total))
