@@ -64,12 +64,15 @@ def _subcommand_options() -> dict[str, set[str]]:
 
 
 def test_every_cli_command_and_option_shown_exists() -> None:
-    """`python -m ray_pd_eks <command> --option` anywhere in the manual is accepted."""
+    """`ray-pd-eks <command> --option` anywhere in the manual is accepted."""
     options = _subcommand_options()
     shown = 0
     for where, text in MANUAL.items():
-        for command, rest in re.findall(r"ray_pd_eks ([a-z][\w-]*)([^`|\n]*)", text):
+        # `ray-pd-eks <command>`; "ray-pd-eks prod (account/region)" is the pipeline's report.
+        pattern = r"ray(?:_pd_eks|-pd-eks) ([a-z][\w-]*)(?![\w-]| \(\d)([^`|\n]*)"
+        for command, rest in re.findall(pattern, text):
             assert command in options, f"{where}: unknown command {command!r}"
+            rest = rest.split("$(", 1)[0]  # a shell substitution's own flags (curl -s)
             for option in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest):
                 assert option in options[command], f"{where}: {command} has no {option}"
             shown += 1
@@ -78,7 +81,7 @@ def test_every_cli_command_and_option_shown_exists() -> None:
 
 def test_operations_guide_covers_every_cli_command() -> None:
     for module in COMMANDS:
-        assert f"ray_pd_eks {module.NAME}" in README + DOCS["operations.md"], module.NAME
+        assert f"ray-pd-eks {module.NAME}" in README + DOCS["operations.md"], module.NAME
 
 
 def test_deploy_commands_select_the_stage_stacks() -> None:
@@ -147,8 +150,8 @@ def test_no_deploy_shown_carries_a_setting_that_later_commands_would_forget() ->
         joined = re.sub(r"\\\n\s*", " ", text)  # continuation lines
         for command in re.findall(r"npx cdk deploy [^\n`]*", joined):
             assert re.findall(r"-c (\w+)=", command) in ([], ["pipeline"]), (where, command)
-    assert "ray_pd_eks settings --set adminPrincipalArns=" in README
-    assert "--set endpointPublicCidrs=" in README
+    assert "ray-pd-eks settings --add-admin-me" in README
+    assert "--add endpointPublicCidrs=" in README
 
 
 # -- documented cdk commands select the Stage's stacks (else the CLI prints no warning) ------
@@ -203,3 +206,12 @@ def test_the_gpu_share_of_the_cost_matches_the_cost_table() -> None:
     (total,) = re.findall(r"^\| \*\*Total\*\* \| \| \*\*~\$([\d.]+)\*\* \|", README, flags=re.M)
     (share,) = re.findall(r"The GPU nodes are (\d+) % of it", README)
     assert int(share) == round(100 * float(gpu) / float(total))
+
+
+def test_the_manual_runs_the_console_script() -> None:
+    """Usage lines say `ray-pd-eks`, which works from any folder; not `python -m`."""
+    for where, text in MANUAL.items():
+        for line in text.splitlines():
+            assert "bin/python -m ray_pd_eks " not in line, (where, line)
+    assert "ray-pd-eks settings --add-admin-me" in README
+    assert "sed -E" not in README  # the old assumed-role rewrite, which dropped the path
