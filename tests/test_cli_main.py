@@ -42,7 +42,15 @@ def test_top_level_help_lists_commands_and_exit_codes(capsys: pytest.CaptureFixt
 @pytest.mark.parametrize(
     ("command", "phrases"),
     [
-        ("preflight", ("vCPU quota", "-c gpuAz=", "cdk bootstrap", "Exit 1 if any check FAILs")),
+        (
+            "preflight",
+            (
+                "vCPU quota",
+                "recommends a gpuAz (settings --set)",
+                "cdk bootstrap",
+                "Exit 1 if any check FAILs",
+            ),
+        ),
         ("status", ("--watch", "--interval SECONDS", "--timeout SECONDS", "InitializingTimeout")),
         ("endpoint", ("--run", "--local-port PORT", "<rayServiceName>-serve-svc:8000")),
         ("smoke", ("--prompt", "--max-tokens N", "upper bound", "Exit 1 if the model")),

@@ -253,7 +253,7 @@ def test_happy_path_is_all_ok_and_recommends_a_pinned_az(harness: Harness) -> No
         "1 GPU (NVIDIA L4)" in result.out
     )
     assert "us-west-2a, us-west-2c; the deploy picks one" in result.out
-    assert "-c gpuAz=us-west-2a" in result.out
+    assert "ray-pd-eks settings --set gpuAz=us-west-2a" in result.out
     assert "OK    vCPU quota    'Running On-Demand G and VT instances' is 128 vCPUs" in result.out
     assert "needs 2 x g6.8xlarge = 64 vCPUs" in result.out
     assert "OK    bootstrap     CDK bootstrap version 28" in result.out
@@ -391,7 +391,8 @@ def test_configured_az_that_does_not_offer_the_type_fails(tmp_path: Path) -> Non
     assert result.code == 1
     assert (
         "FAIL  gpu AZ        gpuAz us-west-2d does not offer g6.8xlarge "
-        "(offered in us-west-2a, us-west-2c): use -c gpuAz=us-west-2a" in result.out
+        "(offered in us-west-2a, us-west-2c): use ray-pd-eks settings --set gpuAz=us-west-2a"
+        in result.out
     )
 
 
@@ -613,7 +614,8 @@ def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
     result = harness.run("preflight")
     assert result.code == 2
     assert result.err == (
-        "error: no AWS region: pass --region, set -c region=..., or export AWS_REGION\n"
+        "error: no AWS region: pass --region, set ray-pd-eks settings --set region=..., or "
+        "export AWS_REGION\n"
     )
 
 
@@ -642,7 +644,7 @@ def test_auto_storage_without_live_nvme_fails_pointing_at_the_root_volume(
     (line,) = lines_of(result.out, "gpu storage")
     assert line.startswith("FAIL  gpu storage   EC2 reports 0 GB of instance store for g6.8xlarge")
     assert "900 GB" in line
-    assert "50 GiB root volume: set -c gpuLocalStorage=none" in line
+    assert "50 GiB root volume: set ray-pd-eks settings --set gpuLocalStorage=none" in line
     assert result.code == 1
 
 
@@ -654,7 +656,8 @@ def test_raid0_without_live_instance_store_fails(harness: Harness) -> None:
     (line,) = lines_of(result.out, "gpu storage")
     assert line == (
         "FAIL  gpu storage   gpuLocalStorage=raid0 but EC2 reports no instance store for "
-        f"g6.8xlarge in {REGION} (the offline table says 900 GB): use -c gpuLocalStorage=none "
+        f"g6.8xlarge in {REGION} (the offline table says 900 GB): use ray-pd-eks settings --set "
+        f"gpuLocalStorage=none "
         "(the root volume then holds images and caches) or a type with NVMe"
     )
 
@@ -1209,7 +1212,8 @@ def test_node_update_headroom_edge(
             "NodeCreationFailure; request more with `aws service-quotas "
             "request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
             f"--desired-value {total + in_use} --region {REGION}`, or use a capacity "
-            "reservation (-c gpuCapacityReservationId=..., updates then replace nodes one at "
+            "reservation (ray-pd-eks settings --set gpuCapacityReservationId=..., updates then "
+            "replace nodes one at "
             "a time)"
         )
 
@@ -1276,7 +1280,7 @@ def test_reservation_free_instances_edge_with_autoscaling(
             f"Cluster Autoscaler's scale-ups beyond {free} nodes fail to launch and decode "
             "cannot grow past them; enlarge it (`aws ec2 modify-capacity-reservation "
             f"--capacity-reservation-id {RESERVATION_ID} --instance-count {5 + 4 - free}`) or "
-            f"lower -c gpuNodeMaxCount={free} (and decodeMaxReplicas to fit)"
+            f"lower ray-pd-eks settings --set gpuNodeMaxCount={free} (and decodeMaxReplicas to fit)"
         )
     if "FAIL" in verdicts:
         assert f"has {free} of 5 instances free, but gpuNodeCount=2 nodes need 2" in lines[0]
@@ -1315,7 +1319,9 @@ def test_running_deployment_counts_the_instances_its_nodes_hold(
             "cluster's GPU nodes hold 2 but gpuNodeMaxCount=4: the launch template targets "
             "only this reservation, so the Cluster Autoscaler's scale-ups beyond 3 nodes fail"
         )
-        assert "--instance-count 4`) or lower -c gpuNodeMaxCount=3" in lines[1]
+        assert (
+            "--instance-count 4`) or lower ray-pd-eks settings --set gpuNodeMaxCount=3" in lines[1]
+        )
     harness.session.assert_no_pending_responses()
 
 
@@ -1394,7 +1400,7 @@ def test_addon_version_not_offered_names_the_newest_usable_one(harness: Harness)
         f"FAIL  observability  {ADDON} {ADDON_VERSION} is not offered for Kubernetes 1.36 in "
         f"{REGION}; offered: v8.2.1-eksbuild.1, v8.10.0-eksbuild.2;"
     )
-    assert line.endswith("set -c cloudwatchAddonVersion=v8.10.0-eksbuild.2")
+    assert line.endswith("set ray-pd-eks settings --set cloudwatchAddonVersion=v8.10.0-eksbuild.2")
     assert "addon config" not in result.out  # no schema to read for a version EKS lacks
     harness.session.assert_no_pending_responses()
 
@@ -1405,7 +1411,8 @@ def test_no_addon_version_8_here_suggests_turning_observability_off(harness: Har
     result = harness.run("preflight")
     (line,) = lines_of(result.out, "observability")
     assert line.endswith(
-        "none >= v8 is offered here; set -c observability=none or use another region"
+        "none >= v8 is offered here; set ray-pd-eks settings --set observability=none or use "
+        "another region"
     )
     assert result.code == 1
 

@@ -128,7 +128,8 @@ class Aws:
             )
         else:
             raise UsageError(
-                "no AWS region: pass --region, set -c region=..., or export AWS_REGION"
+                "no AWS region: pass --region, set ray-pd-eks settings --set region=..., or "
+                "export AWS_REGION"
             )
         self._clients: dict[str, Any] = {}
         self._identity: dict[str, Any] | None = None
