@@ -1124,8 +1124,8 @@ def _endpoint(c: AppConfig) -> list[str]:
         for key, value in unused:
             if value:
                 why = (
-                    "has no effect while endpointExposure is none: set -c "
-                    "endpointExposure=internal (or internet-facing), or remove it"
+                    "has no effect while endpointExposure is none: set "
+                    "endpointExposure=internal (or internet-facing) too, or remove it"
                 )
                 out.append(_problem(key, value, why))
         return out
@@ -1136,7 +1136,7 @@ def _endpoint(c: AppConfig) -> list[str]:
     if not count:
         why = (
             f"endpointExposure={exposure} needs the CIDRs allowed to reach the load balancer, "
-            "e.g. -c endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
+            "e.g. settings --set endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
         )
         out.append(_problem("endpointAllowedCidrs", [], why))
     elif count > MAX_ENDPOINT_CIDRS:
@@ -1205,7 +1205,7 @@ def _endpoint(c: AppConfig) -> list[str]:
     if not jwks:
         why = (
             "an existing identity provider needs its JWKS URL too (the jwks_uri of its "
-            "/.well-known/openid-configuration): set -c endpointJwksUri=https://..."
+            "/.well-known/openid-configuration): settings --set endpointJwksUri=https://..."
         )
         out.append(_problem("endpointJwksUri", jwks, why))
     if not c.endpoint_jwt_audience and not c.endpoint_jwt_scope:
