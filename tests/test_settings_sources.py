@@ -487,3 +487,22 @@ def test_unset_suggests_the_key_the_file_holds(project: Path) -> None:
     result = Harness(project / "cdk.json").run("settings", "--unset", "gpuNodeCont")
     assert result.code == 2
     assert "did you mean --unset gpuNodeCount?" in result.err
+
+
+def test_synth_names_settings_local_json_as_the_bad_values_source(project: Path) -> None:
+    write(project / "settings.local.json", {"gpuNodeCount": 1})
+    saved = app_module.PROJECT_DIR, app_module.USER_HOME
+    app_module.PROJECT_DIR, app_module.USER_HOME = project, None
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            app_module.main(app_module.cdk.App(context=cdk_cli_context(project, {}, None)))
+    finally:
+        app_module.PROJECT_DIR, app_module.USER_HOME = saved
+    message = str(exit_.value.code)
+    assert message.startswith(
+        "Invalid configuration, nothing synthesized:\ncontext key 'gpuNodeCount'"
+    )
+    assert message.endswith(
+        "[this value is in settings.local.json; `ray-pd-eks settings --unset gpuNodeCount` "
+        "removes it]"
+    )
