@@ -215,3 +215,13 @@ def test_the_manual_runs_the_console_script() -> None:
             assert "bin/python -m ray_pd_eks " not in line, (where, line)
     assert "ray-pd-eks settings --add-admin-me" in README
     assert "sed -E" not in README  # the old assumed-role rewrite, which dropped the path
+
+
+def test_every_benchmark_recipe_redeploys_after_going_back_to_pd() -> None:
+    """`settings --unset servingMode` changes a file; only the next deploy changes the endpoint."""
+    for where, text in MANUAL.items():
+        lines = [line.split("#")[0].strip() for line in text.splitlines()]
+        for i, line in enumerate(lines):
+            if line.endswith("settings --unset servingMode"):
+                following = [rest for rest in lines[i + 1 :] if rest][:1]
+                assert following and following[0].startswith("npx cdk deploy"), where
