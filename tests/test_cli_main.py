@@ -150,3 +150,11 @@ def test_deploy_command_selects_the_apps_stage() -> None:
     # --concurrency: the GPU node and workload stacks deploy side by side (docs/architecture.md).
     assert DEPLOY_COMMAND == "npx cdk deploy 'RayPdEks/*' --concurrency 4"
     assert DEPLOY_COMMAND in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_region_and_profile_help_name_the_environment_variables_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = " ".join(help_text(capsys, "status").split())
+    assert "then $AWS_REGION, then $AWS_DEFAULT_REGION or the profile's region" in text
+    assert "(default: $AWS_PROFILE, else the default profile)" in text
