@@ -28,8 +28,15 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from pd_constructs.render import write_rendered
+from ray_pd_eks.cli.settings import with_sources
 from ray_pd_eks.config import AppConfig, ConfigError
-from ray_pd_eks.context import LOCAL_SETTINGS_FILE, SettingsFileError, with_local_settings
+from ray_pd_eks.context import (
+    LOCAL_SETTINGS_FILE,
+    SettingsFileError,
+    file_context,
+    local_settings,
+    with_local_settings,
+)
 from ray_pd_eks.pipeline_config import PipelineConfig, pipeline_from_context
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import RayPdEksStage
@@ -57,6 +64,22 @@ def configure(cli_context: Mapping[str, Any]) -> tuple[AppConfig, PipelineConfig
     return config, pipeline
 
 
+def with_local_sources(message: str, cli_context: Mapping[str, Any]) -> str:
+    """The problem lines, each bad value that comes from settings.local.json saying so (and
+    how to remove it): the file is the user's, and the tool repairs it."""
+    try:
+        local = local_settings(PROJECT_DIR)
+        files = file_context(PROJECT_DIR, USER_HOME)
+    except SettingsFileError:
+        return message
+    from_file = {
+        key: LOCAL_SETTINGS_FILE
+        for key in local
+        if key not in cli_context or (key in files and cli_context[key] == files[key])
+    }
+    return with_sources(message, from_file)
+
+
 def build(app: cdk.App) -> RayPdEksStage | PipelineStack:
     """Add the app's contents to ``app``; raises ConfigError on an invalid configuration."""
     config, pipeline = configure(app.node.get_all_context())
@@ -71,7 +94,10 @@ def main(app: cdk.App | None = None) -> None:
     app = app or cdk.App()
     try:
         built = build(app)
-    except (ConfigError, SettingsFileError) as err:
+    except ConfigError as err:
+        message = with_local_sources(str(err), app.node.get_all_context())
+        sys.exit(f"Invalid configuration, nothing synthesized:\n{message}")
+    except SettingsFileError as err:
         sys.exit(f"Invalid configuration, nothing synthesized:\n{err}")
     app.synth()
     if isinstance(built, RayPdEksStage):

@@ -199,8 +199,9 @@ class PdCluster(Construct):
         if not admin_principal_arns:
             Annotations.of(self).add_warning_v2(
                 "ray-pd-eks:noAdmins",
-                "adminPrincipalArns is empty: no person can reach the Kubernetes API; set "
-                "-c adminPrincipalArns=arn:aws:iam::<account>:role/<your-role>",
+                "adminPrincipalArns is empty: NOBODY can administer this cluster (no access "
+                "entry: kubectl and ray-pd-eks status/smoke are denied, for you too); add "
+                "yourself with `ray-pd-eks settings --add-admin-me`",
             )
         acknowledge(
             self.cluster,

@@ -1,14 +1,13 @@
-"""``python -m ray_pd_eks``: the operations tool (see ``ray_pd_eks.cli``)."""
+"""``python -m ray_pd_eks``: the operations tool, the same as ``ray-pd-eks`` (see
+``ray_pd_eks.console``)."""
 
-import os
 import sys
 
-from ray_pd_eks.node_runtime import jsii_node_env
-
-# Commands that synthesize import aws_cdk, which starts jsii's Node.js: the project's.
-os.environ.update(jsii_node_env())
-
-from ray_pd_eks.cli.main import main
+try:
+    from ray_pd_eks.console import run
+except KeyboardInterrupt:  # Ctrl-C while the tool starts
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -127,6 +127,8 @@ _ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d)[a-z]$")
 _ACCOUNT = re.compile(r"^\d{12}$")
+# An Identity Center role named without its path: .../role/AWSReservedSSO_<set>_<id>.
+_SSO_ROLE_WITHOUT_PATH = re.compile(r":role/AWSReservedSSO_")
 _PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MODEL_SOURCE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -166,6 +168,7 @@ def derive_model_id(model_source: str) -> str:
 
 
 LOCAL_SETTINGS_FILE = "settings.local.json"  # see ray_pd_eks/context.py
+CLI_NAME = "ray-pd-eks"  # the operations CLI's console script (ray_pd_eks/console.py)
 
 
 def _problem(key: str, value: Any, why: str, *, fix_key: str | None = None) -> str:
@@ -175,7 +178,7 @@ def _problem(key: str, value: Any, why: str, *, fix_key: str | None = None) -> s
     fix = fix_key or key
     return (
         f"context key '{key}' = {shown}: {why} "
-        f"(set it with -c {fix}=... or in {LOCAL_SETTINGS_FILE})"
+        f"(fix it with `{CLI_NAME} settings --set {fix}=...`, or -c {fix}=... for one command)"
     )
 
 
@@ -761,7 +764,12 @@ def _gpu_nodes(c: AppConfig) -> list[str]:
     t = c.gpu_node_type
     examples = "g6.8xlarge, g6e.8xlarge, g5.8xlarge, p4d.24xlarge or p5.48xlarge"
     if instance_types.gpu_spec(t) is None:
-        if instance_types.is_known_gpu_family(t):
+        if not instance_types.has_instance_size(t):
+            why = (
+                "unknown instance type (EC2 sizes read like 8xlarge, 12xlarge, 48xlarge); use "
+                f"an EFA-capable GPU type such as {examples}"
+            )
+        elif instance_types.is_known_gpu_family(t):
             why = f"this GPU type has no EFA interface; use an EFA-capable type such as {examples}"
         else:
             why = f"not an NVIDIA GPU instance type with EFA; use one such as {examples}"
@@ -838,21 +846,20 @@ def _scaling(c: AppConfig) -> list[str]:
     if not 0 <= c.decode_downscale_delay_seconds <= 86400:
         why = "must be 0..86400 seconds"
         out.append(_problem("decodeDownscaleDelaySeconds", c.decode_downscale_delay_seconds, why))
-    if (
-        c.gpu_node_min_count < 0
-        or 0 < c.gpu_node_min_count < 2
-        or (c.gpu_node_min_count > c.gpu_node_count)
-    ):
+    count_ok = 2 <= c.gpu_node_count <= 64  # else its own line says what to fix first
+    if c.gpu_node_min_count < 0:
+        why = "must not be negative: 0 (= gpuNodeCount) or 2..gpuNodeCount"
+        out.append(_problem("gpuNodeMinCount", c.gpu_node_min_count, why))
+    elif count_ok and (0 < c.gpu_node_min_count < 2 or (c.gpu_node_min_count > c.gpu_node_count)):
         why = (
             f"must be 0 (= gpuNodeCount) or 2..gpuNodeCount ({c.gpu_node_count}): prefill and "
             "decode need separate nodes, and gpuNodeCount is the size the group starts with"
         )
         out.append(_problem("gpuNodeMinCount", c.gpu_node_min_count, why))
-    if (
-        c.gpu_node_max_count < 0
-        or 0 < c.gpu_node_max_count < c.gpu_node_count
-        or (c.gpu_node_max_count > 64)
-    ):
+    if c.gpu_node_max_count < 0:
+        why = "must not be negative: 0 (= gpuNodeCount) or gpuNodeCount..64"
+        out.append(_problem("gpuNodeMaxCount", c.gpu_node_max_count, why))
+    elif count_ok and (0 < c.gpu_node_max_count < c.gpu_node_count or (c.gpu_node_max_count > 64)):
         why = (
             f"must be 0 (= gpuNodeCount) or gpuNodeCount ({c.gpu_node_count})..64: the group "
             "starts at gpuNodeCount, and one node group holds at most 64 nodes here"
@@ -1137,26 +1144,52 @@ def _access(c: AppConfig) -> list[str]:
         if not _PRINCIPAL.match(arn):
             why = "each entry must be an IAM role or user ARN, arn:aws:iam::<account>:role/<name>"
             out.append(_problem("adminPrincipalArns", arn, why))
+        elif _SSO_ROLE_WITHOUT_PATH.search(arn):
+            # IAM Identity Center user guide, "Referencing permission sets in resource
+            # policies, Amazon EKS cluster configuration maps, and AWS KMS key policies".
+            why = (
+                "an IAM Identity Center role's ARN has the path aws-reserved/sso.amazonaws.com/ "
+                "(then the Identity Center region, unless us-east-1); without it EKS refuses the "
+                "access entry: the principal does not exist. `"
+                f"{CLI_NAME} settings --add-admin-me` reads the full ARN"
+            )
+            out.append(_problem("adminPrincipalArns", arn, why))
     for cidr in c.endpoint_public_cidrs:
-        try:
-            if "/" not in cidr:
-                raise ValueError(cidr)
-            net = ipaddress.IPv4Network(cidr, strict=True)
-        except ValueError:
-            why = "each entry must be an IPv4 CIDR such as 203.0.113.7/32"
+        net, why = _cidr(cidr, "203.0.113.7/32")
+        if net is None:
             out.append(_problem("endpointPublicCidrs", cidr, why))
             continue
         if net.prefixlen < 8:
             why = "opens the Kubernetes API to the internet; give your own network, e.g. a /32"
             out.append(_problem("endpointPublicCidrs", cidr, why))
-    try:
-        vpc = ipaddress.IPv4Network(c.vpc_cidr, strict=True)
-        if not 16 <= vpc.prefixlen <= 18 or not vpc.is_private:
-            raise ValueError
-    except ValueError:
+    vpc, why = _cidr(c.vpc_cidr, "10.0.0.0/16")
+    if vpc is not None and (not 16 <= vpc.prefixlen <= 18 or not vpc.is_private):
+        vpc = None
+    if vpc is None and not why.startswith(HOST_BITS):
         why = "must be a private IPv4 CIDR from /16 to /18, e.g. 10.0.0.0/16"
+    if vpc is None:
         out.append(_problem("vpcCidr", c.vpc_cidr, why))
     return out
+
+
+HOST_BITS = "host bits are set"
+
+
+def _cidr(text: str, example: str) -> tuple[ipaddress.IPv4Network | None, str]:
+    """The network, or None and why not: host bits set is its own reason (the fix is the
+    network address), everything else reads "not a CIDR"."""
+    not_a_cidr = f"each entry must be an IPv4 CIDR such as {example}"
+    if "/" not in text:
+        return None, not_a_cidr
+    try:
+        return ipaddress.IPv4Network(text, strict=True), ""
+    except ValueError:
+        pass
+    try:
+        network = ipaddress.IPv4Network(text, strict=False)
+    except ValueError:
+        return None, not_a_cidr
+    return None, f"{HOST_BITS}: the network of this CIDR is {network}"
 
 
 def _cidr_problems(key: str, cidrs: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -1164,12 +1197,9 @@ def _cidr_problems(key: str, cidrs: tuple[str, ...]) -> tuple[list[str], list[st
     out: list[str] = []
     opened: list[str] = []
     for cidr in cidrs:
-        try:
-            if "/" not in cidr:
-                raise ValueError(cidr)
-            net = ipaddress.IPv4Network(cidr, strict=True)
-        except ValueError:
-            out.append(_problem(key, cidr, "each entry must be an IPv4 CIDR such as 10.20.0.0/16"))
+        net, why = _cidr(cidr, "10.20.0.0/16")
+        if net is None:
+            out.append(_problem(key, cidr, why))
             continue
         if net.prefixlen < OPEN_PREFIX_BELOW:
             opened.append(cidr)
@@ -1206,8 +1236,8 @@ def _endpoint(c: AppConfig) -> list[str]:
         for key, value in unused:
             if value:
                 why = (
-                    "has no effect while endpointExposure is none: set -c "
-                    "endpointExposure=internal (or internet-facing), or remove it"
+                    "has no effect while endpointExposure is none: set "
+                    "endpointExposure=internal (or internet-facing) too, or remove it"
                 )
                 out.append(_problem(key, value, why))
         return out
@@ -1218,7 +1248,7 @@ def _endpoint(c: AppConfig) -> list[str]:
     if not count:
         why = (
             f"endpointExposure={exposure} needs the CIDRs allowed to reach the load balancer, "
-            "e.g. -c endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
+            "e.g. settings --set endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
         )
         out.append(_problem("endpointAllowedCidrs", [], why))
     elif count > MAX_ENDPOINT_CIDRS:
@@ -1287,7 +1317,7 @@ def _endpoint(c: AppConfig) -> list[str]:
     if not jwks:
         why = (
             "an existing identity provider needs its JWKS URL too (the jwks_uri of its "
-            "/.well-known/openid-configuration): set -c endpointJwksUri=https://..."
+            "/.well-known/openid-configuration): settings --set endpointJwksUri=https://..."
         )
         out.append(_problem("endpointJwksUri", jwks, why))
     if not c.endpoint_jwt_audience and not c.endpoint_jwt_scope:

@@ -105,6 +105,8 @@ _SIZE_VCPUS = {
 _FAMILY_GIB_PER_VCPU = {"m": 4, "c": 2, "r": 8}
 _SYSTEM_TYPE = re.compile(r"^(?P<cls>[mcr])(?P<gen>[5-8])(?P<attrs>[ain]?[dn]?)\.(?P<size>\w+)$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+# EC2's size names (after the dot): nano .. large, xlarge, 2xlarge .. 48xlarge, metal, metal-24xl.
+_INSTANCE_SIZE = re.compile(r"^(nano|micro|small|medium|large|metal|\d*xlarge|metal-\d+xl)$")
 
 # The head pod and the KubeRay operator share the system nodes; below this they do not fit.
 MIN_SYSTEM_VCPUS = 4
@@ -114,6 +116,12 @@ MIN_SYSTEM_MEMORY_GIB = 16
 def is_instance_type_name(name: str) -> bool:
     """True for names shaped like ``family.size``."""
     return bool(_INSTANCE_TYPE.match(name))
+
+
+def has_instance_size(name: str) -> bool:
+    """True when the part after the dot is one of EC2's size names (``g6.8xl`` is not)."""
+    family, dot, size = name.partition(".")
+    return bool(family and dot and _INSTANCE_SIZE.match(size))
 
 
 def gpu_spec(name: str) -> InstanceSpec | None:

@@ -49,7 +49,9 @@ _CONNECTION_ARN = re.compile(
 _REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _BRANCH = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]+(?<![/.])$")
 # config.py's suffix tells the user to use -c; inside an environment the fix is its overrides.
-_CONTEXT_HINT = re.compile(r" \(set it with -c \S+=\.\.\. or in \S+\)$")
+_CONTEXT_HINT = re.compile(
+    r" \(fix it with `\S+ settings --set \S+=\.\.\.`, or -c \S+=\.\.\. for one command\)$"
+)
 
 
 class PipelineConfigError(ConfigError):
@@ -162,7 +164,7 @@ def _parse_pipeline(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
 
 
 def _override_problems(where: str, err: ConfigError) -> list[str]:
-    """Re-word AppConfig's lines (``context key 'k' = v: why (set it with -c ...)``) so they
+    """Re-word AppConfig's lines (``context key 'k' = v: why (fix it with ...)``) so they
     point at this environment's overrides."""
     lines = []
     for line in str(err).splitlines():

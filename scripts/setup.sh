@@ -35,9 +35,14 @@ fi
 # about 35 s of CPU, over half of the install; the app and the tests import a few per cent.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile \
   -r requirements-dev.txt -c requirements-lock.txt
+# The `ray-pd-eks` console script (ray_pd_eks/console.py): .venv/bin/ray-pd-eks, runnable
+# from any folder; `python -m ray_pd_eks` is the same tool.
+.venv/bin/python -m ray_pd_eks.console install
 npm ci --no-audit --no-fund --loglevel=error
 
 export PATH="$PWD/node_modules/.bin:$PATH"
 echo "node $(node --version), cdk $(cdk --version)"
-npx cdk synth --quiet
+# The app is one Stage: select its stacks, or the CLI selects none and prints no warning.
+npx cdk synth --quiet 'RayPdEks/*'
 echo "Synthesized to cdk.out/ (rendered Kubernetes YAML in cdk.out/rendered/)."
+echo "Run the operations CLI as .venv/bin/ray-pd-eks (or put .venv/bin on your PATH)."

@@ -30,6 +30,31 @@ USER_ARN = f"arn:aws:iam::{ACCOUNT}:user/alice"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/Admin"
 
 
+SSO_ROLE = "AWSReservedSSO_AdministratorAccess_0123456789abcdef"
+SSO_PATH = "/aws-reserved/sso.amazonaws.com/eu-west-1/"
+# An IAM Identity Center role as IAM names it (user guide, "Referencing permission sets"):
+# the path, with the Identity Center region, is not in the session ARN STS returns.
+SSO_ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role{SSO_PATH}{SSO_ROLE}"
+SSO_SESSION_ARN = f"arn:aws:sts::{ACCOUNT}:assumed-role/{SSO_ROLE}/alice@example.com"
+
+
+def stub_get_role(session: Any, name: str, path: str = "/") -> None:
+    """IAM's answer to GetRole for ``name`` with ``path``."""
+    session.stub("iam").add_response(
+        "get_role",
+        {
+            "Role": {
+                "Path": path,
+                "RoleName": name,
+                "RoleId": "AROAEXAMPLEEXAMPLE01",
+                "Arn": f"arn:aws:iam::{ACCOUNT}:role{path}{name}",
+                "CreateDate": "2026-01-01T00:00:00Z",
+            }
+        },
+        {"RoleName": name},
+    )
+
+
 def write_cdk_json(directory: Path, **context: Any) -> Path:
     """A cdk.json whose context holds only ``context`` (the config's defaults fill the rest)."""
     path = directory / "cdk.json"

@@ -171,7 +171,12 @@ def test_comparison_puts_both_runs_side_by_side(runs: Path, tmp_path: Path) -> N
     ]
     rows = _table(report.markdown(summary))
     failed = rows[("aggregated", "32")]
-    assert failed["req/s"] == "FAILED: all 256 requests failed"
+    # The status column says it; every number column is "-"; the reason is under the table.
+    assert failed["status"] == "failed (below)"
+    assert {failed[c] for c in ("req/s", "TTFT p50 ms", "ITL p99 ms", "$ / M out tok")} == {"-"}
+    assert "- aggregated @ 32: all 256 requests failed" in report.markdown(summary)
+    assert rows[("aggregated", "16")]["status"] == "partial"
+    assert rows[("aggregated", "1")]["status"] == "ok"
     assert "0.0" not in failed.values()
     assert rows[("aggregated", "16")]["ITL p99 ms"] == "236.9"
     assert "aggregated @ 16" in report.markdown(summary)  # partial level called out
@@ -314,3 +319,72 @@ def test_comparison_puts_the_engine_profiles_side_by_side(runs: Path, tmp_path: 
     assert "weights fp8, KV cache fp8, eager, router prefix-aware" in text
     # One run alone has no profile table (its settings are in its line).
     assert "## Profiles side by side" not in report.markdown(results.collect([fp8]))
+
+
+def test_without_bench_meta_the_given_price_is_used_and_the_unknown_said(runs: Path) -> None:
+    """aggregated/ has no bench-meta.json: no "None x None", the price given is shown."""
+    summary = results.collect([runs / "aggregated"], price_per_hour=2.0)
+    text = report.markdown(summary)
+    assert "None" not in text
+    assert "- **aggregated**: deployment settings not recorded (no bench-meta.json)" in text
+    assert (
+        "- **aggregated**: $2.0000/h per GPU node; price from --price-per-hour given to bench "
+        "report; the number of GPU nodes is unknown (no bench-meta.json), so no cost per "
+        "token: pass --gpu-nodes N to `bench report`"
+    ) in text
+    with_nodes = results.collect([runs / "aggregated"], price_per_hour=2.0, gpu_nodes=2)
+    first = with_nodes["runs"][0]
+    assert first["cost_per_million_output_tokens_usd"] == pytest.approx(
+        2 * 2.0 / (first["output_throughput"] * 3600) * 1e6
+    )
+    assert "2 x GPU node at $2.0000/h each = $4.00/h" in report.markdown(with_nodes)
+
+
+def test_bench_report_takes_the_gpu_node_count(runs: Path, tmp_path: Path) -> None:
+    cli = _cli(tmp_path)
+    folder = str(runs / "aggregated")
+    result = cli.run("bench", "report", folder, "--price-per-hour", "2", "--gpu-nodes", "2")
+    assert result.code == 1  # the failed level (32)
+    assert json.loads((runs / "aggregated" / "results.json").read_text())["config"] == {
+        "gpuPricePerHourUsd": 2.0,
+        "priceSource": "--price-per-hour given to bench report",
+        "gpuNodeCount": 2,
+    }
+    bad = cli.run("bench", "report", folder, "--gpu-nodes", "0")
+    assert bad.code == 2 and "--gpu-nodes 0: must be at least 1" in bad.err
+
+
+def test_plots_give_each_run_one_colour_and_mark_failed_and_partial_levels(
+    runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = results.collect([runs / "pd", runs / "aggregated"])
+    colours = report.run_colours(summary)
+    assert colours == {"pd-LIBFABRIC": "C0", "aggregated": "C1"}
+    assert report.level_marks(summary) == {
+        ("aggregated", 16): "partial",
+        ("aggregated", 32): "failed",
+    }
+    seen: dict[str, list[tuple[str, Any]]] = {}
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig: Any, path: Any, *args: Any, **kwargs: Any) -> None:
+        (ax,) = fig.axes
+        seen[Path(path).name] = [(str(line.get_label()), line) for line in ax.get_lines()]
+        real_savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", keep)
+    report.write_plots(summary, tmp_path / "plots")
+    for name, lines in seen.items():
+        for label, line in lines:
+            run = "aggregated" if "aggregated" in label else "pd-LIBFABRIC"
+            assert line.get_color() == colours[run], (name, label)
+        labels = [label for label, _ in lines]
+        assert "_aggregated failed at 32" in labels, name
+        assert any(
+            label.startswith("_aggregated") and label.endswith("partial") for label in labels
+        )

@@ -304,7 +304,7 @@ def test_a_level_without_a_result_is_reported_failed_with_its_output(
     assert (failed["concurrency"], failed["status"]) == (4, "failed")
     assert "OSError: Can't load tokenizer for 'Qwen/Qwen3.5-9B'." in failed["error"]
     assert failed["ttft_ms"] is None
-    assert "FAILED: vllm bench serve wrote no result" in (out / "report.md").read_text()
+    assert "- pd-LIBFABRIC @ 4: vllm bench serve wrote no result" in (out / "report.md").read_text()
     assert "level concurrency=4 FAILED" in result.err
 
 

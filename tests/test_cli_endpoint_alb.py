@@ -357,7 +357,9 @@ NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
 def preflight(tmp_path: Path, answer: dict[str, Any] | str | None, **context: Any) -> Any:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    h = Harness(write_cdk_json(tmp_path, **{**INTERNAL, **context}))
+    # Someone administers: an empty adminPrincipalArns would be a FAIL of its own.
+    admins = {"adminPrincipalArns": [f"arn:aws:iam::{ACCOUNT}:role/Admin"]}
+    h = Harness(write_cdk_json(tmp_path, **{**INTERNAL, **admins, **context}))
     stub_all(h, running=[])
     if isinstance(answer, str):
         h.session.stub("acm").add_client_error(

@@ -29,12 +29,12 @@ def help_text(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 def test_top_level_help_lists_commands_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     text = help_text(capsys)
-    assert text.startswith("usage: python -m ray_pd_eks ")
+    assert text.startswith("usage: ray-pd-eks ")
     for command in ("preflight", "status", "endpoint", "smoke", "efa-check"):
         assert f"\n    {command} " in text
     for flag in ("-c KEY=VALUE", "--region REGION", "--profile PROFILE", "--debug", "--cdk-json"):
         assert flag in text
-    assert "python -m ray_pd_eks status --watch" in text
+    assert "ray-pd-eks status --watch" in text
     for line in EXIT_CODE_LINES:
         assert line in text
 
@@ -42,7 +42,15 @@ def test_top_level_help_lists_commands_and_exit_codes(capsys: pytest.CaptureFixt
 @pytest.mark.parametrize(
     ("command", "phrases"),
     [
-        ("preflight", ("vCPU quota", "-c gpuAz=", "cdk bootstrap", "Exit 1 if any check FAILs")),
+        (
+            "preflight",
+            (
+                "vCPU quota",
+                "recommends a gpuAz (settings --set)",
+                "cdk bootstrap",
+                "Exit 1 if any check FAILs",
+            ),
+        ),
         ("status", ("--watch", "--interval SECONDS", "--timeout SECONDS", "InitializingTimeout")),
         ("endpoint", ("--run", "--local-port PORT", "<rayServiceName>-serve-svc:8000")),
         ("smoke", ("--prompt", "--max-tokens N", "upper bound", "Exit 1 if the model")),
@@ -53,7 +61,7 @@ def test_every_command_has_help_with_exit_codes(
     capsys: pytest.CaptureFixture[str], command: str, phrases: tuple[str, ...]
 ) -> None:
     text = help_text(capsys, command)
-    assert text.startswith(f"usage: python -m ray_pd_eks {command} ")
+    assert text.startswith(f"usage: ray-pd-eks {command} ")
     for phrase in phrases:
         assert phrase in text
     for line in EXIT_CODE_LINES:
@@ -87,7 +95,9 @@ def test_unknown_context_key_suggests_the_right_one(tmp_path: Path) -> None:
 def test_malformed_override_is_exit_2(tmp_path: Path) -> None:
     result = Harness(write_cdk_json(tmp_path)).run("endpoint", "-c", "gpuAz")
     assert result.code == 2
-    assert result.err == "error: -c 'gpuAz': expected key=value, e.g. -c gpuAz=us-west-2a\n"
+    assert (
+        result.err == "error: -c gpuAz: no '=': expected -c gpuAz=VALUE, e.g. -c gpuAz=us-west-2a\n"
+    )
 
 
 def test_missing_cdk_json_is_exit_2(tmp_path: Path) -> None:
@@ -140,3 +150,11 @@ def test_deploy_command_selects_the_apps_stage() -> None:
     # --concurrency: the GPU node and workload stacks deploy side by side (docs/architecture.md).
     assert DEPLOY_COMMAND == "npx cdk deploy 'RayPdEks/*' --concurrency 4"
     assert DEPLOY_COMMAND in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_region_and_profile_help_name_the_environment_variables_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = " ".join(help_text(capsys, "status").split())
+    assert "then $AWS_REGION, then $AWS_DEFAULT_REGION or the profile's region" in text
+    assert "(default: $AWS_PROFILE, else the default profile)" in text

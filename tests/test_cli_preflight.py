@@ -11,7 +11,19 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from tests.cli_fixtures import ACCOUNT, REGION, ROLE_ARN, USER_ARN, Harness, write_cdk_json
+from tests.cli_fixtures import (
+    ACCOUNT,
+    REGION,
+    ROLE_ARN,
+    SSO_PATH,
+    SSO_ROLE,
+    SSO_ROLE_ARN,
+    SSO_SESSION_ARN,
+    USER_ARN,
+    Harness,
+    stub_get_role,
+    write_cdk_json,
+)
 
 G6: dict[str, Any] = {
     "InstanceType": "g6.8xlarge",
@@ -121,7 +133,8 @@ def instance(vcpus: int, cluster: str | None = None) -> dict[str, Any]:
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    return Harness(write_cdk_json(tmp_path, region=REGION))
+    """Someone else (ROLE_ARN) administers: an empty adminPrincipalArns is a FAIL of its own."""
+    return Harness(write_cdk_json(tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN]))
 
 
 def stub_all(
@@ -240,7 +253,7 @@ def test_happy_path_is_all_ok_and_recommends_a_pinned_az(harness: Harness) -> No
         "1 GPU (NVIDIA L4)" in result.out
     )
     assert "us-west-2a, us-west-2c; the deploy picks one" in result.out
-    assert "-c gpuAz=us-west-2a" in result.out
+    assert "ray-pd-eks settings --set gpuAz=us-west-2a" in result.out
     assert "OK    vCPU quota    'Running On-Demand G and VT instances' is 128 vCPUs" in result.out
     assert "needs 2 x g6.8xlarge = 64 vCPUs" in result.out
     assert "OK    bootstrap     CDK bootstrap version 28" in result.out
@@ -348,7 +361,11 @@ def test_quota_of_a_family_without_a_known_quota_warns() -> None:
 
 
 def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
-    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuNodeType="p4d.24xlarge"))
+    harness = Harness(
+        write_cdk_json(
+            tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN], gpuNodeType="p4d.24xlarge"
+        )
+    )
     p4d = {
         "InstanceType": "p4d.24xlarge",
         "VCpuInfo": {"DefaultVCpus": 96},
@@ -366,13 +383,16 @@ def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
 
 
 def test_configured_az_that_does_not_offer_the_type_fails(tmp_path: Path) -> None:
-    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuAz="us-west-2d"))
+    harness = Harness(
+        write_cdk_json(tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN], gpuAz="us-west-2d")
+    )
     stub_all(harness, running=[])
     result = harness.run("preflight")
     assert result.code == 1
     assert (
         "FAIL  gpu AZ        gpuAz us-west-2d does not offer g6.8xlarge "
-        "(offered in us-west-2a, us-west-2c): use -c gpuAz=us-west-2a" in result.out
+        "(offered in us-west-2a, us-west-2c): use ray-pd-eks settings --set gpuAz=us-west-2a"
+        in result.out
     )
 
 
@@ -448,6 +468,7 @@ def test_ssm_denied_and_no_cdktoolkit_stack_fails_with_the_bootstrap_command(
 
 def test_admin_principal_from_an_assumed_role_is_recognised(harness: Harness) -> None:
     stub_all(harness, arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice", running=[])
+    stub_get_role(harness.session, "Admin")
     result = harness.run(
         "preflight",
         "-c",
@@ -458,6 +479,53 @@ def test_admin_principal_from_an_assumed_role_is_recognised(harness: Harness) ->
     assert f"OK    access        {ROLE_ARN} is in adminPrincipalArns" in result.out
     assert "OK    api endpoint  public for 203.0.113.7/32, and private" in result.out
     assert "0 FAIL, 0 WARN" in result.out
+
+
+def test_an_identity_center_admin_with_the_full_arn_is_recognised(harness: Harness) -> None:
+    """The session ARN has no path; IAM's GetRole gives it, and the whole ARN matches."""
+    stub_all(harness, arn=SSO_SESSION_ARN, running=[])
+    stub_get_role(harness.session, SSO_ROLE, SSO_PATH)
+    result = harness.run("preflight", "-c", f"adminPrincipalArns={SSO_ROLE_ARN}")
+    assert lines_of(result.out, "access") == [
+        f"OK    access        {SSO_ROLE_ARN} is in adminPrincipalArns"
+    ]
+
+
+def test_the_same_role_name_under_another_path_fails(harness: Harness) -> None:
+    """`role/Admin` listed, the caller is `role/team/Admin`: EKS would refuse the entry."""
+    stub_all(harness, arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice", running=[])
+    stub_get_role(harness.session, "Admin", "/team/")
+    result = harness.run("preflight", "-c", f"adminPrincipalArns={ROLE_ARN}")
+    assert lines_of(result.out, "access") == [
+        f"FAIL  access        adminPrincipalArns has {ROLE_ARN}, but your role is "
+        f"arn:aws:iam::{ACCOUNT}:role/team/Admin: that path names no role, and EKS refuses its "
+        "access entry (the Cluster stack fails); `ray-pd-eks settings --remove "
+        f"adminPrincipalArns={ROLE_ARN} --add-admin-me`"
+    ]
+    assert result.code == 1
+
+
+def test_a_denied_get_role_compares_by_name_and_says_the_path_is_unchecked(
+    harness: Harness,
+) -> None:
+    stub_all(harness, arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/alice", running=[])
+    harness.session.stub("iam").add_client_error("get_role", "AccessDenied", "no", 403)
+    result = harness.run("preflight", "-c", f"adminPrincipalArns={ROLE_ARN}")
+    # The pathless ARN is the listed one: it is the best guess, and it says so.
+    (line,) = lines_of(result.out, "access")
+    assert line.startswith(f"OK    access        {ROLE_ARN} is in adminPrincipalArns")
+
+
+def test_no_admin_at_all_is_a_failure_saying_nobody_can_administer(tmp_path: Path) -> None:
+    harness = Harness(write_cdk_json(tmp_path, region=REGION))
+    stub_all(harness, running=[])
+    result = harness.run("preflight")
+    assert lines_of(result.out, "access") == [
+        "FAIL  access        adminPrincipalArns is empty: NOBODY can administer this cluster "
+        "(no access entry: status/smoke/efa-check and kubectl are denied, for you too); add "
+        "yourself with `ray-pd-eks settings --add-admin-me`"
+    ]
+    assert result.code == 1
 
 
 def test_account_mismatch_fails(harness: Harness) -> None:
@@ -473,7 +541,10 @@ def test_account_mismatch_fails(harness: Harness) -> None:
 def test_no_credentials_is_one_line_exit_3(tmp_path: Path) -> None:
     from tests.cli_fixtures import StubbedSession
 
-    harness = Harness(write_cdk_json(tmp_path, region=REGION), StubbedSession(credentials=False))
+    harness = Harness(
+        write_cdk_json(tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN]),
+        StubbedSession(credentials=False),
+    )
     result = harness.run("preflight", "--profile", "dev")
     assert result.code == 3
     assert result.err == (
@@ -543,7 +614,8 @@ def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
     result = harness.run("preflight")
     assert result.code == 2
     assert result.err == (
-        "error: no AWS region: pass --region, set -c region=..., or export AWS_REGION\n"
+        "error: no AWS region: pass --region, set ray-pd-eks settings --set region=..., or "
+        "export AWS_REGION\n"
     )
 
 
@@ -572,7 +644,7 @@ def test_auto_storage_without_live_nvme_fails_pointing_at_the_root_volume(
     (line,) = lines_of(result.out, "gpu storage")
     assert line.startswith("FAIL  gpu storage   EC2 reports 0 GB of instance store for g6.8xlarge")
     assert "900 GB" in line
-    assert "50 GiB root volume: set -c gpuLocalStorage=none" in line
+    assert "50 GiB root volume: set ray-pd-eks settings --set gpuLocalStorage=none" in line
     assert result.code == 1
 
 
@@ -584,7 +656,8 @@ def test_raid0_without_live_instance_store_fails(harness: Harness) -> None:
     (line,) = lines_of(result.out, "gpu storage")
     assert line == (
         "FAIL  gpu storage   gpuLocalStorage=raid0 but EC2 reports no instance store for "
-        f"g6.8xlarge in {REGION} (the offline table says 900 GB): use -c gpuLocalStorage=none "
+        f"g6.8xlarge in {REGION} (the offline table says 900 GB): use ray-pd-eks settings --set "
+        f"gpuLocalStorage=none "
         "(the root volume then holds images and caches) or a type with NVMe"
     )
 
@@ -641,7 +714,13 @@ def reservation(**changes: Any) -> dict[str, Any]:
 
 def reserved_harness(tmp_path: Path, **context: Any) -> Harness:
     return Harness(
-        write_cdk_json(tmp_path, region=REGION, gpuCapacityReservationId=RESERVATION_ID, **context)
+        write_cdk_json(
+            tmp_path,
+            region=REGION,
+            adminPrincipalArns=[ROLE_ARN],
+            gpuCapacityReservationId=RESERVATION_ID,
+            **context,
+        )
     )
 
 
@@ -1109,7 +1188,11 @@ def test_node_update_headroom_edge(
 ) -> None:
     """Without a capacity reservation an EKS node update launches 2 extra GPU nodes (twice
     the group's one AZ) before it drains the old ones: a WARN when the quota lacks room."""
-    harness = Harness(write_cdk_json(tmp_path, region=REGION, gpuNodeMaxCount=max_count))
+    harness = Harness(
+        write_cdk_json(
+            tmp_path, region=REGION, adminPrincipalArns=[ROLE_ARN], gpuNodeMaxCount=max_count
+        )
+    )
     stub_all(harness, quota=quota, running=[_cpus(in_use)] if in_use else [])
     result = harness.run("preflight")
     assert lines_of(result.out, "vCPU quota")[0].startswith("OK    vCPU quota")
@@ -1129,7 +1212,8 @@ def test_node_update_headroom_edge(
             "NodeCreationFailure; request more with `aws service-quotas "
             "request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
             f"--desired-value {total + in_use} --region {REGION}`, or use a capacity "
-            "reservation (-c gpuCapacityReservationId=..., updates then replace nodes one at "
+            "reservation (ray-pd-eks settings --set gpuCapacityReservationId=..., updates then "
+            "replace nodes one at "
             "a time)"
         )
 
@@ -1196,7 +1280,7 @@ def test_reservation_free_instances_edge_with_autoscaling(
             f"Cluster Autoscaler's scale-ups beyond {free} nodes fail to launch and decode "
             "cannot grow past them; enlarge it (`aws ec2 modify-capacity-reservation "
             f"--capacity-reservation-id {RESERVATION_ID} --instance-count {5 + 4 - free}`) or "
-            f"lower -c gpuNodeMaxCount={free} (and decodeMaxReplicas to fit)"
+            f"lower ray-pd-eks settings --set gpuNodeMaxCount={free} (and decodeMaxReplicas to fit)"
         )
     if "FAIL" in verdicts:
         assert f"has {free} of 5 instances free, but gpuNodeCount=2 nodes need 2" in lines[0]
@@ -1235,7 +1319,9 @@ def test_running_deployment_counts_the_instances_its_nodes_hold(
             "cluster's GPU nodes hold 2 but gpuNodeMaxCount=4: the launch template targets "
             "only this reservation, so the Cluster Autoscaler's scale-ups beyond 3 nodes fail"
         )
-        assert "--instance-count 4`) or lower -c gpuNodeMaxCount=3" in lines[1]
+        assert (
+            "--instance-count 4`) or lower ray-pd-eks settings --set gpuNodeMaxCount=3" in lines[1]
+        )
     harness.session.assert_no_pending_responses()
 
 
@@ -1314,7 +1400,7 @@ def test_addon_version_not_offered_names_the_newest_usable_one(harness: Harness)
         f"FAIL  observability  {ADDON} {ADDON_VERSION} is not offered for Kubernetes 1.36 in "
         f"{REGION}; offered: v8.2.1-eksbuild.1, v8.10.0-eksbuild.2;"
     )
-    assert line.endswith("set -c cloudwatchAddonVersion=v8.10.0-eksbuild.2")
+    assert line.endswith("set ray-pd-eks settings --set cloudwatchAddonVersion=v8.10.0-eksbuild.2")
     assert "addon config" not in result.out  # no schema to read for a version EKS lacks
     harness.session.assert_no_pending_responses()
 
@@ -1325,7 +1411,8 @@ def test_no_addon_version_8_here_suggests_turning_observability_off(harness: Har
     result = harness.run("preflight")
     (line,) = lines_of(result.out, "observability")
     assert line.endswith(
-        "none >= v8 is offered here; set -c observability=none or use another region"
+        "none >= v8 is offered here; set ray-pd-eks settings --set observability=none or use "
+        "another region"
     )
     assert result.code == 1
 

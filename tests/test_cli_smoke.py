@@ -108,7 +108,7 @@ def test_serve_service_without_endpoints_fails_with_a_hint(
     assert result.code == 1
     assert result.err.startswith(f"error: /v1/models through svc/{SERVE}:8000 failed:")
     assert 'no endpoints available for service "ray-llm-serve-svc"' in result.err
-    assert result.err.rstrip().endswith("Check with `python -m ray_pd_eks status`")
+    assert result.err.rstrip().endswith("Check with `ray-pd-eks status`")
 
 
 def test_completion_is_never_retried(kube_api: FakeKubeApi, cli: Harness) -> None:

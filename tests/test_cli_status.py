@@ -286,7 +286,7 @@ def test_access_denied_names_the_access_entry_fix(kube_api: FakeKubeApi, cli: Ha
     (line,) = result.err.splitlines()
     assert line.startswith(f"error: the cluster rejected {USER_ARN} (401: Unauthorized)")
     assert (
-        f"add it with `.venv/bin/python -m ray_pd_eks settings --set adminPrincipalArns={USER_ARN}`"
+        "add it with `ray-pd-eks settings --add-admin-me`"
         " and `npx cdk deploy 'RayPdEks/*' --concurrency 4`" in line
     )
     assert (
@@ -297,18 +297,34 @@ def test_access_denied_names_the_access_entry_fix(kube_api: FakeKubeApi, cli: Ha
 
 
 def test_forbidden_names_the_assumed_roles_role(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    """The role, with the path IAM gives it (an IAM Identity Center role's), not the session."""
+    sso = "aws-reserved/sso.amazonaws.com/eu-west-1/AWSReservedSSO_Ops_0123abcd"
     harness = Harness(write_cdk_json(tmp_path, region=REGION))
     stub_cluster(
         harness.session,
         kube_api.url,
         kube_api.ca_data,
-        arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/Ops/alice",
+        arn=f"arn:aws:sts::{ACCOUNT}:assumed-role/AWSReservedSSO_Ops_0123abcd/alice",
+    )
+    harness.session.stub("iam").add_response(
+        "get_role",
+        {
+            "Role": {
+                "Path": "/aws-reserved/sso.amazonaws.com/eu-west-1/",
+                "RoleName": "AWSReservedSSO_Ops_0123abcd",
+                "RoleId": "AROAEXAMPLEEXAMPLE01",
+                "Arn": f"arn:aws:iam::{ACCOUNT}:role/{sso}",
+                "CreateDate": "2026-01-01T00:00:00Z",
+            }
+        },
+        {"RoleName": "AWSReservedSSO_Ops_0123abcd"},
     )
     kube_api.set_stage("serving")
     kube_api.inject_fault(403, times=5)
     result = harness.run("status")
     assert result.code == 3
-    assert f"denied arn:aws:iam::{ACCOUNT}:role/Ops (403: nodes is forbidden" in result.err
+    assert f"denied arn:aws:iam::{ACCOUNT}:role/{sso} (403: nodes is forbidden" in result.err
+    assert f"--principal-arn arn:aws:iam::{ACCOUNT}:role/{sso} " in result.err
 
 
 def test_cluster_not_found_is_exit_3(tmp_path: Path) -> None:
@@ -340,7 +356,7 @@ def test_private_endpoint_unreachable_explains_why(tmp_path: Path) -> None:
         rf"error: cannot reach the Kubernetes API at {re.escape(url)} "
         r"\(ConnectionRefusedError: .*\): "
         r"the API endpoint is private: run the tool from inside the VPC, or open it to your "
-        r"address with `\.venv/bin/python -m ray_pd_eks settings --set "
+        r"address with `ray-pd-eks settings --set "
         r"endpointPublicCidrs=<your-ip>/32` and `npx cdk deploy 'RayPdEks/\*' --concurrency 4`\n$",
         result.err,
     ), result.err

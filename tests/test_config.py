@@ -205,7 +205,7 @@ def test_bad_value_fails_with_key_value_and_fix(overrides, key, text) -> None:
     lines = str(err.value).splitlines()
     mine = [line for line in lines if line.startswith(f"context key '{key}' = ")]
     assert mine, f"no line names {key}: {lines}"
-    assert "(set it with -c " in mine[0]
+    assert "(fix it with `ray-pd-eks settings --set " in mine[0]
     if text:
         assert text in mine[0]
     if key in overrides:  # the line shows the bad value as it was read
@@ -264,8 +264,8 @@ def test_raid0_is_refused_for_a_type_without_instance_store(monkeypatch) -> None
         DEFAULTS.with_overrides({"gpuNodeType": "x9.8xlarge", "gpuLocalStorage": "raid0"})
     assert str(err.value) == (
         "context key 'gpuLocalStorage' = \"raid0\": x9.8xlarge has no instance-store NVMe; use "
-        "auto or none, or a type with NVMe such as g6.8xlarge (set it with -c "
-        "gpuLocalStorage=... or in settings.local.json)"
+        "auto or none, or a type with NVMe such as g6.8xlarge (fix it with `ray-pd-eks settings "
+        "--set gpuLocalStorage=...`, or -c gpuLocalStorage=... for one command)"
     )
     auto = DEFAULTS.with_overrides({"gpuNodeType": "x9.8xlarge"})
     assert not auto.uses_local_nvme and auto.gpu_root_gib == 200
@@ -338,7 +338,7 @@ def test_unparseable_values_say_what_was_expected(context: dict[str, object], li
         AppConfig.from_context(context)
     (problem,) = str(err.value).splitlines()
     # The reason ends where the fix begins: nothing added to it, nothing left out.
-    assert f"{line} (set it with -c {next(iter(context))}=... " in problem
+    assert f"{line} (fix it with `ray-pd-eks settings --set {next(iter(context))}=...`" in problem
 
 
 EKS_NAME = "EKS name (letters, digits, '-' and '_', starting with a letter or digit)"
@@ -433,8 +433,9 @@ def test_rejection_lines_word_for_word(context: dict[str, object], lines: list[s
     with pytest.raises(ConfigError) as err:
         AppConfig.from_context(context)
     assert str(err.value).splitlines() == [
-        f"context key '{line.split(' = ', 1)[0]}' = {line.split(' = ', 1)[1]} (set it with -c "
-        f"{line.split(' = ', 1)[0]}=... or in settings.local.json)"
+        f"context key '{line.split(' = ', 1)[0]}' = {line.split(' = ', 1)[1]} (fix it with "
+        f"`ray-pd-eks settings --set {line.split(' = ', 1)[0]}=...`, or -c "
+        f"{line.split(' = ', 1)[0]}=... for one command)"
         for line in lines
     ]
 
@@ -443,10 +444,10 @@ def test_every_unparseable_value_has_its_own_line() -> None:
     with pytest.raises(ConfigError) as err:
         AppConfig.from_context({"gpuNodeCount": "x", "enforceEager": "maybe"})
     assert str(err.value).split("\n") == [
-        "context key 'gpuNodeCount' = \"x\": expected a whole number (set it with -c "
-        "gpuNodeCount=... or in settings.local.json)",
-        "context key 'enforceEager' = \"maybe\": expected true or false (set it with -c "
-        "enforceEager=... or in settings.local.json)",
+        "context key 'gpuNodeCount' = \"x\": expected a whole number (fix it with "
+        "`ray-pd-eks settings --set gpuNodeCount=...`, or -c gpuNodeCount=... for one command)",
+        "context key 'enforceEager' = \"maybe\": expected true or false (fix it with "
+        "`ray-pd-eks settings --set enforceEager=...`, or -c enforceEager=... for one command)",
     ]
 
 

@@ -21,7 +21,8 @@ def test_an_unknown_key_says_to_set_the_key_it_suggests() -> None:
     (line,) = problems(gpuNodeTyp="p5.48xlarge")
     assert line == (
         "context key 'gpuNodeTyp' = \"p5.48xlarge\": unknown setting; did you mean "
-        "'gpuNodeType'? (set it with -c gpuNodeType=... or in settings.local.json)"
+        "'gpuNodeType'? (fix it with `ray-pd-eks settings --set gpuNodeType=...`, or -c "
+        "gpuNodeType=... for one command)"
     )
 
 
@@ -78,3 +79,40 @@ def test_overrides_of_the_source_move_a_derived_id_along() -> None:
 def test_an_invalid_model_source_is_one_line_not_two() -> None:
     (line,) = problems(modelSource="s3://bucket/")
     assert line.startswith("context key 'modelSource' = \"s3://bucket/\": Ray 2.58 cannot stream")
+
+
+def test_a_misspelt_size_is_an_unknown_instance_type_not_a_missing_efa() -> None:
+    (line,) = problems(gpuNodeType="g6.8xl")
+    assert "'gpuNodeType' = \"g6.8xl\": unknown instance type (EC2 sizes read like 8xlarge" in line
+    (line,) = problems(gpuNodeType="g6.4xlarge")  # a real type, without EFA
+    assert "this GPU type has no EFA interface" in line
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "network"),
+    [
+        ("vpcCidr", "10.0.0.1/16", "10.0.0.0/16"),
+        ("endpointPublicCidrs", "203.0.113.7/24", "203.0.113.0/24"),
+    ],
+)
+def test_a_cidr_with_host_bits_set_says_so_and_names_its_network(
+    key: str, value: str, network: str
+) -> None:
+    (line,) = problems(**{key: value})
+    assert f"host bits are set: the network of this CIDR is {network} " in line
+
+
+def test_a_negative_gpu_node_count_is_one_line() -> None:
+    (line,) = problems(gpuNodeCount=-1)
+    assert line.startswith("context key 'gpuNodeCount' = -1: prefill and decode need")
+    (line,) = problems(gpuNodeMinCount=-1)
+    assert "'gpuNodeMinCount' = -1: must not be negative" in line
+
+
+def test_an_identity_center_role_without_its_path_is_refused() -> None:
+    pathless = "arn:aws:iam::123456789012:role/AWSReservedSSO_Admin_0123456789abcdef"
+    (line,) = problems(adminPrincipalArns=[pathless])
+    assert "has the path aws-reserved/sso.amazonaws.com/" in line
+    assert "`ray-pd-eks settings --add-admin-me` reads the full ARN" in line
+    full = "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_A_01"
+    AppConfig.from_context({**cdk_json_context(), "adminPrincipalArns": [full]})  # valid

@@ -123,9 +123,17 @@ def test_cidr_count_limit() -> None:
     )
 
 
-@pytest.mark.parametrize("cidr", ["10.0.0.1", "10.0.0.1/8", "fd00::/8", "banana"])
-def test_each_cidr_must_be_an_ipv4_network(cidr: str) -> None:
-    rejected({**INTERNAL, "endpointAllowedCidrs": [cidr]}, "endpointAllowedCidrs", "IPv4 CIDR")
+@pytest.mark.parametrize(
+    ("cidr", "why"),
+    [
+        ("10.0.0.1", "IPv4 CIDR"),
+        ("10.0.0.1/8", "host bits are set: the network of this CIDR is 10.0.0.0/8"),
+        ("fd00::/8", "IPv4 CIDR"),
+        ("banana", "IPv4 CIDR"),
+    ],
+)
+def test_each_cidr_must_be_an_ipv4_network(cidr: str, why: str) -> None:
+    rejected({**INTERNAL, "endpointAllowedCidrs": [cidr]}, "endpointAllowedCidrs", why)
 
 
 def test_certificate_in_another_region_fails() -> None:

@@ -356,7 +356,10 @@ def test_value_one_past_the_limit_is_rejected_naming_the_key(edge: Edge) -> None
     if not edge.named:  # the line shows the bad value as parsed (one entry of a list)
         assert any(f"= {json.dumps(_parsed(edge, edge.past_limit))}:" in line for line in lines)
     assert all(
-        line.endswith("(set it with -c " + named + "=... or in settings.local.json)")
+        line.endswith(
+            f"(fix it with `ray-pd-eks settings --set {named}=...`, or -c {named}=... for one "
+            "command)"
+        )
         for line in lines
     )
 

@@ -46,8 +46,16 @@ def _env_update_precedes_other_imports(path: Path) -> bool:
 
 
 def test_entry_points_set_jsii_node_before_anything_can_load_the_cdk(tmp_path: Path) -> None:
-    for entry in ("app.py", "ray_pd_eks/__main__.py", "tests/__init__.py"):
+    for entry in ("app.py", "tests/__init__.py"):
         assert _env_update_precedes_other_imports(ROOT / entry), entry
+    # ray-pd-eks and python -m ray_pd_eks: console.py sets it before importing the CLI, and
+    # imports nothing of the CDK before that.
+    console = (ROOT / "ray_pd_eks" / "console.py").read_text()
+    body = console.split("def _cli_main(", 1)[1]
+    assert body.index("os.environ.update(jsii_node_env())") < body.index(
+        "from ray_pd_eks.cli.main import main"
+    )
+    assert "aws_cdk" not in console.split("def _cli_main(", 1)[0]
     # The check itself: an import of the CDK first is caught.
     late = tmp_path / "late.py"
     late.write_text(

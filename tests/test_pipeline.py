@@ -258,7 +258,7 @@ def test_a_bad_environment_names_itself_and_the_key(
     lines = errors(pipeline=PIPELINE, environments=[environment])
     assert any(line.startswith(expected) for line in lines), lines
     # The hint of config.py (-c / cdk.json) would point at the wrong place.
-    assert not any("set it with -c" in line for line in lines)
+    assert not any("fix it with `ray-pd-eks settings" in line for line in lines)
 
 
 def test_an_environment_without_a_name_is_named_by_its_position() -> None:

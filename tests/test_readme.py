@@ -7,8 +7,11 @@ command copied from either must work.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from ray_pd_eks import instance_types
 from ray_pd_eks.cli.main import COMMANDS, build_parser
@@ -61,12 +64,15 @@ def _subcommand_options() -> dict[str, set[str]]:
 
 
 def test_every_cli_command_and_option_shown_exists() -> None:
-    """`python -m ray_pd_eks <command> --option` anywhere in the manual is accepted."""
+    """`ray-pd-eks <command> --option` anywhere in the manual is accepted."""
     options = _subcommand_options()
     shown = 0
     for where, text in MANUAL.items():
-        for command, rest in re.findall(r"ray_pd_eks ([a-z][\w-]*)([^`|\n]*)", text):
+        # `ray-pd-eks <command>`; "ray-pd-eks prod (account/region)" is the pipeline's report.
+        pattern = r"ray(?:_pd_eks|-pd-eks) ([a-z][\w-]*)(?![\w-]| \(\d)([^`|\n]*)"
+        for command, rest in re.findall(pattern, text):
             assert command in options, f"{where}: unknown command {command!r}"
+            rest = rest.split("$(", 1)[0]  # a shell substitution's own flags (curl -s)
             for option in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", rest):
                 assert option in options[command], f"{where}: {command} has no {option}"
             shown += 1
@@ -75,7 +81,7 @@ def test_every_cli_command_and_option_shown_exists() -> None:
 
 def test_operations_guide_covers_every_cli_command() -> None:
     for module in COMMANDS:
-        assert f"ray_pd_eks {module.NAME}" in README + DOCS["operations.md"], module.NAME
+        assert f"ray-pd-eks {module.NAME}" in README + DOCS["operations.md"], module.NAME
 
 
 def test_deploy_commands_select_the_stage_stacks() -> None:
@@ -144,5 +150,78 @@ def test_no_deploy_shown_carries_a_setting_that_later_commands_would_forget() ->
         joined = re.sub(r"\\\n\s*", " ", text)  # continuation lines
         for command in re.findall(r"npx cdk deploy [^\n`]*", joined):
             assert re.findall(r"-c (\w+)=", command) in ([], ["pipeline"]), (where, command)
-    assert "ray_pd_eks settings --set adminPrincipalArns=" in README
-    assert "--set endpointPublicCidrs=" in README
+    assert "ray-pd-eks settings --add-admin-me" in README
+    assert "--add endpointPublicCidrs=" in README
+
+
+# -- documented cdk commands select the Stage's stacks (else the CLI prints no warning) ------
+
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+_CDK_COMMAND = re.compile(r"npx cdk (synth|diff|deploy|destroy)(?![|\w])([^`\n]*)")
+
+
+def _documented(verb: str) -> list[tuple[str, str]]:
+    """(where, arguments) of every ``npx cdk <verb>`` command in the manual and setup.sh."""
+    texts = {**MANUAL, "scripts/setup.sh": (ROOT / "scripts" / "setup.sh").read_text()}
+    return [
+        (where, rest.strip())
+        for where, text in texts.items()
+        for found_verb, rest in _CDK_COMMAND.findall(re.sub(r"\s*\n\s*", " ", text))
+        if found_verb == verb
+    ]
+
+
+def test_every_documented_synth_and_diff_selects_stacks() -> None:
+    """`npx cdk synth` on a Stage app selects no stack: no template, and none of the app's
+    warnings. The pipeline's own CodeBuild synth (pipeline.md) has a top-level stack."""
+    commands = _documented("synth") + _documented("diff")
+    assert any(where == "README.md" for where, _ in commands)
+    for where, args in commands:
+        if where == "docs/pipeline.md":
+            continue
+        assert "'RayPdEks/*'" in args or "RayPdEksPipeline" in args, (where, args)
+
+
+def _cdk_synth(assembly: Path, args: list[str]) -> str:
+    env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    argv = [str(CDK), "synth", "--app", str(assembly), "--no-notices", *args]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_the_readmes_synth_command_shows_the_apps_warnings(default_app: Any) -> None:
+    """The README's command, run by the pinned CDK CLI on the tests' synthesized assembly (the
+    default settings warn that nobody administers the cluster); the bare command shows none."""
+    (args,) = [a for where, a in _documented("synth") if where == "README.md"]
+    documented = [a.strip("'") for a in args.split() if not a.startswith("-c") and "=" not in a]
+    shown = _cdk_synth(default_app.outdir, documented)
+    assert "adminPrincipalArns is empty: NOBODY can administer this cluster" in shown
+    bare = _cdk_synth(default_app.outdir, ["--quiet"])
+    assert "NOBODY can administer" not in bare
+
+
+def test_the_gpu_share_of_the_cost_matches_the_cost_table() -> None:
+    (gpu,) = re.findall(r"^\| GPU nodes \|[^|]*\| ~\$([\d.]+) \|", README, flags=re.M)
+    (total,) = re.findall(r"^\| \*\*Total\*\* \| \| \*\*~\$([\d.]+)\*\* \|", README, flags=re.M)
+    (share,) = re.findall(r"The GPU nodes are (\d+) % of it", README)
+    assert int(share) == round(100 * float(gpu) / float(total))
+
+
+def test_the_manual_runs_the_console_script() -> None:
+    """Usage lines say `ray-pd-eks`, which works from any folder; not `python -m`."""
+    for where, text in MANUAL.items():
+        for line in text.splitlines():
+            assert "bin/python -m ray_pd_eks " not in line, (where, line)
+    assert "ray-pd-eks settings --add-admin-me" in README
+    assert "sed -E" not in README  # the old assumed-role rewrite, which dropped the path
+
+
+def test_every_benchmark_recipe_redeploys_after_going_back_to_pd() -> None:
+    """`settings --unset servingMode` changes a file; only the next deploy changes the endpoint."""
+    for where, text in MANUAL.items():
+        lines = [line.split("#")[0].strip() for line in text.splitlines()]
+        for i, line in enumerate(lines):
+            if line.endswith("settings --unset servingMode"):
+                following = [rest for rest in lines[i + 1 :] if rest][:1]
+                assert following and following[0].startswith("npx cdk deploy"), where

@@ -23,7 +23,16 @@ from ray_pd_eks.context import (
     file_context,
     with_local_settings,
 )
-from tests.cli_fixtures import Harness, StubbedSession
+from tests.cli_fixtures import (
+    ACCOUNT,
+    SSO_PATH,
+    SSO_ROLE,
+    SSO_ROLE_ARN,
+    SSO_SESSION_ARN,
+    Harness,
+    StubbedSession,
+    stub_get_role,
+)
 from tests.synth import ROOT
 
 ADMIN = "arn:aws:iam::123456789012:role/Admin"
@@ -277,7 +286,10 @@ def configure_in(project: Path) -> Any:
     ("argv", "message"),
     [
         (("--set", "gpuNodeCount=1"), "not changed:\ncontext key 'gpuNodeCount' = 1"),
-        (("--set", "gpuNodeCont=3"), "did you mean 'gpuNodeCount'? (set it with -c gpuNodeCount="),
+        (
+            ("--set", "gpuNodeCont=3"),
+            "did you mean 'gpuNodeCount'? (fix it with `ray-pd-eks settings --set gpuNodeCount=",
+        ),
         (("--set", "maxModelLen=lots"), "expected a whole number"),
         (("--unset", "namespace"), "--unset namespace: "),
     ],
@@ -322,3 +334,179 @@ def test_settings_shows_each_value_and_where_it_comes_from(tmp_path: Path) -> No
     assert shown["kvBackend"] == '"UCX"  [-c]'
     assert shown["gpuNodeType"] == '"g6.8xlarge"  [default]'
     assert shown["modelId"] == '"qwen3.5-9b"  [default, empty: derived from modelSource]'
+
+
+# -- repairing, lists, and your own admin ARN ------------------------------------------------
+
+
+def local_file(project: Path) -> Any:
+    return json.loads((project / "settings.local.json").read_text())
+
+
+def test_unset_and_set_repair_a_file_holding_an_invalid_value(project: Path) -> None:
+    """The whole file is not validated before the change, only the result."""
+    write(project / "settings.local.json", {"gpuNodeCount": 1, "maxModelLen": 8192})
+    harness = Harness(project / "cdk.json")
+    result = harness.run("settings", "--unset", "gpuNodeCount")
+    assert result.code == 0, result.err
+    assert local_file(project) == {"maxModelLen": 8192}
+    write(project / "settings.local.json", {"gpuNodeCount": 1})
+    assert harness.run("settings", "--set", "gpuNodeCount=3").code == 0
+    assert local_file(project) == {"gpuNodeCount": 3}
+
+
+def test_a_bad_value_names_the_file_it_comes_from(project: Path) -> None:
+    write(project / "settings.local.json", {"gpuNodeCount": 1})
+    result = Harness(project / "cdk.json").run("endpoint")
+    assert result.code == 2
+    assert result.err.rstrip().endswith(
+        "[this value is in settings.local.json; `ray-pd-eks settings --unset gpuNodeCount` "
+        "removes it]"
+    )
+    (project / "settings.local.json").unlink()
+    shown = Harness(project / "cdk.json").run("settings", "-c", "gpuNodeCount=1")
+    assert shown.err.rstrip().endswith("[this value is from -c]")
+
+
+@pytest.mark.parametrize("value", ["", "[]"])
+def test_an_empty_admin_list_is_refused_unless_meant(project: Path, value: str) -> None:
+    """`--set adminPrincipalArns="$admin"` with an empty $admin (expired credentials)."""
+    write(project / "settings.local.json", {"adminPrincipalArns": [ADMIN]})
+    harness = Harness(project / "cdk.json")
+    result = harness.run("settings", "--set", f"adminPrincipalArns={value}")
+    assert result.code == 2
+    assert (
+        f"--set adminPrincipalArns={value}: an empty list is refused: nobody could " in result.err
+    )
+    assert "add --allow-empty" in result.err
+    assert local_file(project) == {"adminPrincipalArns": [ADMIN]}
+    meant = harness.run("settings", "--set", f"adminPrincipalArns={value}", "--allow-empty")
+    assert meant.code == 0, meant.err
+    assert local_file(project) == {"adminPrincipalArns": []}
+
+
+def test_add_and_remove_change_one_item_of_a_list(project: Path) -> None:
+    other = "arn:aws:iam::123456789012:role/Other"
+    write(project / "settings.local.json", {"adminPrincipalArns": [ADMIN]})
+    harness = Harness(project / "cdk.json")
+    assert harness.run("settings", "--add", f"adminPrincipalArns={other}").code == 0
+    assert local_file(project) == {"adminPrincipalArns": [ADMIN, other]}
+    assert harness.run("settings", "--add", f"adminPrincipalArns={other}").code == 0  # no dup
+    assert local_file(project) == {"adminPrincipalArns": [ADMIN, other]}
+    assert harness.run("settings", "--remove", f"adminPrincipalArns={ADMIN}").code == 0
+    assert local_file(project) == {"adminPrincipalArns": [other]}
+    last = harness.run("settings", "--remove", f"adminPrincipalArns={other}")
+    assert last.code == 2
+    assert "leaves adminPrincipalArns empty, and nobody could administer" in last.err
+    missing = harness.run("settings", "--remove", f"adminPrincipalArns={ADMIN}")
+    assert missing.code == 2
+    assert f"--remove adminPrincipalArns={ADMIN}: not in adminPrincipalArns" in missing.err
+    scalar = harness.run("settings", "--add", "gpuNodeCount=3")
+    assert scalar.code == 2
+    assert "--add gpuNodeCount: not a list setting" in scalar.err
+
+
+def test_add_starts_from_the_value_in_cdk_json(project: Path) -> None:
+    data = json.loads((project / "cdk.json").read_text())
+    data["context"]["adminPrincipalArns"] = [ADMIN]
+    (project / "cdk.json").write_text(json.dumps(data))
+    other = "arn:aws:iam::123456789012:user/bob"
+    result = Harness(project / "cdk.json").run("settings", "--add", f"adminPrincipalArns={other}")
+    assert result.code == 0, result.err
+    assert local_file(project) == {"adminPrincipalArns": [ADMIN, other]}
+
+
+def test_add_admin_me_writes_the_identity_center_role_with_its_path(project: Path) -> None:
+    harness = Harness(project / "cdk.json", env={"AWS_REGION": "eu-west-1"})
+    harness.session.stub("sts").add_response(
+        "get_caller_identity", {"UserId": "AROA", "Account": ACCOUNT, "Arn": SSO_SESSION_ARN}
+    )
+    stub_get_role(harness.session, SSO_ROLE, SSO_PATH)
+    result = harness.run("settings", "--add-admin-me")
+    assert result.code == 0, result.err
+    assert f"settings.local.json: added to adminPrincipalArns: {SSO_ROLE_ARN}" in result.out
+    assert local_file(project) == {"adminPrincipalArns": [SSO_ROLE_ARN]}
+    harness.session.assert_no_pending_responses()
+
+
+def test_add_admin_me_replaces_the_pathless_arn_of_the_same_role(project: Path) -> None:
+    pathless = f"arn:aws:iam::{ACCOUNT}:role/{SSO_ROLE}"  # what the README's sed produced
+    write(project / "settings.local.json", {"adminPrincipalArns": [ADMIN, pathless]})
+    harness = Harness(project / "cdk.json")  # no region anywhere: STS and IAM need none
+    harness.session.stub("sts").add_response(
+        "get_caller_identity", {"UserId": "AROA", "Account": ACCOUNT, "Arn": SSO_SESSION_ARN}
+    )
+    stub_get_role(harness.session, SSO_ROLE, SSO_PATH)
+    result = harness.run("settings", "--add-admin-me")
+    assert result.code == 0, result.err
+    assert f"replacing {pathless} (wrong path)" in result.out
+    assert local_file(project) == {"adminPrincipalArns": [ADMIN, SSO_ROLE_ARN]}
+
+
+def test_add_admin_me_writes_nothing_when_the_path_cannot_be_read(project: Path) -> None:
+    harness = Harness(project / "cdk.json")
+    harness.session.stub("sts").add_response(
+        "get_caller_identity", {"UserId": "AROA", "Account": ACCOUNT, "Arn": SSO_SESSION_ARN}
+    )
+    harness.session.stub("iam").add_client_error("get_role", "AccessDenied", "denied", 403)
+    result = harness.run("settings", "--add-admin-me")
+    assert result.code == 2
+    assert "--add-admin-me: cannot read the path of your role" in result.err
+    assert "aws iam get-role --role-name" in result.err
+    assert not (project / "settings.local.json").exists()
+
+
+def test_add_admin_me_takes_an_iam_user_as_sts_names_it(project: Path) -> None:
+    user = f"arn:aws:iam::{ACCOUNT}:user/ops/alice"  # a user's ARN carries its path
+    harness = Harness(project / "cdk.json")
+    harness.session.stub("sts").add_response(
+        "get_caller_identity", {"UserId": "AIDA", "Account": ACCOUNT, "Arn": user}
+    )
+    assert harness.run("settings", "--add-admin-me").code == 0
+    assert local_file(project) == {"adminPrincipalArns": [user]}
+
+
+def test_add_admin_me_refuses_the_root_user(project: Path) -> None:
+    harness = Harness(project / "cdk.json")
+    harness.session.stub("sts").add_response(
+        "get_caller_identity",
+        {"UserId": ACCOUNT, "Account": ACCOUNT, "Arn": f"arn:aws:iam::{ACCOUNT}:root"},
+    )
+    result = harness.run("settings", "--add-admin-me")
+    assert result.code == 2
+    assert "cannot be an EKS access entry here" in result.err
+
+
+def test_set_without_an_equals_sign_says_so(project: Path) -> None:
+    result = Harness(project / "cdk.json").run("settings", "--set", "gpuNodeCount")
+    assert result.code == 2
+    assert result.err == (
+        "error: --set gpuNodeCount: no '=': expected --set gpuNodeCount=VALUE, e.g. --set "
+        "gpuAz=us-west-2a (to remove it from settings.local.json: --unset gpuNodeCount)\n"
+    )
+
+
+def test_unset_suggests_the_key_the_file_holds(project: Path) -> None:
+    write(project / "settings.local.json", {"gpuNodeCount": 3})
+    result = Harness(project / "cdk.json").run("settings", "--unset", "gpuNodeCont")
+    assert result.code == 2
+    assert "did you mean --unset gpuNodeCount?" in result.err
+
+
+def test_synth_names_settings_local_json_as_the_bad_values_source(project: Path) -> None:
+    write(project / "settings.local.json", {"gpuNodeCount": 1})
+    saved = app_module.PROJECT_DIR, app_module.USER_HOME
+    app_module.PROJECT_DIR, app_module.USER_HOME = project, None
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            app_module.main(app_module.cdk.App(context=cdk_cli_context(project, {}, None)))
+    finally:
+        app_module.PROJECT_DIR, app_module.USER_HOME = saved
+    message = str(exit_.value.code)
+    assert message.startswith(
+        "Invalid configuration, nothing synthesized:\ncontext key 'gpuNodeCount'"
+    )
+    assert message.endswith(
+        "[this value is in settings.local.json; `ray-pd-eks settings --unset gpuNodeCount` "
+        "removes it]"
+    )

@@ -4,8 +4,10 @@ deletion, and the order of removal is the reverse of the walkthrough's, through 
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from aws_cdk import CfnElement, Stack
 from constructs import IConstruct
 
 from ray_pd_eks.config import AppConfig
-from tests.synth import Synthesized
+from tests.synth import ROOT, Synthesized
 from tests.test_pipeline import SynthesizedPipeline, synth_pipeline
 
 RETAINING = frozenset({"Retain", "RetainExceptOnCreate", "Snapshot"})
@@ -265,3 +267,84 @@ def test_nothing_creates_aws_resources_behind_cloudformations_back(
                     assert obj.get("kind") not in ("Ingress", "PersistentVolumeClaim"), obj
                     assert obj.get("type") != "LoadBalancer", obj
                     assert "volumeClaimTemplates" not in obj, obj
+
+
+# -- the documented destroy commands, checked against the synthesized assemblies -------------
+
+DOCS = ROOT / "docs"
+
+
+def _destroy_order(stacks: Sequence[Stack]) -> list[list[str]]:
+    """The stacks' ids in the order a destroy may delete them: each group after every stack
+    that depends on it (dependents first), as the CDK CLI's destroy work graph orders them."""
+    left = list(reversed(stacks))
+    groups: list[list[str]] = []
+    while left:
+        ready = [s for s in left if not any(s in other.dependencies for other in left)]
+        assert ready, "dependency cycle"
+        groups.append([s.node.id for s in ready])
+        left = [s for s in left if s not in ready]
+    return groups
+
+
+def _order_text(groups: list[list[str]]) -> str:
+    return ", then ".join(" and ".join(group) for group in groups)
+
+
+def _cli_pattern_matches(pattern: str, hierarchical_id: str) -> bool:
+    """The CDK CLI's stack selection: a glob over the hierarchical id where `*` stays within
+    one path segment (minimatch), e.g. 'RayPdEksPipeline/RayPdEks-dev/*'."""
+    regex = "".join("[^/]*" if c == "*" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, hierarchical_id) is not None
+
+
+def test_the_documented_destroy_order_is_the_assemblys(default_app: Synthesized) -> None:
+    """README, operations.md and teardown.md name all five stacks in the order destroy uses."""
+    groups = _destroy_order(default_app.stage.stacks)
+    assert groups == [["Readiness"], ["Workload", "GpuNodes"], ["Cluster"], ["Network"]]
+    text = _order_text(groups)
+    for doc in (ROOT / "README.md", DOCS / "operations.md", DOCS / "teardown.md"):
+        assert text in " ".join(doc.read_text().split()), doc.name
+
+
+def test_one_command_destroys_a_pipeline_environment(pipeline: SynthesizedPipeline) -> None:
+    """The documented `cdk destroy` pattern selects exactly the stage's stacks, all five, and
+    the stage named in the disable-stage-transition line is a stage of the pipeline."""
+    teardown = (DOCS / "teardown.md").read_text()
+    (pattern,) = re.findall(r"npx cdk destroy '(RayPdEksPipeline/[^']+)' --force", teardown)
+    root = pipeline.stack.node.root
+    every_stack = [c for c in root.node.find_all() if isinstance(c, Stack)]
+    selected = {s.node.path for s in every_stack if _cli_pattern_matches(pattern, s.node.path)}
+    (name,) = [n for n in pipeline.stack.stages if pattern == f"RayPdEksPipeline/RayPdEks-{n}/*"]
+    stage = pipeline.stack.stages[name]
+    assert selected == {s.node.path for s in stage.stacks}
+    assert len(selected) == 5
+    (stage_name,) = re.findall(r"--stage-name (\S+) --transition-type Inbound", teardown)
+    assert stage_name in [s["Name"] for s in pipeline.pipeline_stages()]
+    assert f"--pipeline-name {pipeline.stack.node.id} " in teardown
+
+
+def test_the_aws_cli_loops_delete_every_stack_dependents_first(
+    pipeline: SynthesizedPipeline,
+) -> None:
+    stage = next(iter(pipeline.stack.stages.values()))
+    groups = _destroy_order(stage.stacks)
+    loops = [
+        loop.split()
+        for doc in DOCS.glob("*.md")
+        for loop in re.findall(r"for s in ([A-Za-z ]+); do", doc.read_text())
+    ]
+    assert loops, "no AWS CLI teardown loop in docs/"
+    for order in loops:
+        assert sorted(order) == sorted(s.node.id for s in stage.stacks), order
+        position = {s: i for i, s in enumerate(order)}
+        for before, after in itertools.pairwise(groups):
+            assert max(position[s] for s in before) < min(position[s] for s in after), order
+
+
+def test_pipeline_docs_name_every_stack_of_a_stage(pipeline: SynthesizedPipeline) -> None:
+    text = (DOCS / "pipeline.md").read_text()
+    (row,) = re.findall(r"Stacks are named (`RayPdEks-<name>-\w+`(?: / `-\w+`)*)", text)
+    named = set(re.findall(r"-(\w+)`", row))
+    stage = next(iter(pipeline.stack.stages.values()))
+    assert named == {s.node.id for s in stage.stacks}

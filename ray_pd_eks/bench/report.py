@@ -1,8 +1,10 @@
 """``report.md`` and the PNG plots, from a ``results.json`` summary (see ``results.collect``).
 
-Plots use matplotlib's Agg backend (files only: no display, works over SSH and in CI). A level
-whose requests all failed has no latency: it is a gap in the lines and a FAILED row in the
-table, never a point at 0 ms.
+Plots use matplotlib's Agg backend (files only: no display, works over SSH and in CI). Each run
+has one colour in every plot. A level whose requests all failed has no latency: it is a gap in
+the lines with an x on the axis, and a row whose status says "failed" with "-" in every number
+column (the reason is listed under the table), never a point at 0 ms. A partial level's point
+is ringed. Without bench-meta.json what is not known is written "unknown", never "None".
 """
 
 from __future__ import annotations
@@ -64,40 +66,68 @@ def _configs(summary: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {name: config.get(name) or {} for name in names}
 
 
+# What bench-meta.json records about the deployment (the price keys are separate: a price can
+# come from --price-per-hour when nothing else is known).
+_DEPLOYMENT_KEYS = (
+    "servingMode",
+    "kvBackend",
+    "modelId",
+    "modelSource",
+    "gpuNodeCount",
+    "gpuNodeType",
+    "gpuModel",
+    "inputLen",
+    "outputLen",
+    "image",
+)
+UNKNOWN = "unknown"
+
+
+def _known(config: Mapping[str, Any], key: str) -> str:
+    found = config.get(key)
+    return UNKNOWN if found is None or found == "" else str(found)
+
+
 def describe_config(label: str, config: Mapping[str, Any]) -> str:
-    if not config:
+    if not any(config.get(k) is not None for k in _DEPLOYMENT_KEYS):
         return f"- **{label}**: deployment settings not recorded (no bench-meta.json)"
-    mode = config.get("servingMode", "?")
-    kv = f", KV over NIXL {config.get('kvBackend')}" if mode == "pd" else ", no KV transfer"
+    k = lambda key: _known(config, key)  # noqa: E731
+    mode = k("servingMode")
+    kv = f", KV over NIXL {k('kvBackend')}" if mode == "pd" else ", no KV transfer"
     if config.get("quantization") is not None:
         eager = "eager" if config.get("enforceEager") else "CUDA graphs"
         kv += (
-            f"; engine {config.get('dtype')}, weights {config.get('quantization')}, KV cache "
-            f"{config.get('kvCacheDtype')}, {eager}, router {config.get('requestRouter')}"
+            f"; engine {k('dtype')}, weights {k('quantization')}, KV cache "
+            f"{k('kvCacheDtype')}, {eager}, router {k('requestRouter')}"
         )
-    engines = (
-        f"{config.get('prefillReplicas')} prefill + {config.get('decodeReplicas')} decode"
-        if mode == "pd"
-        else f"{config.get('engines')} aggregated engine(s)"
-    )
+    if mode == "pd":
+        engines = f"{k('prefillReplicas')} prefill + {k('decodeReplicas')} decode"
+    else:
+        engines = f"{k('engines')} aggregated engine(s)"
     return (
-        f"- **{label}**: servingMode {mode}{kv}; {engines}; model {config.get('modelId')} "
-        f"({config.get('modelSource')}); {config.get('gpuNodeCount')} x "
-        f"{config.get('gpuNodeType')} ({config.get('gpuModel')}); prompts of "
-        f"{config.get('inputLen')} tokens in, {config.get('outputLen')} out, seed "
-        f"{config.get('seed')}; image {config.get('image')}"
+        f"- **{label}**: servingMode {mode}{kv}; {engines}; model {k('modelId')} "
+        f"({k('modelSource')}); {k('gpuNodeCount')} x {k('gpuNodeType')} ({k('gpuModel')}); "
+        f"prompts of {k('inputLen')} tokens in, {k('outputLen')} out, seed {k('seed')}; "
+        f"image {k('image')}"
     )
 
 
 def describe_cost(label: str, config: Mapping[str, Any]) -> str:
     price = config.get("gpuPricePerHourUsd")
     if price is None:
-        why = config.get("priceSource") or "no price recorded"
+        why = config.get("priceSource") or "no price recorded (pass --price-per-hour USD)"
         return f"- **{label}**: no cost computed: {why}"
     nodes = config.get("gpuNodeCount")
+    itype = config.get("gpuNodeType") or "GPU node"
+    each = f"${float(price):.4f}/h per {itype}; price from {config.get('priceSource')}"
+    if nodes is None:
+        return (
+            f"- **{label}**: {each}; the number of GPU nodes is {UNKNOWN} (no bench-meta.json), "
+            "so no cost per token: pass --gpu-nodes N to `bench report`"
+        )
     return (
-        f"- **{label}**: {nodes} x {config.get('gpuNodeType')} at ${float(price):.4f}/h each "
-        f"= ${float(price) * float(nodes or 0):.2f}/h; price from {config.get('priceSource')}"
+        f"- **{label}**: {nodes} x {itype} at ${float(price):.4f}/h each "
+        f"= ${float(price) * float(nodes):.2f}/h; price from {config.get('priceSource')}"
     )
 
 
@@ -139,6 +169,14 @@ def profile_table(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def status_cell(run: Mapping[str, Any]) -> str:
+    if run["status"] == "failed":
+        return "failed (below)"
+    if run["status"] == "partial":
+        return "partial"
+    return "ok"
+
+
 def markdown(summary: Mapping[str, Any]) -> str:
     """The whole report: settings, the table (one row per level and run), cost, plots."""
     runs: Sequence[Mapping[str, Any]] = summary["runs"]
@@ -157,23 +195,33 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "## Results by concurrency",
         "",
     ]
-    headers = ["concurrency", "completed", "failed", *(c[0] for c in _COLUMNS), "$ / M out tok"]
+    headers = [
+        "concurrency",
+        "status",
+        "completed",
+        "failed",
+        *(c[0] for c in _COLUMNS),
+        "$ / M out tok",
+    ]
     if several:
         headers.insert(0, "run")
     lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for run in runs:
-        cells = [str(run.get("concurrency")), str(run["completed"]), str(run["failed"])]
-        if run["status"] == "failed":
-            reason = run.get("error") or "every request failed"
-            cells += [f"FAILED: {reason}"] + ["-"] * (len(_COLUMNS) - 1)
-        else:
-            cells += [fmt(value(run, key, stat)) for _, key, stat in _COLUMNS]
-            cells.append(fmt(run.get("cost_per_million_output_tokens_usd"), 2))
-        if run["status"] == "failed":
-            cells.append("-")
+        cells = [str(run.get("concurrency")), status_cell(run)]
+        cells += [str(run["completed"]), str(run["failed"])]
+        # A failed level has no numbers: "-" in every number column, the reason below.
+        cells += [fmt(value(run, key, stat)) for _, key, stat in _COLUMNS]
+        cells.append(fmt(run.get("cost_per_million_output_tokens_usd"), 2))
         if several:
             cells.insert(0, str(run["label"]))
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    failed = [r for r in runs if r["status"] == "failed"]
+    if failed:
+        lines += ["", "Failed levels (no latency or throughput: every request failed):"]
+        lines += [
+            f"- {r['label']} @ {r['concurrency']}: {r.get('error') or 'every request failed'}"
+            for r in failed
+        ]
     partial = [r for r in runs if r["status"] == "partial"]
     if partial:
         lines += [
@@ -231,6 +279,28 @@ def plot_data(summary: Mapping[str, Any]) -> dict[str, list[tuple[str, list[int]
     return data
 
 
+# One colour per run, the same in every plot (matplotlib's default cycle, in run order).
+_COLOURS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9")
+
+
+def run_colours(summary: Mapping[str, Any]) -> dict[str, str]:
+    return {name: _COLOURS[i % len(_COLOURS)] for i, name in enumerate(labels(summary))}
+
+
+def series_run(series: str, colours: Mapping[str, str]) -> str:
+    """The run a series name (``<run> p50``, ``<run> p99`` or ``<run>``) belongs to."""
+    return series if series in colours else series.rsplit(" ", 1)[0]
+
+
+def level_marks(summary: Mapping[str, Any]) -> dict[tuple[str, int], str]:
+    """(run, concurrency) -> ``failed`` or ``partial``, for the levels the plots mark."""
+    return {
+        (str(r["label"]), int(r["concurrency"])): str(r["status"])
+        for r in summary["runs"]
+        if r["status"] in ("failed", "partial") and isinstance(r.get("concurrency"), int)
+    }
+
+
 def _nan(number: float | None) -> float:
     return math.nan if number is None else number
 
@@ -246,14 +316,46 @@ def write_plots(
     import matplotlib.pyplot as plt
     import numpy
 
+    colours = run_colours(summary)
+    marks = level_marks(summary)
     drawn: dict[str, list[tuple[str, list[float], list[float]]]] = {}
     for filename, series in plot_data(summary).items():
         _, title, _ = PLOTS[filename]
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
         try:
             for name, xs, ys in series:
+                run = series_run(name, colours)
                 style = "--" if name.endswith(" p99") else "-"
-                ax.plot(xs, ys, style, marker="o", label=name)
+                ax.plot(xs, ys, style, marker="o", label=name, color=colours[run])
+                # A partial level: a hollow ring around its point (latencies of the completed
+                # requests only).
+                partial = [
+                    (x, y) for x, y in zip(xs, ys, strict=True) if marks.get((run, x)) == "partial"
+                ]
+                if partial:
+                    ax.plot(
+                        [x for x, _ in partial],
+                        [y for _, y in partial],
+                        "o",
+                        markersize=12,
+                        markerfacecolor="none",
+                        color=colours[run],
+                        label=f"_{name} partial",
+                    )
+            # A failed level: an x on the axis at its concurrency, in the run's colour (the
+            # line has a gap there, never a point at 0).
+            for (run, x), mark in sorted(marks.items()):
+                if mark == "failed":
+                    ax.plot(
+                        [x],
+                        [0],
+                        "x",
+                        markersize=10,
+                        color=colours[run],
+                        transform=ax.get_xaxis_transform(),
+                        clip_on=False,
+                        label=f"_{run} failed at {x}",
+                    )
             levels = sorted({x for _, xs, _ in series for x in xs})
             if levels:
                 ax.set_xscale("log", base=2)
@@ -268,6 +370,8 @@ def write_plots(
             fig.savefig(out / filename)
             drawn[filename] = []
             for line in ax.get_lines():
+                if str(line.get_label()).startswith("_"):
+                    continue  # the failed/partial marks (level_marks says where they are)
                 xy = numpy.asarray(line.get_xydata(), dtype=float).reshape(-1, 2)
                 drawn[filename].append(
                     (str(line.get_label()), xy[:, 0].tolist(), xy[:, 1].tolist())

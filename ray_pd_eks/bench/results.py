@@ -141,13 +141,19 @@ def run_label(directory: Path, meta: Mapping[str, Any], raws: Sequence[dict[str,
     return labels.pop() if len(labels) == 1 else directory.resolve().name
 
 
-def collect(directories: Sequence[Path], *, price_per_hour: float | None = None) -> dict[str, Any]:
+def collect(
+    directories: Sequence[Path],
+    *,
+    price_per_hour: float | None = None,
+    gpu_nodes: int | None = None,
+) -> dict[str, Any]:
     """``results.json`` for one run directory, or a comparison of several.
 
     One directory: ``{"label", "config", "runs"}``. Several: ``label`` is ``"a vs b"``,
     ``config`` maps each run's label to its config, and ``runs`` holds every level of every run,
     each with its run's ``label``. Runs are ordered as given, levels by concurrency.
-    ``price_per_hour`` replaces the recorded GPU node price of every run.
+    ``price_per_hour`` replaces the recorded GPU node price of every run, ``gpu_nodes`` its
+    number of GPU nodes (for results without bench-meta.json, which records it).
     """
     runs: list[dict[str, Any]] = []
     configs: dict[str, Any] = {}
@@ -168,6 +174,8 @@ def collect(directories: Sequence[Path], *, price_per_hour: float | None = None)
         if price_per_hour is not None:
             config["gpuPricePerHourUsd"] = price_per_hour
             config["priceSource"] = "--price-per-hour given to bench report"
+        if gpu_nodes is not None:
+            config["gpuNodeCount"] = gpu_nodes
         configs[label] = config
         levels = [summarize(raw, label=label, file=name) for name, raw in found]
         levels += [

@@ -1,4 +1,4 @@
-"""The operations tool of the app: ``python -m ray_pd_eks <command>``.
+"""The operations tool of the app: ``ray-pd-eks <command>`` (or ``python -m ray_pd_eks``).
 
 One module per command (``preflight``, ``status``, ``endpoint``, ``smoke``, ``efa_check``), each
 with ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments(parser)`` and ``run(app) -> exit code``;

@@ -171,7 +171,7 @@ def check_status(what: str, response: https.Response) -> None:
     if response.status in (502, 503, 504):
         raise CheckFailed(
             f"{what}: {response.status}: the load balancer has no healthy target; check the app "
-            "(`python -m ray_pd_eks status`) and the TargetGroupBinding "
+            "(`ray-pd-eks status`) and the TargetGroupBinding "
             "(`kubectl get targetgroupbinding -A`)"
         )
     raise CheckFailed(f"{what}: HTTP {response.status}: {response.body[:200]!r}")

@@ -47,11 +47,26 @@ class Runtime:
 class App:
     """One invocation: flags, config, runtime, and the AWS session once a command needs it."""
 
-    def __init__(self, args: argparse.Namespace, config: AppConfig, runtime: Runtime) -> None:
+    def __init__(
+        self, args: argparse.Namespace, config: AppConfig | None, runtime: Runtime
+    ) -> None:
+        """``config`` None: the command reads its settings itself (``settings``, which must
+        work on a file that does not validate, to repair it)."""
         self.args = args
-        self.config = config
+        self._config = config
         self.runtime = runtime
         self._aws: Aws | None = None
+
+    @property
+    def config(self) -> AppConfig:
+        if self._config is None:
+            raise RuntimeError("this command reads its own configuration")
+        return self._config
+
+    def use_aws(self, config: AppConfig) -> Aws:
+        """The session for ``config``'s region (a command that built its own configuration)."""
+        self._config = self._config or config
+        return self.aws
 
     @property
     def aws(self) -> Aws:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from botocore import exceptions as bce
@@ -127,10 +128,12 @@ class Aws:
             )
         else:
             raise UsageError(
-                "no AWS region: pass --region, set -c region=..., or export AWS_REGION"
+                "no AWS region: pass --region, set ray-pd-eks settings --set region=..., or "
+                "export AWS_REGION"
             )
         self._clients: dict[str, Any] = {}
         self._identity: dict[str, Any] | None = None
+        self._principal: Principal | None = None
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -153,9 +156,38 @@ class Aws:
         return self._identity
 
     def principal_arn(self) -> str:
-        """The IAM ARN to put in an access entry (an assumed-role session maps to its role)."""
-        arn = str(self.identity().get("Arn", ""))
-        return iam_principal(arn)
+        """The caller's IAM ARN as an EKS access entry names it (see :meth:`principal`)."""
+        return self.principal().arn
+
+    def principal(self) -> Principal:
+        """The caller as an IAM principal, with the role's path.
+
+        An assumed-role session ARN (``arn:aws:sts::1:assumed-role/R/session``) hides the
+        role's path, and EKS refuses an access entry without it (the principal does not
+        exist). IAM Identity Center roles always have one (``/aws-reserved/sso.amazonaws.com/``,
+        plus the Identity Center region unless it is us-east-1), so ``iam:GetRole`` reads the
+        role's real ARN. When that is denied, the ARN is the pathless one, marked as unsure.
+        """
+        if self._principal is None:
+            arn = str(self.identity().get("Arn", ""))
+            pathless = iam_principal(arn)
+            role = assumed_role_name(arn)
+            if role is None:
+                self._principal = Principal(pathless, path_known=True)
+            else:
+                self._principal = self._role_principal(role, pathless)
+        return self._principal
+
+    def _role_principal(self, role: str, pathless: str) -> Principal:
+        try:
+            with self.errors("iam:GetRole"):
+                found = self.client("iam").get_role(RoleName=role)["Role"]["Arn"]
+            return Principal(str(found), path_known=True)
+        except AccessError as err:
+            why = err.message
+        except bce.ClientError as err:  # e.g. NoSuchEntity: the role went away meanwhile
+            why = f"iam:GetRole failed: {_error_text(err)}"
+        return Principal(pathless, path_known=False, unknown_path_reason=why)
 
     def describe_cluster(self, name: str) -> dict[str, Any]:
         self.identity()
@@ -171,14 +203,57 @@ class Aws:
         )
 
 
+def assumed_role_name(arn: str) -> str | None:
+    """``R`` for an assumed-role session ARN ``arn:aws:sts::1:assumed-role/R/session``."""
+    parts = arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+        return parts[5].split("/")[1]
+    return None
+
+
 def iam_principal(arn: str) -> str:
     """``arn:aws:sts::1:assumed-role/R/session`` -> ``arn:aws:iam::1:role/R``; others unchanged.
 
-    EKS access entries take the role, not the session. A role path is not visible in the
-    session ARN; a role with a path needs its full ARN from ``aws iam get-role``.
+    EKS access entries take the role, not the session. The session ARN does not show the
+    role's path: :meth:`Aws.principal` reads it with ``iam:GetRole``.
     """
+    role = assumed_role_name(arn)
+    if role is None:
+        return arn
     parts = arn.split(":", 5)
-    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
-        role = parts[5].split("/")[1]
-        return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
-    return arn
+    return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller's IAM ARN; ``path_known`` False when its role's path could not be read."""
+
+    arn: str
+    path_known: bool
+    unknown_path_reason: str = ""
+
+
+def _iam_parts(arn: str) -> tuple[str, str, str, str] | None:
+    """(account, ``role``|``user``, path, name) of an IAM role or user ARN; path ``/`` or
+    ``/a/b/``. None for anything else."""
+    parts = arn.split(":", 5)
+    if len(parts) != 6 or parts[2] != "iam" or "/" not in parts[5]:
+        return None
+    kind, _, rest = parts[5].partition("/")
+    if kind not in ("role", "user") or not rest:
+        return None
+    path, _, name = rest.rpartition("/")
+    return parts[4], kind, f"/{path}/" if path else "/", name
+
+
+def same_principal(a: str, b: str) -> bool:
+    """Whether two IAM ARNs name the same role or user, path included (EKS compares the
+    whole ARN: ``role/R`` and ``role/aws-reserved/sso.amazonaws.com/R`` are different)."""
+    pa, pb = _iam_parts(a), _iam_parts(b)
+    return pa is not None and pa == pb
+
+
+def same_name_other_path(a: str, b: str) -> bool:
+    """Same account, kind and name, but another path: one of them is not a real principal."""
+    pa, pb = _iam_parts(a), _iam_parts(b)
+    return pa is not None and pb is not None and pa != pb and (pa[:2], pa[3]) == (pb[:2], pb[3])

@@ -130,6 +130,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="output folder (default: the single input DIR; required with several)",
     )
     _price_option(rep, dest="report_price")
+    rep.add_argument(
+        "--gpu-nodes",
+        dest="report_gpu_nodes",
+        type=int,
+        metavar="N",
+        help="number of GPU nodes the runs used (bench-meta.json records it; give it for "
+        "results without one, for the cost per token)",
+    )
 
 
 def _price_option(parser: argparse.ArgumentParser, dest: str = "price_per_hour") -> None:
@@ -161,9 +169,13 @@ def run_report(app: App) -> int:
         raise UsageError("several DIRs: pass --out OUT for the comparison")
     if args.report_price is not None and args.report_price <= 0:
         raise UsageError("--price-per-hour must be a positive number of USD")
+    if args.report_gpu_nodes is not None and args.report_gpu_nodes < 1:
+        raise UsageError(f"--gpu-nodes {args.report_gpu_nodes}: must be at least 1")
     out = args.report_out or dirs[0]
     try:
-        summary = results.collect(dirs, price_per_hour=args.report_price)
+        summary = results.collect(
+            dirs, price_per_hour=args.report_price, gpu_nodes=args.report_gpu_nodes
+        )
     except (results.ResultError, OSError, json.JSONDecodeError) as err:
         raise UsageError(str(err)) from None
     for path in render_outputs(summary, out):
@@ -492,7 +504,7 @@ def run(app: App) -> int:
     if not state.running:
         raise CheckFailed(
             f"the Serve app is not RUNNING ({state.summary()}): nothing to benchmark yet; "
-            "watch it with `python -m ray_pd_eks status --watch`"
+            "watch it with `ray-pd-eks status --watch`"
         )
     deployed = deployed_settings(rayservice, app)
     if args.input_len + args.output_len > int(deployed["maxModelLen"]):

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_pd_eks import lambda_code
 from ray_pd_eks.cli.app import App
-from ray_pd_eks.cli.errors import DEPLOY_COMMAND, SET_COMMAND, AccessError
+from ray_pd_eks.cli.errors import ADD_ADMIN_ME_COMMAND, DEPLOY_COMMAND, SET_COMMAND, AccessError
 
 # The CLI waits on a person, not a CloudFormation deadline: fewer, shorter retries than the Lambda.
 KUBE_TIMEOUT_SECONDS = 15.0
@@ -135,10 +135,9 @@ class Cluster:
         aws = self.app.aws
         principal = aws.principal_arn()
         what = "rejected" if err.status == 401 else "denied"
-        admins = ",".join([*config.admin_principal_arns, principal])
         return (
             f"the cluster {what} {principal} ({err.status}: {err.reason}): add it with "
-            f"`{SET_COMMAND} adminPrincipalArns={admins}` and `{DEPLOY_COMMAND}`, or run `aws eks "
+            f"`{ADD_ADMIN_ME_COMMAND}` and `{DEPLOY_COMMAND}`, or run `aws eks "
             f"create-access-entry --cluster-name {config.cluster_name} --principal-arn "
             f"{principal} --region {aws.region}` and `aws eks associate-access-policy "
             f"--cluster-name {config.cluster_name} --principal-arn {principal} --policy-arn "

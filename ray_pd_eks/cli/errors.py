@@ -7,6 +7,8 @@ the traceback too, for bug reports.
 
 from __future__ import annotations
 
+from ray_pd_eks.config import CLI_NAME
+
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # the tool ran and found a problem (preflight FAIL, not RUNNING, no text)
 EXIT_USAGE = 2  # bad flags or settings, or a local prerequisite (kubectl) is missing
@@ -16,8 +18,12 @@ EXIT_ACCESS = 3  # cannot reach or read AWS or the cluster: credentials, access,
 # `cdk deploy --all` selects nothing; the Stage's stacks are selected by this pattern, and
 # --concurrency lets the GPU node and workload stacks deploy side by side.
 DEPLOY_COMMAND = "npx cdk deploy 'RayPdEks/*' --concurrency 4"
+# The operations CLI's console script (scripts/setup.sh installs it into .venv/bin;
+# `python -m ray_pd_eks` is the same tool).
+CLI = CLI_NAME
 # Settings that must stick (access, the AZ) go where every later command reads them.
-SET_COMMAND = ".venv/bin/python -m ray_pd_eks settings --set"
+SET_COMMAND = f"{CLI} settings --set"
+ADD_ADMIN_ME_COMMAND = f"{CLI} settings --add-admin-me"
 
 EXIT_CODES_HELP = """\
 exit codes:

@@ -1,8 +1,8 @@
-"""Argument parsing and dispatch for ``python -m ray_pd_eks``.
+"""Argument parsing and dispatch for ``ray-pd-eks`` (``python -m ray_pd_eks``).
 
 The global flags (``-c``, ``--region``, ``--profile``, ``--debug``, ``--cdk-json``) are accepted
 before and after the command name, because people type both
-``python -m ray_pd_eks --region X status`` and ``python -m ray_pd_eks status --region X``.
+``ray-pd-eks --region X status`` and ``ray-pd-eks status --region X``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ray_pd_eks.cli import (
     status,
 )
 from ray_pd_eks.cli.app import App, Runtime
-from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_CODES_HELP, CliError
+from ray_pd_eks.cli.errors import CLI, DEPLOY_COMMAND, EXIT_CODES_HELP, CliError
 from ray_pd_eks.cli.settings import DEFAULT_CDK_JSON, load_config
 
 COMMANDS: tuple[ModuleType, ...] = (
@@ -37,7 +37,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     drill,
     bench,
 )
-PROG = "python -m ray_pd_eks"
+PROG = CLI  # also `python -m ray_pd_eks`
 
 DESCRIPTION = """\
 Operate the prefill/decode LLM endpoint that this CDK app deploys on EKS: check an account
@@ -86,9 +86,16 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after_command: bool)
         help="the cdk.json whose context to read (default: the repository's)",
     )
     group.add_argument(
-        "--region", default=default, help="AWS region (default: context 'region', then profile)"
+        "--region",
+        default=default,
+        help="AWS region (default: context 'region', then $AWS_REGION, then "
+        "$AWS_DEFAULT_REGION or the profile's region)",
     )
-    group.add_argument("--profile", default=default, help="AWS named profile to use")
+    group.add_argument(
+        "--profile",
+        default=default,
+        help="AWS named profile to use (default: $AWS_PROFILE, else the default profile)",
+    )
     group.add_argument(
         "--debug",
         action="store_true",
@@ -116,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         module.add_arguments(sub)
         _add_global_options(sub, after_command=True)
-        sub.set_defaults(handler=module.run)
+        sub.set_defaults(handler=module.run, needs_config=getattr(module, "NEEDS_CONFIG", True))
     return parser
 
 
@@ -127,7 +134,9 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
     args.context = [*args.context, *getattr(args, "context_after", [])]
     handler: Callable[[App], int] = args.handler
     try:
-        config = load_config(args.cdk_json, args.context, runtime.getenv)
+        config = None
+        if args.needs_config:
+            config = load_config(args.cdk_json, args.context, runtime.getenv)
         return handler(App(args, config, runtime))
     except CliError as err:
         if args.debug:

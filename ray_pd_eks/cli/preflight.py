@@ -21,8 +21,10 @@ from botocore import exceptions as bce
 
 from ray_pd_eks import lambda_code
 from ray_pd_eks.cli.app import App
-from ray_pd_eks.cli.aws import Aws, error_code
+from ray_pd_eks.cli.aws import Aws, error_code, same_name_other_path, same_principal
 from ray_pd_eks.cli.errors import (
+    ADD_ADMIN_ME_COMMAND,
+    CLI,
     DEPLOY_COMMAND,
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -50,7 +52,7 @@ Check, before a deploy, that the settings fit this account and region:
                EKS image registry, for the EFA device plugin)
   gpu type     gpuNodeType supports EFA here, with its EFA interfaces, vCPUs and GPUs
   gpu storage  its instance-store NVMe (for gpuLocalStorage) matches what the stack expects
-  gpu AZ       the Availability Zones that offer gpuNodeType; recommends -c gpuAz=...
+  gpu AZ       the Availability Zones that offer gpuNodeType; recommends a gpuAz (settings --set)
   capacity reservation
                gpuCapacityReservationId is active, for gpuNodeType on Linux/UNIX, in gpuAz,
                has gpuNodeCount free instances (FAIL) and gpuNodeMaxCount free (else WARN:
@@ -142,7 +144,8 @@ def scale_up_shortfall(reservation: dict[str, Any], config: AppConfig, held: int
         f"beyond {usable} nodes fail to launch and decode cannot grow past them; enlarge it "
         f"(`aws ec2 modify-capacity-reservation --capacity-reservation-id {rid} "
         f"--instance-count {int(reservation.get('TotalInstanceCount', 0)) + ceiling - usable}`)"
-        f" or lower -c gpuNodeMaxCount={usable} (and decodeMaxReplicas to fit)"
+        f" or lower ray-pd-eks settings --set gpuNodeMaxCount={usable} (and decodeMaxReplicas "
+        f"to fit)"
     )
 
 
@@ -202,7 +205,8 @@ class Preflight:
                 FAIL,
                 "account",
                 f"context account {self.config.account} differs from your credentials' "
-                f"account {account}: use that account's --profile or fix -c account=...",
+                f"account {account}: use that account's --profile or fix ray-pd-eks settings "
+                f"--set account=...",
             )
 
     def gpu_type(self) -> Iterator[Finding]:
@@ -222,7 +226,8 @@ class Preflight:
                 FAIL,
                 "gpu type",
                 f"{itype} is not available in {self.aws.region}: pick another region "
-                "(--region / -c region=...) or type (-c gpuNodeType=...)",
+                "(--region / ray-pd-eks settings --set region=...) or type (ray-pd-eks settings "
+                "--set gpuNodeType=...)",
             )
             return
         info = found[0]
@@ -240,10 +245,14 @@ class Preflight:
                 FAIL,
                 "gpu type",
                 f"{itype} does not support EFA ({facts}): use an EFA type such as g6.8xlarge "
-                "(-c gpuNodeType=...)",
+                "(ray-pd-eks settings --set gpuNodeType=...)",
             )
         elif gpu_count < 1:
-            yield Finding(FAIL, "gpu type", f"{itype} has no GPU: use -c gpuNodeType=g6.8xlarge")
+            yield Finding(
+                FAIL,
+                "gpu type",
+                f"{itype} has no GPU: use ray-pd-eks settings --set gpuNodeType=g6.8xlarge",
+            )
         else:
             yield Finding(OK, "gpu type", f"{itype}: EFA supported (max {efa} interfaces), {facts}")
         yield self._gpu_storage(itype, info.get("InstanceStorageInfo") or {})
@@ -269,7 +278,8 @@ class Preflight:
                 "gpu storage",
                 f"gpuLocalStorage=raid0 but EC2 reports no instance store for {itype} in "
                 f"{self.aws.region} (the offline table says {table} GB): use "
-                "-c gpuLocalStorage=none (the root volume then holds images and caches) or a "
+                "ray-pd-eks settings --set gpuLocalStorage=none (the root volume then holds "
+                "images and caches) or a "
                 "type with NVMe",
             )
         if not c.uses_local_nvme:
@@ -280,7 +290,8 @@ class Preflight:
         if live != table:
             consequence = (
                 f"the nodes would find no disk for RAID0 and keep images and caches on the "
-                f"{c.gpu_root_gib} GiB root volume: set -c gpuLocalStorage=none"
+                f"{c.gpu_root_gib} GiB root volume: set ray-pd-eks settings --set "
+                f"gpuLocalStorage=none"
                 if not live
                 else "containerd, kubelet and the model cache still go to its RAID0"
             )
@@ -316,14 +327,14 @@ class Preflight:
                 FAIL,
                 "gpu AZ",
                 f"no Availability Zone of {self.aws.region} offers {itype}: "
-                "use another region or -c gpuNodeType=...",
+                "use another region or ray-pd-eks settings --set gpuNodeType=...",
             )
         elif configured and configured not in zones:
             yield Finding(
                 FAIL,
                 "gpu AZ",
                 f"gpuAz {configured} does not offer {itype} (offered in {listed}): "
-                f"use -c gpuAz={zones[0]}",
+                f"use ray-pd-eks settings --set gpuAz={zones[0]}",
             )
         elif configured:
             yield Finding(OK, "gpu AZ", f"gpuAz {configured} offers {itype} (also: {listed})")
@@ -338,7 +349,7 @@ class Preflight:
                 OK,
                 "gpu AZ",
                 f"{itype} is offered in {listed}; the deploy picks one — to pin it "
-                f"(EFA needs one AZ), use -c gpuAz={zones[0]}",
+                f"(EFA needs one AZ), use ray-pd-eks settings --set gpuAz={zones[0]}",
             )
 
     def capacity_reservation(self) -> Iterator[Finding]:
@@ -525,7 +536,8 @@ class Preflight:
                 f"launch template or Kubernetes version) launches {GPU_UPDATE_SURGE_NODES} "
                 f"more {itype} before draining the old ones, {sizing}, so it would fail with "
                 f"NodeCreationFailure; request more with `{request(total + in_use)}`, or use a "
-                "capacity reservation (-c gpuCapacityReservationId=..., updates then replace "
+                "capacity reservation (ray-pd-eks settings --set gpuCapacityReservationId=..., "
+                "updates then replace "
                 "nodes one at a time)",
             )
             return
@@ -688,7 +700,7 @@ class Preflight:
                 FAIL,
                 "hugging face token",
                 f"the secret is in {secret_region}, the deployment in {self.aws.region}: use a "
-                f"secret in {self.aws.region} (-c hfTokenSecretArn=...)",
+                f"secret in {self.aws.region} (ray-pd-eks settings --set hfTokenSecretArn=...)",
             )
             return
         sm = self.aws.client("secretsmanager")
@@ -709,7 +721,7 @@ class Preflight:
                 "hugging face token",
                 f"{arn} not found in {self.aws.region}: create it (`aws secretsmanager "
                 "create-secret --name hf-token --secret-string file://hf-token.txt`) or fix "
-                "-c hfTokenSecretArn=...",
+                "ray-pd-eks settings --set hfTokenSecretArn=...",
             )
             return
         name = str(secret.get("Name") or arn)
@@ -754,18 +766,7 @@ class Preflight:
     def access(self) -> Iterator[Finding]:
         """Can this principal use status/smoke/efa-check after the deploy? Two things decide:
         an access entry on the cluster, and a network path to its API endpoint."""
-        principal = self.aws.principal_arn()
-        if principal in self.config.admin_principal_arns:
-            yield Finding(OK, "access", f"{principal} is in adminPrincipalArns")
-        else:
-            yield Finding(
-                WARN,
-                "access",
-                f"{principal} is not in adminPrincipalArns: status/smoke/efa-check will be denied "
-                "by the cluster; add it with `"
-                f"{SET_COMMAND} adminPrincipalArns="
-                f"{','.join([*self.config.admin_principal_arns, principal])}`",
-            )
+        yield self._admin_finding()
         cidrs = self.config.endpoint_public_cidrs
         if cidrs:
             yield Finding(OK, "api endpoint", f"public for {', '.join(cidrs)}, and private")
@@ -776,6 +777,46 @@ class Preflight:
                 "private only: status/smoke/efa-check and kubectl work from inside the VPC; to "
                 f"use them from here, `{SET_COMMAND} endpointPublicCidrs=<your-ip>/32`",
             )
+
+    def _admin_finding(self) -> Finding:
+        """The caller against adminPrincipalArns, whole ARNs compared (paths included)."""
+        admins = self.config.admin_principal_arns
+        if not admins:
+            return Finding(
+                FAIL,
+                "access",
+                "adminPrincipalArns is empty: NOBODY can administer this cluster (no access "
+                "entry: status/smoke/efa-check and kubectl are denied, for you too); add "
+                f"yourself with `{ADD_ADMIN_ME_COMMAND}`",
+            )
+        me = self.aws.principal()
+        if any(same_principal(me.arn, arn) for arn in admins):
+            return Finding(OK, "access", f"{me.arn} is in adminPrincipalArns")
+        if not me.path_known and any(same_name_other_path(me.arn, a) for a in admins):
+            listed = next(a for a in admins if same_name_other_path(me.arn, a))
+            return Finding(
+                WARN,
+                "access",
+                f"{listed} in adminPrincipalArns names your role, but its path is not "
+                f"checked ({me.unknown_path_reason}); it must be the role's full ARN "
+                "(`aws iam get-role --role-name <name> --query Role.Arn`)",
+            )
+        wrong = [a for a in admins if same_name_other_path(me.arn, a)]
+        if wrong:
+            return Finding(
+                FAIL,
+                "access",
+                f"adminPrincipalArns has {wrong[0]}, but your role is {me.arn}: that path "
+                "names no role, and EKS refuses its access entry (the Cluster stack fails); "
+                f"`{CLI} settings --remove adminPrincipalArns={wrong[0]} --add-admin-me`",
+            )
+        unsure = "" if me.path_known else f" (its path unknown: {me.unknown_path_reason})"
+        return Finding(
+            WARN,
+            "access",
+            f"{me.arn}{unsure} is not in adminPrincipalArns: status/smoke/efa-check will be "
+            f"denied by the cluster; add it with `{ADD_ADMIN_ME_COMMAND}`",
+        )
 
     def endpoint_certificate(self) -> Iterator[Finding]:
         """The ALB's certificate: found here, ISSUED, this region, covering the domain."""
@@ -791,7 +832,7 @@ class Preflight:
                 check,
                 f"the certificate is in {cert_region}, the deployment in {self.aws.region}: an "
                 f"ALB uses certificates of its own region; request or import one in "
-                f"{self.aws.region} (-c endpointCertificateArn=...)",
+                f"{self.aws.region} (ray-pd-eks settings --set endpointCertificateArn=...)",
             )
             return
         try:
@@ -813,7 +854,8 @@ class Preflight:
                 check,
                 f"{arn} not found in this account and {self.aws.region}: request one (`aws acm "
                 f"request-certificate --domain-name {c.endpoint_domain_name or '<name>'} "
-                "--validation-method DNS`) or fix -c endpointCertificateArn=...",
+                "--validation-method DNS`) or fix ray-pd-eks settings --set "
+                "endpointCertificateArn=...",
             )
             return
         status = str(cert.get("Status", "?"))
@@ -920,12 +962,13 @@ class Preflight:
         if c.cloudwatch_addon_version not in offered:
             if usable:
                 why = (
-                    f"offered: {', '.join(usable[-5:])}; set -c cloudwatchAddonVersion={usable[-1]}"
+                    f"offered: {', '.join(usable[-5:])}; set ray-pd-eks settings --set "
+                    f"cloudwatchAddonVersion={usable[-1]}"
                 )
             else:
                 why = (
                     f"none >= v{MIN_CLOUDWATCH_ADDON_MAJOR} is offered here; set "
-                    "-c observability=none or use another region"
+                    "ray-pd-eks settings --set observability=none or use another region"
                 )
             yield Finding(
                 FAIL,

@@ -9,27 +9,67 @@ the CDK CLI would hand the app (``-c`` over ``cdk.json`` over ``cdk.context.json
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ray_pd_eks.cli.errors import UsageError
-from ray_pd_eks.config import AppConfig, ConfigError
-from ray_pd_eks.context import SettingsFileError, cdk_cli_context, with_local_settings
+from ray_pd_eks.config import CLI_NAME, AppConfig, ConfigError
+from ray_pd_eks.context import (
+    LOCAL_SETTINGS_FILE,
+    SettingsFileError,
+    cdk_cli_context,
+    setting_sources,
+    with_local_settings,
+)
 
 # The repository root: this file is <root>/ray_pd_eks/cli/settings.py.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CDK_JSON = REPO_ROOT / "cdk.json"
 
 
-def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
-    """``-c key=value`` pairs into a dict; values stay strings, as the CDK CLI passes them."""
+def parse_overrides(pairs: Sequence[str], flag: str = "-c") -> dict[str, str]:
+    """``-c key=value`` pairs into a dict; values stay strings, as the CDK CLI passes them.
+    ``flag`` names the option in the error (``--set``, ``--add``...)."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"-c {pair!r}: expected key=value, e.g. -c gpuAz=us-west-2a")
+        if not key.strip():
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {flag} gpuAz=us-west-2a")
+        if not sep:
+            also = (
+                f" (to remove it from {LOCAL_SETTINGS_FILE}: --unset {key})"
+                if flag == "--set"
+                else ""
+            )
+            raise UsageError(
+                f"{flag} {pair}: no '=': expected {flag} {pair}=VALUE, e.g. "
+                f"{flag} gpuAz=us-west-2a{also}"
+            )
         out[key.strip()] = value
     return out
+
+
+_KEY_OF_PROBLEM = re.compile(r"^context key '([^']+)'")
+
+
+def with_sources(message: str, sources: Mapping[str, str]) -> str:
+    """Each ``context key 'K' = ...`` line of a ConfigError, followed by where K's value comes
+    from, so a bad value in a file is found in that file (and repaired with the tool)."""
+    lines = []
+    for line in message.splitlines():
+        match = _KEY_OF_PROBLEM.match(line)
+        source = sources.get(match.group(1)) if match else None
+        if source == LOCAL_SETTINGS_FILE:
+            key = match.group(1) if match else ""
+            line += (
+                f" [this value is in {LOCAL_SETTINGS_FILE}; `{CLI_NAME} settings --unset {key}` "
+                "removes it]"
+            )
+        elif source:
+            line += f" [this value is from {source}]"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def home_dir(getenv: Callable[[str], str | None]) -> Path | None:
@@ -61,5 +101,10 @@ def load_config(
     try:
         return AppConfig.from_context(context)
     except ConfigError as err:
-        # One line per invalid key is the config's own format; keep it, it names every fix.
-        raise UsageError(str(err)) from None
+        # One line per invalid key is the config's own format; keep it, it names every fix,
+        # and say where each bad value comes from.
+        try:
+            sources = setting_sources(cdk_json.parent, parse_overrides(overrides), home_dir(getenv))
+        except SettingsFileError:
+            sources = {}
+        raise UsageError(with_sources(str(err), sources)) from None

@@ -128,7 +128,7 @@ def _proxy(cluster: Cluster, path: str, **kwargs: Any) -> tuple[int, bytes]:
                 raise
             raise CheckFailed(
                 f"/{path} through svc/{service}:8000 failed: {err} — is the app RUNNING? "
-                "Check with `python -m ray_pd_eks status`"
+                "Check with `ray-pd-eks status`"
             ) from None
 
 
@@ -164,7 +164,7 @@ def require_text(completion: Completion, body: bytes) -> None:
     if not completion.text.strip():
         raise CheckFailed(
             f"the chat completion returned no text ({len(body)} bytes: {body[:200]!r}); "
-            "look at the worker logs (`python -m ray_pd_eks status`, then kubectl logs)"
+            "look at the worker logs (`ray-pd-eks status`, then kubectl logs)"
         )
 
 
