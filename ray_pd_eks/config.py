@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_pd_eks import instance_types
+from ray_pd_eks.dlc_images import DLC_DEFAULT_ACCOUNT, DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 
 # Kubernetes versions this app can deploy, each with the kubectl Lambda layer package it ships.
@@ -45,7 +46,7 @@ AZ_NAME_MAX = 20
 GPU_NODEGROUP_PREFIX_MAX = EKS_NODEGROUP_NAME_MAX - AZ_NAME_MAX - len("--") - 8
 CLUSTER_NAME_MAX = 100
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
-DLC_ACCOUNT = "763104351884"
+DLC_ACCOUNT = DLC_DEFAULT_ACCOUNT
 DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
 MIN_GPU_ROOT_GIB = 100  # ~20 GB image + ~18 GB weights + the HF cache's temp copy + logs.
 MIN_GPU_OS_ROOT_GIB = 30  # the NVIDIA AMI's own snapshot, when NVMe holds images and caches
@@ -485,10 +486,14 @@ class AppConfig:
         return self.observability == "cloudwatch"
 
     def image_uri(self, region: str) -> str:
-        """The image for head and workers; ``region`` may be a CloudFormation token."""
-        return (
-            self.dlc_image or f"{DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{DLC_REPOSITORY_TAG}"
-        )
+        """The image for head and workers: ``dlcImage``, else the Ray LLM DLC in the
+        registry AWS documents for ``region`` (ray_pd_eks/dlc_images.py). ``region`` may be a
+        placeholder (``${AWS_REGION}``, a CloudFormation token): the default account's form is
+        used then (the workload stack maps the deploy region to its registry itself)."""
+        if self.dlc_image:
+            return self.dlc_image
+        registry = dlc_registry(region) or f"{DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com"
+        return f"{registry}/{DLC_REPOSITORY_TAG}"
 
     # Construction ---------------------------------------------------------------------------
 
@@ -604,6 +609,14 @@ def _environment(c: AppConfig) -> list[str]:
         why = (
             "has no Amazon EKS image registry known to this app (ray_pd_eks/eks_images.py); "
             f"add the region's registry from {ADD_ONS_IMAGES_DOC}, or deploy to another region"
+        )
+        out.append(_problem("region", c.region, why))
+    elif c.region and not c.dlc_image and dlc_registry(c.region) is None:
+        why = (
+            "has no AWS Deep Learning Containers registry (AWS documents none there: "
+            f"{DLC_DOC}), so the default Ray LLM image cannot be pulled; copy the image into "
+            "an ECR repository of that region and set dlcImage to it, or deploy to another "
+            "region"
         )
         out.append(_problem("region", c.region, why))
     return out

@@ -536,6 +536,33 @@ def test_region_needs_an_eks_image_registry(harness: Harness, region: str, verdi
         assert "https://docs.aws.amazon.com/eks/latest/userguide/add-ons-images.html" in line
 
 
+@pytest.mark.parametrize(
+    ("region", "dlc_image", "verdict"),
+    [
+        ("af-south-1", "", "OK"),  # its own DLC account (626614931356)
+        ("us-gov-west-1", "", "FAIL"),  # EKS has a registry there, the DLC table none
+        ("us-gov-west-1", "111122223333.dkr.ecr.us-gov-west-1.amazonaws.com/ray:v1", "OK"),
+    ],
+)
+def test_region_needs_a_dlc_registry_unless_dlc_image_is_set(
+    tmp_path: Path, region: str, dlc_image: str, verdict: str
+) -> None:
+    harness = Harness(write_cdk_json(tmp_path, dlcImage=dlc_image))
+    stub_all(harness, running=[])
+    result = harness.run("preflight", "--region", region)
+    assert lines_of(result.out, "region")[0].startswith(f"OK    region        {region}")
+    image_lines = lines_of(result.out, "ray image")
+    if verdict == "FAIL":
+        (line,) = image_lines
+        assert line.startswith(
+            f"FAIL  ray image     no AWS Deep Learning Containers registry in {region}"
+        )
+        assert "set -c dlcImage=" in line and "region_availability.md" in line
+        assert result.code == 1
+    else:
+        assert image_lines == []
+
+
 def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
     from tests.cli_fixtures import StubbedSession
 

@@ -31,6 +31,7 @@ from ray_pd_eks.cli.errors import (
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
+from ray_pd_eks.dlc_images import DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 from ray_pd_eks.monitoring import (
     CLOUDWATCH_ADDON_NAME,
@@ -195,6 +196,16 @@ class Preflight:
                 "region",
                 f"{region}: no Amazon EKS image registry known to this app for the EFA device "
                 f"plugin (ray_pd_eks/eks_images.py); add the region's from {ADD_ONS_IMAGES_DOC} "
+                "or deploy to another region",
+            )
+        if not self.config.dlc_image and dlc_registry(self.aws.region) is None:
+            # Synth refuses a configured region like this; an environment-agnostic deploy
+            # would fail at the workload stack's DLC registry mapping.
+            yield Finding(
+                FAIL,
+                "ray image",
+                f"no AWS Deep Learning Containers registry in {self.aws.region} ({DLC_DOC}): "
+                "copy the Ray LLM image into an ECR repository there and set -c dlcImage=..., "
                 "or deploy to another region",
             )
         if self.config.account and self.config.account != account:
