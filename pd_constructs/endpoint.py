@@ -31,6 +31,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
@@ -330,6 +331,64 @@ class AccessLogBucket(Construct):
         )
 
 
+class RateLimit(Construct):
+    """An AWS WAF web ACL on the load balancer with one rate-based rule: a client IP that sends
+    more than ``limit_per_5min`` requests within the last 5 minutes is blocked (403) until its
+    rate falls below the limit again; everything else passes on to the listener's JWT check.
+    It protects the GPUs from one client's flood (tokens cost nothing to ask for once a client
+    has a credential) and costs a web ACL, one rule and per-request charges (README)."""
+
+    RULE_NAME = "RateLimitPerClientIp"
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        load_balancer: elbv2.ApplicationLoadBalancer,
+        limit_per_5min: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        metric = Fn.join("-", [Aws.STACK_NAME, "endpoint"])
+        self.web_acl = wafv2.CfnWebACL(
+            self,
+            "Resource",
+            scope="REGIONAL",
+            default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
+            description="Rate limit per client IP in front of the model endpoint",
+            rules=[
+                wafv2.CfnWebACL.RuleProperty(
+                    name=self.RULE_NAME,
+                    priority=0,
+                    action=wafv2.CfnWebACL.RuleActionProperty(block={}),
+                    statement=wafv2.CfnWebACL.StatementProperty(
+                        rate_based_statement=wafv2.CfnWebACL.RateBasedStatementProperty(
+                            aggregate_key_type="IP",
+                            limit=limit_per_5min,
+                            evaluation_window_sec=300,
+                        )
+                    ),
+                    visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                        cloud_watch_metrics_enabled=True,
+                        metric_name=Fn.join("-", [Aws.STACK_NAME, self.RULE_NAME]),
+                        sampled_requests_enabled=True,
+                    ),
+                )
+            ],
+            visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True,
+                metric_name=metric,
+                sampled_requests_enabled=True,
+            ),
+        )
+        self.association = wafv2.CfnWebACLAssociation(
+            self,
+            "Association",
+            resource_arn=load_balancer.load_balancer_arn,
+            web_acl_arn=self.web_acl.attr_arn,
+        )
+
+
 class ModelEndpoint(Construct):
     """The ALB, its target group and listener, the security-group rules, and the binding.
 
@@ -403,6 +462,14 @@ class ModelEndpoint(Construct):
             deletion_protection=False,  # cdk destroy removes it
             http2_enabled=True,
         )
+        self.web_acl: RateLimit | None = None
+        if internet_facing and config.endpoint_rate_limit_per5_min:
+            self.web_acl = RateLimit(
+                self,
+                "RateLimit",
+                load_balancer=self.load_balancer,
+                limit_per_5min=config.endpoint_rate_limit_per5_min,
+            )
         # The bucket policy must name ELB's log-delivery principal of the region (an account
         # in older regions, a service principal in newer ones): aws-cdk-lib picks it when the
         # region is known at synth, and refuses otherwise.

@@ -68,6 +68,10 @@ ENDPOINT_AUTHS = ("jwt", "none")
 # Streaming completions hold one HTTP connection open for the whole answer; an idle timeout
 # below five minutes cuts long prompts whose first token is slow. ALB allows 1..4000 s.
 MIN_IDLE_TIMEOUT_SECONDS = 300
+# AWS WAF's range for a rate-based rule's limit (RateBasedStatement.Limit, WAFV2 API reference;
+# "The lowest limit setting allowed is 10", developer guide, rate-based rule settings).
+WAF_RATE_LIMIT_MIN = 10
+WAF_RATE_LIMIT_MAX = 2_000_000_000
 MAX_IDLE_TIMEOUT_SECONDS = 4000
 # Inbound rules per security group (the VPC quota's default); one rule per allowed CIDR.
 MAX_ENDPOINT_CIDRS = 60
@@ -306,6 +310,9 @@ class AppConfig:
     endpoint_jwt_audience: str = ""  # required value of the token's aud claim
     endpoint_jwt_scope: str = ""  # scope the token must carry
     endpoint_idle_timeout_seconds: int = 600
+    # Requests per client IP per 5 minutes before AWS WAF blocks it (internet-facing only);
+    # 0 = no web ACL.
+    endpoint_rate_limit_per5_min: int = 1000
     # Teardown.
     retain_logs: bool = False
     log_retention_days: int = 30
@@ -1218,6 +1225,17 @@ def _endpoint_timeout(c: AppConfig) -> list[str]:
     return [_problem("endpointIdleTimeoutSeconds", t, why)]
 
 
+def _endpoint_rate_limit(c: AppConfig) -> list[str]:
+    limit = c.endpoint_rate_limit_per5_min
+    if limit == 0 or WAF_RATE_LIMIT_MIN <= limit <= WAF_RATE_LIMIT_MAX:
+        return []
+    why = (
+        f"must be 0 (no AWS WAF web ACL) or {WAF_RATE_LIMIT_MIN}..{WAF_RATE_LIMIT_MAX} requests "
+        "per client IP per 5 minutes (AWS WAF's range for a rate-based rule)"
+    )
+    return [_problem("endpointRateLimitPer5Min", limit, why)]
+
+
 def _teardown(c: AppConfig) -> list[str]:
     if c.log_retention_days in LOG_RETENTION_DAYS:
         return []
@@ -1340,6 +1358,7 @@ _CHECKS.extend(
         _access,
         _endpoint,
         _endpoint_timeout,
+        _endpoint_rate_limit,
         _teardown,
         _observability,
         _model_fit,

@@ -585,3 +585,57 @@ def test_no_access_logs_without_a_region(token_app: Synthesized, variant_app: Sy
     assert "access_logs.s3.enabled" not in keys
     assert any("writes no access logs" in w for w in _warnings(token_app))
     assert not any("writes no access logs" in w for w in _warnings(variant_app))
+
+
+# -- the rate limit (AWS WAF) ------------------------------------------------------------------
+
+
+def test_internet_facing_endpoint_has_a_per_ip_rate_limit(token_app: Synthesized) -> None:
+    acl_id, acl = _one(token_app, "AWS::WAFv2::WebACL")
+    props = acl["Properties"]
+    assert props["Scope"] == "REGIONAL" and props["DefaultAction"] == {"Allow": {}}
+    (rule,) = props["Rules"]
+    assert rule["Action"] == {"Block": {}}
+    assert rule["Statement"] == {
+        "RateBasedStatement": {
+            "AggregateKeyType": "IP",
+            "Limit": token_app.config.endpoint_rate_limit_per5_min,
+            "EvaluationWindowSec": 300,
+        }
+    }
+    assert token_app.config.endpoint_rate_limit_per5_min == DEFAULTS.endpoint_rate_limit_per5_min
+    assert DEFAULTS.endpoint_rate_limit_per5_min == 1000
+    _, association = _one(token_app, "AWS::WAFv2::WebACLAssociation")
+    lb_id, _ = _one(token_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    assert association["Properties"] == {
+        "ResourceArn": {"Ref": lb_id},
+        "WebACLArn": {"Fn::GetAtt": [acl_id, "Arn"]},
+    }
+
+
+def test_no_web_acl_when_internal_or_switched_off(variant_app: Synthesized) -> None:
+    assert variant_app.config.endpoint_rate_limit_per5_min == 1000
+    assert not variant_app.resources("Workload", "AWS::WAFv2::WebACL")
+    app = cdk.App()
+    stack = cdk.Stack(app, "S")
+    config = DEFAULTS.with_overrides(
+        {
+            "endpointExposure": "internet-facing",
+            "endpointAllowedCidrs": ["0.0.0.0/0"],
+            "endpointCertificateArn": CERTIFICATE,
+            "endpointRateLimitPer5Min": 0,
+        }
+    )
+    assert config.endpoint_rate_limit_per5_min == 0
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+
+    from pd_constructs.endpoint import RateLimit
+
+    # The construct is created only when the limit is set (ModelEndpoint's condition).
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)
+    alb = elbv2.ApplicationLoadBalancer(stack, "Alb", vpc=vpc, internet_facing=True)
+    RateLimit(stack, "RateLimit", load_balancer=alb, limit_per_5min=10)
+    template = app.synth().get_stack_by_name("S").template
+    (acl,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::WAFv2::WebACL"]
+    assert acl["Properties"]["Rules"][0]["Statement"]["RateBasedStatement"]["Limit"] == 10
