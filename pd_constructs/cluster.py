@@ -34,6 +34,7 @@ from pd_constructs.helm import (
     HelmAddon,
     efa_device_plugin_repository,
 )
+from pd_constructs.logs_key import LogsKey
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     LAMBDA_VPC,
@@ -106,11 +107,21 @@ class PdCluster(Construct):
             pending_window=Duration.days(7),
             removal_policy=RemovalPolicy.DESTROY,
         )
+        control_plane_log_group = f"/aws/eks/{cluster_name}/cluster"
+        # The control plane's audit and API server logs are encrypted with a key of this stack.
+        self.logs_key = LogsKey(
+            self,
+            "LogsKey",
+            description=f"Encryption of EKS cluster {cluster_name}'s control-plane logs",
+            log_group_names=[control_plane_log_group],
+            removal_policy=log_removal_policy,
+        )
         self.control_plane_logs = logs.CfnLogGroup(
             self,
             "ControlPlaneLogs",
-            log_group_name=f"/aws/eks/{cluster_name}/cluster",
+            log_group_name=control_plane_log_group,
             retention_in_days=log_retention_days,
+            kms_key_id=self.logs_key.key.key_arn,
         )
         self.control_plane_logs.apply_removal_policy(log_removal_policy)
         self.kubectl_security_group = ec2.SecurityGroup(

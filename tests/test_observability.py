@@ -227,8 +227,8 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
     default_app: Synthesized,
 ) -> None:
     topic = default_app.only("Workload", "AWS::SNS::Topic")
-    ((key_id, key),) = default_app.resources("Workload", "AWS::KMS::Key").items()
-    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = default_app.templates["Workload"]["Resources"][key_id]
     assert key["Properties"]["EnableKeyRotation"] is True
     assert key["DeletionPolicy"] == "Delete" and key["Properties"]["PendingWindowInDays"] == 7
     cw_grants = [
@@ -236,7 +236,30 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
         for s in key["Properties"]["KeyPolicy"]["Statement"]
         if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
     ]
-    assert cw_grants and set(cw_grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    (grant,) = cw_grants
+    assert set(grant["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    prefix = alarm_name_prefix(default_app.config)
+    # Only this account's alarms of this stack (their names share the prefix) may use the key.
+    our_alarms = {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+        "ArnLike": {
+            "aws:SourceArn": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":cloudwatch:",
+                        {"Ref": "AWS::Region"},
+                        ":",
+                        {"Ref": "AWS::AccountId"},
+                        f":alarm:{prefix}*",
+                    ],
+                ]
+            }
+        },
+    }
+    assert grant["Condition"] == our_alarms
     policy = default_app.only("Workload", "AWS::SNS::TopicPolicy")["Properties"]
     statements = policy["PolicyDocument"]["Statement"]
     assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in json.dumps(s) for s in statements)
@@ -244,9 +267,35 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
         s for s in statements if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
     ]
     assert publish["Action"] == "sns:Publish"
-    assert publish["Condition"] == {
-        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    }
+    assert publish["Condition"] == our_alarms
+    # Every alarm is named with that prefix, so each one may still publish.
+    alarms = default_app.resources("Workload", "AWS::CloudWatch::Alarm")
+    assert alarms and all(a["Properties"]["AlarmName"].startswith(prefix) for a in alarms.values())
+
+
+def test_container_and_control_plane_logs_are_encrypted_with_the_stacks_key(
+    default_app: Synthesized,
+) -> None:
+    for stack, prefix in (("Workload", "/aws/containerinsights/"), ("Cluster", "/aws/eks/")):
+        groups = {
+            lid: g
+            for lid, g in default_app.resources(stack, "AWS::Logs::LogGroup").items()
+            if str(g["Properties"].get("LogGroupName", "")).startswith(prefix)
+        }
+        assert groups, stack
+        keys = {g["Properties"]["KmsKeyId"]["Fn::GetAtt"][0] for g in groups.values()}
+        (key_id,) = keys
+        key = default_app.templates[stack]["Resources"][key_id]
+        assert key["Properties"]["EnableKeyRotation"] is True
+        (logs,) = [
+            s
+            for s in key["Properties"]["KeyPolicy"]["Statement"]
+            if s.get("Sid") == "CloudWatchLogsForTheseLogGroups"
+        ]
+        assert "logs." in json.dumps(logs["Principal"])  # logs.<region>.<suffix>
+        arns = logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+        names = sorted(json.dumps(a).split(":log-group:")[1].split('"')[0] for a in arns)
+        assert names == sorted(g["Properties"]["LogGroupName"] for g in groups.values())
 
 
 def test_alarm_email_subscribes_only_when_set(

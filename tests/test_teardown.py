@@ -74,9 +74,15 @@ def allowed_to_survive(config: AppConfig | None, rtype: str, logical_id: str = "
       support stack): CDK Pipelines retains them because CloudFormation cannot delete a
       non-empty bucket. They hold build artifacts only; empty and delete them by hand after
       destroying the pipeline (README, "What survives, and why").
-    Nothing else: not the VPC, the cluster, its KMS key, the kubectl layer or the node groups.
+    - The keys of those log groups (``...LogsKey``) when ``retainLogs`` is on: a retained log
+      group whose key is deleted cannot be read any more.
+    Nothing else: not the VPC, the cluster, its secrets key, the kubectl layer or the node
+    groups.
     """
     if config is not None and config.retain_logs and rtype == "AWS::Logs::LogGroup":
+        return "retainLogs"
+    logs_key = "LogsKey" in logical_id
+    if config is not None and config.retain_logs and rtype == "AWS::KMS::Key" and logs_key:
         return "retainLogs"
     access_logs = logical_id.startswith("ApplicationEndpointAccessLogs")
     if config is not None and config.retain_logs and rtype == "AWS::S3::Bucket" and access_logs:
@@ -134,6 +140,7 @@ def test_the_allow_list_is_exactly_what_we_expect(
                     r["Type"] == "AWS::S3::Bucket"
                     and logical_id.startswith("ApplicationEndpointAccessLogs")
                 )
+                or (r["Type"] == "AWS::KMS::Key" and "LogsKey" in logical_id)
             )
         else:
             expected = [
@@ -171,7 +178,9 @@ def test_keys_are_deleted_with_a_pending_window(
             if resource["Type"] != "AWS::KMS::Key":
                 continue
             keys += 1
-            assert resource.get("DeletionPolicy") == "Delete", (label, logical_id)
+            kept = config is not None and config.retain_logs and "LogsKey" in logical_id
+            expected = "Retain" if kept else "Delete"
+            assert resource.get("DeletionPolicy") == expected, (label, logical_id)
             if config is not None:  # the app's own key: 7 days; the pipeline's: KMS's 30
                 assert resource["Properties"]["PendingWindowInDays"] == 7, (label, logical_id)
     assert keys >= 4  # default, variant, two stages, and the pipeline's own
