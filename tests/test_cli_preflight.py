@@ -40,6 +40,7 @@ ADDON_SCHEMA: dict[str, Any] = {
         "agent": {"type": "object", "properties": {"config": {"type": "object"}}},
         "tolerations": {"type": "array"},
         "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "containerInsights": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "otelContainerInsights": {
             "type": "object",
             "properties": {

@@ -338,6 +338,9 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
     assert values == addon_configuration()
     assert values["containerLogs"]["enabled"] is True
     assert values["otelContainerInsights"]["enabled"] is True
+    # Classic Container Insights (the agent's EMF performance logs) would bill the same
+    # metrics twice.
+    assert values["containerInsights"] == {"enabled": False}
     assert values["dcgmExporter"]["enabled"] is True
     (gpu_group,) = [
         g
@@ -397,6 +400,7 @@ def test_log_groups_exist_before_the_addon_with_retention_and_removal(
     }
     assert {g["Properties"]["LogGroupName"] for g in groups.values()} == wanted
     assert "/aws/containerinsights/ray-llm-multinode/application" in wanted
+    assert not any(name.endswith("/performance") for name in wanted)  # classic CI is off
     for g in groups.values():
         assert g["Properties"]["RetentionInDays"] == DEFAULTS.log_retention_days
         assert g["DeletionPolicy"] == "Delete"
