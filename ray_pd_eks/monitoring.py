@@ -49,8 +49,9 @@ def dashboard_url(region: str, name: str) -> str:
 def log_group_names(cluster_name: str) -> dict[str, str]:
     """The log groups the add-on writes to (Fluent Bit: application, dataplane, host), by
     construct id. (The agent's ``performance`` group belongs to classic Container Insights,
-    which is off: assets/addons/cloudwatch-observability.yaml.) The stack creates them first so retention and removal follow
-    ``logRetentionDays``/``retainLogs`` instead of the add-on creating them without expiry."""
+    which is off: assets/addons/cloudwatch-observability.yaml.) The stack creates them first
+    so retention and removal follow ``logRetentionDays``/``retainLogs`` instead of the add-on
+    creating them without expiry."""
     base = f"/aws/containerinsights/{cluster_name}"
     return {
         "Application": f"{base}/application",

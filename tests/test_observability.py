@@ -108,6 +108,63 @@ def test_every_query_parses_and_selects_only_listed_series(config_name: str) -> 
     assert unused == set()
 
 
+HISTOGRAM_FUNCTIONS = frozenset(
+    {"histogram_quantile", "histogram_sum", "histogram_count", "histogram_avg"}
+)
+
+
+def histogram_misuse(query: str) -> list[str]:
+    """How ``query`` reads histograms in a way CloudWatch cannot answer: a classic-histogram
+    series (``_bucket``/``_sum``/``_count``), a grouping by ``le``, or a histogram family used
+    outside a ``histogram_*`` function (CloudWatch stores OTLP histograms as exponential
+    histograms, PromQL native histograms)."""
+    families = {m.name for m in metrics.METRICS if m.kind == "histogram"}
+    found: list[str] = []
+
+    def visit(node: Any, inside: bool) -> None:
+        if isinstance(node, promql_parser.Call) and node.func.name in HISTOGRAM_FUNCTIONS:
+            inside = True
+        modifier = node.modifier if isinstance(node, promql_parser.AggregateExpr) else None
+        if modifier is not None and "le" in list(modifier.labels):
+            found.append("grouping by le")
+        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
+        if isinstance(selector, promql_parser.VectorSelector) and selector.name:
+            name = selector.name
+            for suffix in ("_bucket", "_sum", "_count"):
+                if name.endswith(suffix) and name.removesuffix(suffix) in families:
+                    found.append(f"classic series {name}")
+            if name in families and not inside:
+                found.append(f"{name} outside a histogram_* function")
+        for child in _children(node):
+            visit(child, inside)
+
+    visit(promql_parser.parse(query), False)
+    return found
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_histograms_are_queried_as_cloudwatch_stores_them(config_name: str) -> None:
+    uses = 0
+    for where, query in every_query(CONFIGS[config_name]):
+        assert histogram_misuse(query) == [], where
+        uses += "histogram_" in query
+    assert uses >= 5  # TTFT and inter-token alarms and panels, NIXL, HTTP latency
+
+
+def test_the_histogram_check_rejects_the_classic_form() -> None:
+    classic = (
+        "histogram_quantile(0.95, sum by (le) "
+        "(rate(ray_vllm_time_to_first_token_seconds_bucket[5m])))"
+    )
+    assert histogram_misuse(classic) == [
+        "grouping by le",
+        "classic series ray_vllm_time_to_first_token_seconds_bucket",
+    ]
+    assert histogram_misuse("rate(ray_vllm_nixl_bytes_transferred[5m])") == [
+        "ray_vllm_nixl_bytes_transferred outside a histogram_* function"
+    ]
+
+
 def test_the_name_check_rejects_a_series_that_is_not_listed() -> None:
     names = selected_series(
         "sum(rate(ray_vllm_time_to_first_token_seconds_count[5m])) + vllm:num_requests_waiting"
