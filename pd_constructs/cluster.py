@@ -45,6 +45,7 @@ from pd_constructs.nag import (
 from pd_constructs.templates import load_yaml
 from ray_pd_eks import instance_types
 from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX
+from ray_pd_eks.monitoring import control_plane_log_group
 
 GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
 SYSTEM_LABELS = {"role": "system"}
@@ -107,19 +108,19 @@ class PdCluster(Construct):
             pending_window=Duration.days(7),
             removal_policy=RemovalPolicy.DESTROY,
         )
-        control_plane_log_group = f"/aws/eks/{cluster_name}/cluster"
+        control_plane_logs_name = control_plane_log_group(cluster_name)
         # The control plane's audit and API server logs are encrypted with a key of this stack.
         self.logs_key = LogsKey(
             self,
             "LogsKey",
             description=f"Encryption of EKS cluster {cluster_name}'s control-plane logs",
-            log_group_names=[control_plane_log_group],
+            log_group_names=[control_plane_logs_name],
             removal_policy=log_removal_policy,
         )
         self.control_plane_logs = logs.CfnLogGroup(
             self,
             "ControlPlaneLogs",
-            log_group_name=control_plane_log_group,
+            log_group_name=control_plane_logs_name,
             retention_in_days=log_retention_days,
             kms_key_id=self.logs_key.key.key_arn,
         )

@@ -38,6 +38,7 @@ from ray_pd_eks.monitoring import (
     CLOUDWATCH_AGENT_POLICY,
     CLOUDWATCH_AGENT_SERVICE_ACCOUNT,
     addon_configuration,
+    fixed_log_group_names,
 )
 
 NAME = "preflight"
@@ -172,6 +173,7 @@ class Preflight:
             self.observability,
             self.endpoint_certificate,
             self.endpoint_cidrs,
+            self.leftover_log_groups,
         ]
         for check in checks:
             yield from check()
@@ -910,6 +912,43 @@ class Preflight:
             )
         else:
             yield Finding(OK, check, f"internet-facing ALB, HTTPS from {listed} only")
+
+    def leftover_log_groups(self) -> Iterator[Finding]:
+        """A log group of a fixed name that exists but belongs to no stack (kept by
+        ``retainLogs`` from an earlier deployment, or created by EKS or the add-on before the
+        stacks did) makes CloudFormation's create fail with "already exists" and roll back."""
+        logs = self.aws.client("logs")
+        cloudformation = self.aws.client("cloudformation")
+        leftovers: list[str] = []
+        try:
+            for name in fixed_log_group_names(self.config):
+                with self.aws.errors("logs:DescribeLogGroups"):
+                    groups = logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
+                if not any(g.get("logGroupName") == name for g in groups):
+                    continue
+                try:
+                    with self.aws.errors("cloudformation:DescribeStackResources"):
+                        cloudformation.describe_stack_resources(PhysicalResourceId=name)
+                except bce.ClientError as err:
+                    if error_code(err) != "ValidationError":  # "Stack for ... does not exist"
+                        raise
+                    leftovers.append(name)
+        except AccessError as err:
+            yield Finding(WARN, "log groups", f"cannot tell ({err.message})")
+            return
+        if not leftovers:
+            yield Finding(OK, "log groups", "no leftover log group blocks the deploy")
+            return
+        region = self.aws.region
+        for name in leftovers:
+            yield Finding(
+                FAIL,
+                "log groups",
+                f"{name} exists but belongs to no stack (kept by retainLogs from an earlier "
+                "deployment?): creating it again fails with 'already exists'. Export what you "
+                "need (aws logs create-export-task), then: aws logs delete-log-group "
+                f"--log-group-name {name} --region {region}",
+            )
 
     def observability(self) -> Iterator[Finding]:
         """The add-on version exists for this Kubernetes version, and the configuration the
