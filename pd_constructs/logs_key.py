@@ -30,6 +30,25 @@ def log_group_arn(name: str) -> str:
     return f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{name}"
 
 
+def allow_cloudwatch_logs(key: kms.Key, log_group_names: Sequence[str]) -> None:
+    """Let CloudWatch Logs use ``key`` for ``log_group_names`` only."""
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="CloudWatchLogsForTheseLogGroups",
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.{Aws.URL_SUFFIX}")],
+            actions=list(LOGS_KEY_ACTIONS),
+            resources=["*"],
+            conditions={
+                "ArnLike": {
+                    "kms:EncryptionContext:aws:logs:arn": [
+                        log_group_arn(n) for n in log_group_names
+                    ]
+                }
+            },
+        )
+    )
+
+
 class LogsKey(Construct):
     """A rotating key that only CloudWatch Logs may use, and only for ``log_group_names``.
 
@@ -56,18 +75,4 @@ class LogsKey(Construct):
             pending_window=Duration.days(7),
             removal_policy=removal_policy,
         )
-        self.key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="CloudWatchLogsForTheseLogGroups",
-                principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.{Aws.URL_SUFFIX}")],
-                actions=list(LOGS_KEY_ACTIONS),
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": [
-                            log_group_arn(n) for n in log_group_names
-                        ]
-                    }
-                },
-            )
-        )
+        allow_cloudwatch_logs(self.key, log_group_names)
