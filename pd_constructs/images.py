@@ -27,9 +27,10 @@ from pd_constructs.rollback import grant_describe_own_stack
 from ray_pd_eks.config import DLC_REPOSITORY_TAG, AppConfig
 from ray_pd_eks.dlc_images import DLC_ACCOUNTS, dlc_registry
 
-# <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>; the region may be a token.
+# <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>:<tag>; the region may be a token.
 _ECR = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[^/]+)\.amazonaws\.com/(?P<repo>[^:@]+):"
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[^/.]+)\.amazonaws\.com(\.cn)?/"
+    r"(?P<repo>[^:@]+):"
 )
 
 
