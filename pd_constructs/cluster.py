@@ -10,6 +10,7 @@ import yaml
 from aws_cdk import (
     Annotations,
     CfnCondition,
+    CfnResource,
     CfnTag,
     Duration,
     Fn,
@@ -35,6 +36,7 @@ from pd_constructs.helm import (
     HelmAddon,
     efa_device_plugin_repository,
 )
+from pd_constructs.logs_key import allow_cloudwatch_logs
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     LAMBDA_VPC,
@@ -46,6 +48,7 @@ from pd_constructs.templates import load_yaml
 from pd_constructs.vpc_cni import NODE_TAG
 from ray_pd_eks import instance_types
 from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX
+from ray_pd_eks.monitoring import control_plane_log_group
 
 GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
 SYSTEM_LABELS = {"role": "system"}
@@ -114,16 +117,31 @@ class PdCluster(Construct):
         self.secrets_key = kms.Key(
             self,
             "SecretsKey",
-            description=f"Envelope encryption of Kubernetes secrets in EKS cluster {cluster_name}",
+            description=(
+                f"Envelope encryption of Kubernetes secrets and control-plane logs of EKS "
+                f"cluster {cluster_name}"
+            ),
             enable_key_rotation=True,
             pending_window=Duration.days(7),
             removal_policy=RemovalPolicy.DESTROY,
         )
+        control_plane_logs_name = control_plane_log_group(cluster_name)
+        # The control plane's audit and API server logs are encrypted with this stack's key,
+        # which the cluster needs anyway (a key of their own would be created before the log
+        # group, and the log group before the cluster: one more step on the deploy's critical
+        # path). A retained log group needs its key, so retainLogs retains the key too.
+        allow_cloudwatch_logs(self.secrets_key, [control_plane_logs_name])
+        self.secrets_key.apply_removal_policy(
+            RemovalPolicy.RETAIN
+            if log_removal_policy == RemovalPolicy.RETAIN
+            else RemovalPolicy.DESTROY
+        )
         self.control_plane_logs = logs.CfnLogGroup(
             self,
             "ControlPlaneLogs",
-            log_group_name=f"/aws/eks/{cluster_name}/cluster",
+            log_group_name=control_plane_logs_name,
             retention_in_days=log_retention_days,
+            kms_key_id=self.secrets_key.key_arn,
         )
         self.control_plane_logs.apply_removal_policy(log_removal_policy)
         self.kubectl_security_group = ec2.SecurityGroup(
@@ -173,7 +191,11 @@ class PdCluster(Construct):
             ),
             output_config_command=False,
         )
-        self.cluster.node.add_dependency(self.control_plane_logs)
+        # Only the EKS cluster resource waits for its log group (which waits for the key):
+        # the cluster role and the rest of the construct start at once.
+        cfn_cluster = self.cluster.node.default_child
+        assert isinstance(cfn_cluster, CfnResource)
+        cfn_cluster.add_dependency(self.control_plane_logs)
         self.control_plane_security_group = control_plane_security_group(self.cluster)
         ec2.CfnSecurityGroupIngress(
             self,

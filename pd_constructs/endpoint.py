@@ -3,9 +3,10 @@ the Ray serve service, with JWT validation at the load balancer.
 
 What gets created (only when ``endpointExposure`` is not ``none``):
 
-- :class:`LoadBalancerController`: the AWS Load Balancer Controller (official chart, pinned),
-  its official IAM policy on an EKS Pod Identity role. It creates no load balancer here: it only
-  keeps the target group's targets equal to the serve service's ready endpoints.
+- :class:`LoadBalancerController`: the AWS Load Balancer Controller (official chart, pinned) on
+  an EKS Pod Identity role allowed only what TargetGroupBinding reconciliation calls. It creates
+  no load balancer here (it may not): it only keeps the target group's targets equal to the
+  serve service's ready endpoints.
 - :class:`TokenIssuer` (unless an existing identity provider is configured): a Cognito user pool
   with a resource server (scope ``<rayServiceName>/invoke``), one machine-to-machine app client
   (client-credentials grant, generated secret) and a domain for the token endpoint.
@@ -20,7 +21,7 @@ controller (its finalizer needs the controller to deregister the targets).
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import Annotations, Aws, CfnRule, CfnRuleAssertion, Duration, Fn, RemovalPolicy
@@ -30,16 +31,16 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import (
     LOAD_BALANCER_CONTROLLER,
-    LOAD_BALANCER_CONTROLLER_APP_VERSION,
     HelmAddon,
 )
 from pd_constructs.nag import acknowledge
-from pd_constructs.templates import ASSETS, render
+from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.logs import log_removal_policy
 
@@ -49,30 +50,86 @@ SERVE_PORT = 8000
 # is_health_request, and proxy.py's _get_health_or_routes_reponse, in Ray 2.58.
 HEALTH_CHECK_PATH = "/-/healthz"
 CONTROLLER_SERVICE_ACCOUNT = "aws-load-balancer-controller"
-CONTROLLER_POLICY_FILE = (
-    f"iam/aws-load-balancer-controller-{LOAD_BALANCER_CONTROLLER_APP_VERSION}.json"
-)
+# The controller version whose source CONTROLLER_CALLS was read from; a test holds it equal to
+# the chart's app version, so a chart bump means reading the calls again.
+CONTROLLER_CALLS_READ_AT = "v3.5.0"
 
 
 def serve_service(config: AppConfig) -> str:
     return f"{config.ray_service_name}-serve-svc"
 
 
-def controller_policy_document() -> dict[str, Any]:
-    """The controller's official IAM policy of the pinned version, unchanged."""
-    document: dict[str, Any] = json.loads((ASSETS / CONTROLLER_POLICY_FILE).read_text())
-    return document
+@dataclass(frozen=True)
+class ControllerCall:
+    """One AWS API call the controller makes for a TargetGroupBinding, and where (controller
+    source at the pinned app version, kubernetes-sigs/aws-load-balancer-controller)."""
+
+    action: str
+    target_group_only: bool  # False: the action has no resource-level permissions
+    source: str
 
 
-def controller_policy_wildcards() -> list[str]:
-    """The policy's resources with a wildcard (cdk-nag IAM5 findings, one per resource)."""
-    found: set[str] = set()
-    for statement in controller_policy_document()["Statement"]:
-        resources = statement.get("Resource", [])
-        for resource in [resources] if isinstance(resources, str) else resources:
-            if "*" in resource:
-                found.add(f"Resource::{resource}")
-    return sorted(found)
+# Everything the controller calls to keep one IP TargetGroupBinding without a `networking`
+# block in step (kubernetes-sigs/aws-load-balancer-controller v3.5.0, commit 11eb202c9):
+# the TargetGroupBinding reconciler (controllers/elbv2/targetgroupbinding_controller.go) ->
+# resource manager (pkg/targetgroupbinding/resource_manager.go) -> targets manager
+# (targets_manager.go) and networking manager (pkg/networking/networking_manager.go), plus the
+# binding's admission webhooks (webhooks/elbv2/). The region and VPC id are flags, so startup
+# calls nothing (pkg/aws/cloud.go skips the metadata and DescribeInstances lookups).
+CONTROLLER_CALLS: tuple[ControllerCall, ...] = (
+    ControllerCall(
+        "elasticloadbalancing:DescribeTargetGroups",
+        False,
+        "webhooks/elbv2/targetgroup_helper.go: the binding's mutator and validator read the "
+        "target group's type, VPC, IP address type and protocol",
+    ),
+    ControllerCall(
+        "elasticloadbalancing:DescribeTargetHealth",
+        False,
+        "pkg/targetgroupbinding/targets_manager.go ListTargets: the current targets and health",
+    ),
+    ControllerCall(
+        "elasticloadbalancing:RegisterTargets",
+        True,
+        "pkg/targetgroupbinding/targets_manager.go RegisterTargets: new ready pod IPs",
+    ),
+    ControllerCall(
+        "elasticloadbalancing:DeregisterTargets",
+        True,
+        "pkg/targetgroupbinding/targets_manager.go DeregisterTargets: pods gone or unready",
+    ),
+    ControllerCall(
+        "ec2:DescribeVpcs",
+        False,
+        "pkg/networking/vpc_info_provider.go FetchVPCInfo, from resource_manager.go "
+        "generateOverrideAzFn before each registration (pod IP inside the VPC's CIDRs?)",
+    ),
+    ControllerCall(
+        "ec2:DescribeSecurityGroups",
+        False,
+        "pkg/networking/networking_manager.go fetchEndpointSGsFromAWS and "
+        "security_group_reconciler.go ReconcileIngress: the binding's networking garbage "
+        "collection reads the cluster-tagged groups; it revokes only rules labelled "
+        "elbv2.k8s.aws/targetGroupBinding=shared, which exist only for bindings with a "
+        "networking block (ours has none), so it needs no Authorize/RevokeSecurityGroupIngress",
+    ),
+)
+
+
+def controller_policy_statements(target_group_arn: str) -> list[iam.PolicyStatement]:
+    """The controller's policy: the reads it makes on ``*`` (none of them has resource-level
+    permissions in the Service Authorization Reference), and target (de)registration on the one
+    stack-owned target group."""
+    reads = [c.action for c in CONTROLLER_CALLS if not c.target_group_only]
+    writes = [c.action for c in CONTROLLER_CALLS if c.target_group_only]
+    return [
+        iam.PolicyStatement(
+            sid="ReadTargetGroupsVpcAndSecurityGroups", actions=reads, resources=["*"]
+        ),
+        iam.PolicyStatement(
+            sid="KeepTheServeTargets", actions=writes, resources=[target_group_arn]
+        ),
+    ]
 
 
 def controller_values(config: AppConfig, *, region: str, vpc_id: str) -> dict[str, Any]:
@@ -108,8 +165,11 @@ def render_target_group_binding(
 
 class LoadBalancerController(Construct):
     """The AWS Load Balancer Controller in ``kube-system``: service account with an EKS Pod
-    Identity role carrying the official policy (created first), then the pinned chart, installed
-    with ``--wait`` so its admission webhook serves before any TargetGroupBinding is applied."""
+    Identity role (created first) whose policy allows only what TargetGroupBinding
+    reconciliation calls (:data:`CONTROLLER_CALLS`), target changes on ``target_group_arn``
+    only; then the pinned chart with its Service and Gateway controllers and its WAF/Shield
+    add-ons off, installed with ``--wait`` so its admission webhook serves before any
+    TargetGroupBinding is applied."""
 
     def __init__(
         self,
@@ -119,6 +179,7 @@ class LoadBalancerController(Construct):
         cluster: eks.Cluster,
         config: AppConfig,
         region: str,
+        target_group_arn: str,
     ) -> None:
         super().__init__(scope, construct_id)
         self.service_account = eks.ServiceAccount(
@@ -133,16 +194,18 @@ class LoadBalancerController(Construct):
         self.policy = iam.Policy(
             self,
             "Policy",
-            document=iam.PolicyDocument.from_json(controller_policy_document()),
+            statements=controller_policy_statements(target_group_arn),
         )
         self.service_account.role.attach_inline_policy(self.policy)
         acknowledge(
             self.policy,
             "AwsSolutions-IAM5",
-            "The AWS Load Balancer Controller's official IAM policy for the pinned version, "
-            "unchanged (assets/iam/): Describe* calls have no resource-level permissions, and "
-            "its mutating statements are scoped by the elbv2.k8s.aws/cluster tag conditions.",
-            findings=controller_policy_wildcards(),
+            "Only the read calls of TargetGroupBinding reconciliation are on * "
+            "(elasticloadbalancing:DescribeTargetGroups/DescribeTargetHealth, "
+            "ec2:DescribeVpcs/DescribeSecurityGroups: none has resource-level permissions); "
+            "RegisterTargets/DeregisterTargets are limited to the stack's one target group, and "
+            "nothing else may change (no load balancer, listener, rule or security group).",
+            findings=["Resource::*"],
         )
         self.chart = HelmAddon(
             self,
@@ -151,8 +214,10 @@ class LoadBalancerController(Construct):
             release=LOAD_BALANCER_CONTROLLER,
             overrides=controller_values(config, region=region, vpc_id=cluster.vpc.vpc_id),
         )
-        # Pod Identity injects credentials when a pod starts: the association comes first.
+        # Pod Identity injects credentials when a pod starts: the association comes first,
+        # and the policy too, so the first reconcile is not refused.
         self.chart.node.add_dependency(self.service_account)
+        self.chart.node.add_dependency(self.policy)
 
 
 class TokenIssuer(Construct):
@@ -266,6 +331,64 @@ class AccessLogBucket(Construct):
         )
 
 
+class RateLimit(Construct):
+    """An AWS WAF web ACL on the load balancer with one rate-based rule: a client IP that sends
+    more than ``limit_per_5min`` requests within the last 5 minutes is blocked (403) until its
+    rate falls below the limit again; everything else passes on to the listener's JWT check.
+    It protects the GPUs from one client's flood (tokens cost nothing to ask for once a client
+    has a credential) and costs a web ACL, one rule and per-request charges (README)."""
+
+    RULE_NAME = "RateLimitPerClientIp"
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        load_balancer: elbv2.ApplicationLoadBalancer,
+        limit_per_5min: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        metric = Fn.join("-", [Aws.STACK_NAME, "endpoint"])
+        self.web_acl = wafv2.CfnWebACL(
+            self,
+            "Resource",
+            scope="REGIONAL",
+            default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
+            description="Rate limit per client IP in front of the model endpoint",
+            rules=[
+                wafv2.CfnWebACL.RuleProperty(
+                    name=self.RULE_NAME,
+                    priority=0,
+                    action=wafv2.CfnWebACL.RuleActionProperty(block={}),
+                    statement=wafv2.CfnWebACL.StatementProperty(
+                        rate_based_statement=wafv2.CfnWebACL.RateBasedStatementProperty(
+                            aggregate_key_type="IP",
+                            limit=limit_per_5min,
+                            evaluation_window_sec=300,
+                        )
+                    ),
+                    visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                        cloud_watch_metrics_enabled=True,
+                        metric_name=Fn.join("-", [Aws.STACK_NAME, self.RULE_NAME]),
+                        sampled_requests_enabled=True,
+                    ),
+                )
+            ],
+            visibility_config=wafv2.CfnWebACL.VisibilityConfigProperty(
+                cloud_watch_metrics_enabled=True,
+                metric_name=metric,
+                sampled_requests_enabled=True,
+            ),
+        )
+        self.association = wafv2.CfnWebACLAssociation(
+            self,
+            "Association",
+            resource_arn=load_balancer.load_balancer_arn,
+            web_acl_arn=self.web_acl.attr_arn,
+        )
+
+
 class ModelEndpoint(Construct):
     """The ALB, its target group and listener, the security-group rules, and the binding.
 
@@ -355,6 +478,14 @@ class ModelEndpoint(Construct):
             deletion_protection=False,  # cdk destroy removes it
             http2_enabled=True,
         )
+        self.web_acl: RateLimit | None = None
+        if internet_facing and config.endpoint_rate_limit_per5_min:
+            self.web_acl = RateLimit(
+                self,
+                "RateLimit",
+                load_balancer=self.load_balancer,
+                limit_per_5min=config.endpoint_rate_limit_per5_min,
+            )
         # The bucket policy must name ELB's log-delivery principal of the region (an account
         # in older regions, a service principal in newer ones): aws-cdk-lib picks it when the
         # region is known at synth, and refuses otherwise.
@@ -519,9 +650,6 @@ class ApplicationEndpoint(Construct):
         rayservice: Construct,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.controller = LoadBalancerController(
-            self, "Controller", cluster=cluster, config=config, region=region
-        )
         self.token_issuer: TokenIssuer | None = None
         issuer: str | None = None
         jwks_uri: str | None = None
@@ -541,6 +669,14 @@ class ApplicationEndpoint(Construct):
             issuer=issuer,
             jwks_uri=jwks_uri,
             claims=jwt_claims(config),
+        )
+        self.controller = LoadBalancerController(
+            self,
+            "Controller",
+            cluster=cluster,
+            config=config,
+            region=region,
+            target_group_arn=self.endpoint.target_group.target_group_arn,
         )
         # Apply: controller (its webhook validates the binding) and the RayService first.
         # Destroy, in reverse: the binding's finalizer needs the controller to deregister.

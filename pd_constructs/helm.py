@@ -80,8 +80,8 @@ NVIDIA_DEVICE_PLUGIN = HelmRelease(
     values_file="nvidia-device-plugin.yaml",
 )
 
-# The controller that binds the stack's ALB target group to the Ray serve service. Its official
-# IAM policy for the same version is kept in assets/iam/ (see assets/iam/README.md).
+# The controller that binds the stack's ALB target group to the Ray serve service. Its IAM
+# policy is derived from this version's source (pd_constructs/endpoint.py, CONTROLLER_CALLS).
 LOAD_BALANCER_CONTROLLER = HelmRelease(
     repository="https://aws.github.io/eks-charts",
     chart="aws-load-balancer-controller",

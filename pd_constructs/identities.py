@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from aws_cdk import aws_iam as iam
 
-from pd_constructs.endpoint import controller_policy_document
+from pd_constructs.endpoint import controller_policy_statements
 from pd_constructs.observability import agent_statements
 from pd_constructs.vpc_cni import cni_statements
 from ray_pd_eks.config import AppConfig
@@ -112,14 +112,6 @@ class RbacSubject:
         return (*self.rules, *(f"{r} ({when})" for when, r in self.rules_when))
 
 
-def _statement_actions(document: dict[str, object]) -> tuple[str, ...]:
-    found: set[str] = set()
-    for statement in document["Statement"]:  # type: ignore[attr-defined]
-        action = statement.get("Action", [])
-        found.update([action] if isinstance(action, str) else action)
-    return tuple(sorted(found))
-
-
 def _policy_actions(statements: list[iam.PolicyStatement]) -> tuple[str, ...]:
     """The actions of a construct's own statements (read from there, not repeated here)."""
     return tuple(sorted({action for statement in statements for action in statement.actions}))
@@ -169,10 +161,12 @@ ROLES: tuple[Role, ...] = (
         "load-balancer-controller",
         ("Workload/ApplicationEndpoint/Controller/ServiceAccount/Role/Resource",),
         "AWS Load Balancer Controller through Pod Identity: the policy of "
-        "pd_constructs/endpoint.py `controller_policy_document` (its actions are read from "
+        "pd_constructs/endpoint.py `controller_policy_statements` (its actions are read from "
         "there, not repeated here)",
         (PODS,),
-        actions=_statement_actions(controller_policy_document()),
+        actions=_policy_actions(
+            controller_policy_statements("arn:aws:elasticloadbalancing:r:a:targetgroup/t/0")
+        ),
         service_accounts=("kube-system/aws-load-balancer-controller",),
         when="endpointExposure set",
     ),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from aws_cdk import Aws, CustomResource, Duration, RemovalPolicy, Token
+from aws_cdk import Aws, CfnMapping, CustomResource, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -24,10 +24,13 @@ from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.nag import acknowledge_basic_execution_role
 from pd_constructs.network import suppress_provider_framework
 from pd_constructs.rollback import grant_describe_own_stack
+from ray_pd_eks.config import DLC_REPOSITORY_TAG, AppConfig
+from ray_pd_eks.dlc_images import DLC_ACCOUNTS, dlc_registry
 
-# <account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>; the region may be a token.
+# <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>:<tag>; the region may be a token.
 _ECR = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[^/]+)\.amazonaws\.com/(?P<repo>[^:@]+):"
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[^/.]+)\.amazonaws\.com(\.cn)?/"
+    r"(?P<repo>[^:@]+):"
 )
 
 
@@ -46,6 +49,31 @@ def ecr_repository_arn(reference: str) -> str | None:
     return f"arn:{Aws.PARTITION}:ecr:{region}:{m['account']}:repository/{m['repo']}"
 
 
+def ray_image(scope: Construct, config: AppConfig) -> tuple[str, str | None]:
+    """The Ray image reference for ``scope``'s stack and, for the default DLC, its ECR
+    repository ARN: ``dlcImage`` as given; else the DLC registry AWS documents for the stack's
+    region (ray_pd_eks/dlc_images.py). An environment-agnostic stack maps ``AWS::Region`` to
+    the account with a ``CfnMapping`` of the whole table (a region missing there fails the
+    deploy at that lookup; ``preflight`` says so first)."""
+    if config.dlc_image:
+        return config.dlc_image, None
+    region = Stack.of(scope).region
+    repository = DLC_REPOSITORY_TAG.split(":", 1)[0]
+    if not Token.is_unresolved(region):
+        return config.image_uri(region), None
+    mapping = CfnMapping(
+        scope,
+        "DlcRegistries",
+        mapping={
+            r: {"account": account, "host": dlc_registry(r)} for r, account in DLC_ACCOUNTS.items()
+        },
+    )
+    account = mapping.find_in_map(Aws.REGION, "account")
+    host = mapping.find_in_map(Aws.REGION, "host")
+    arn = f"arn:{Aws.PARTITION}:ecr:{Aws.REGION}:{account}:repository/{repository}"
+    return f"{host}/{DLC_REPOSITORY_TAG}", arn
+
+
 class ImageDigests(Construct):
     """Resolves ``images`` (key -> reference by tag or digest) to ``repository@sha256:...``;
     :meth:`reference` gives the pinned reference of a key. The function may call ECR's
@@ -61,7 +89,10 @@ class ImageDigests(Construct):
         images: Mapping[str, str],
         log_retention: logs.RetentionDays,
         log_removal_policy: RemovalPolicy,
+        repository_arns: tuple[str, ...] = (),
     ) -> None:
+        """``repository_arns``: ECR repositories of references whose registry is a
+        CloudFormation token (``ecr_repository_arn`` cannot read those)."""
         super().__init__(scope, construct_id)
         log_group = logs.LogGroup(
             self, "Logs", retention=log_retention, removal_policy=log_removal_policy
@@ -78,6 +109,7 @@ class ImageDigests(Construct):
             description="Pins the pods' images to digests at deploy time",
         )
         repositories = sorted({a for a in map(ecr_repository_arn, images.values()) if a})
+        repositories += list(repository_arns)
         if repositories:
             fn.add_to_role_policy(
                 iam.PolicyStatement(actions=["ecr:BatchGetImage"], resources=repositories)

@@ -35,6 +35,7 @@ from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
+from pd_constructs.logs_key import LogsKey
 from pd_constructs.nag import acknowledge
 from pd_constructs.promql import AlarmSpec, Panel, alarm_specs, dashboard_panels
 from pd_constructs.templates import render
@@ -160,7 +161,11 @@ class AlarmTopic(Construct):
     cannot publish to a topic under the AWS-managed SNS key), TLS-only, optionally with an
     e-mail subscription."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, email: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, email: str, alarm_name_prefix: str
+    ) -> None:
+        """``alarm_name_prefix``: every alarm that may publish is named with it; the key
+        grant and the topic policy admit CloudWatch only for those alarms of this account."""
         super().__init__(scope, construct_id)
         self.key = kms.Key(
             self,
@@ -171,14 +176,27 @@ class AlarmTopic(Construct):
             removal_policy=RemovalPolicy.DESTROY,
         )
         cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
-        self.key.grant(cloudwatch, "kms:Decrypt", "kms:GenerateDataKey*")
+        alarms = f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:"
+        from_our_alarms = {
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": f"{alarms}{alarm_name_prefix}*"},
+        }
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsOfThisStack",
+                principals=[cloudwatch],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions=from_our_alarms,
+            )
+        )
         self.topic = sns.Topic(self, "Resource", master_key=self.key, enforce_ssl=True)
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
                 actions=["sns:Publish"],
                 principals=[cloudwatch],
                 resources=[self.topic.topic_arn],
-                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+                conditions=from_our_alarms,
             )
         )
         if email:
@@ -201,6 +219,16 @@ class PdObservability(Construct):
         log_removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
+        names = log_group_names(config.cluster_name)
+        # Container stdout (application), node and data-plane logs: encrypted with this
+        # stack's key, usable by CloudWatch Logs for these groups only.
+        self.logs_key = LogsKey(
+            self,
+            "LogsKey",
+            description=f"Encryption of EKS cluster {config.cluster_name}'s container logs",
+            log_group_names=list(names.values()),
+            removal_policy=log_removal_policy,
+        )
         self.log_groups = {
             cid: logs.LogGroup(
                 self,
@@ -208,8 +236,9 @@ class PdObservability(Construct):
                 log_group_name=name,
                 retention=log_retention,
                 removal_policy=log_removal_policy,
+                encryption_key=self.logs_key.key,
             )
-            for cid, name in log_group_names(config.cluster_name).items()
+            for cid, name in names.items()
         }
         self.agent = CloudWatchAgentIdentity(
             self, "AgentIdentity", cluster_name=config.cluster_name
@@ -249,7 +278,12 @@ class PdObservability(Construct):
         )
         self.podmonitors.node.add_dependency(self.addon, namespace)
 
-        self.topic = AlarmTopic(self, "AlarmTopic", email=config.alarm_email)
+        self.topic = AlarmTopic(
+            self,
+            "AlarmTopic",
+            email=config.alarm_email,
+            alarm_name_prefix=alarm_name_prefix(config),
+        )
         self.alarms = [self._alarm(config, spec) for spec in alarm_specs(config)]
         self.dashboard_name = dashboard_name(config)
         self.dashboard = cw.Dashboard(

@@ -69,9 +69,14 @@ def by_phase(config: AppConfig, expr: str) -> str:
 
 
 def _quantile(config: AppConfig, q: float, histogram: str) -> str:
+    """The ``q`` quantile of ``histogram`` per phase. CloudWatch stores every OTLP histogram
+    (the agent turns a scraped Prometheus histogram into an explicit-bucket one) as an
+    exponential histogram, which PromQL sees as one native-histogram series under the family
+    name: there is no ``_bucket`` series and no ``le`` label, so the quantile is taken over the
+    summed native histograms (ray_pd_eks/metrics.py, ``Metric.series``)."""
     sel = ray_selector(config)
-    rate = f"rate({histogram}_bucket{sel}[{RATE_WINDOW}])"
-    return f"histogram_quantile({q}, sum by (le, deployment) ({by_phase(config, rate)}))"
+    rate = f"rate({histogram}{sel}[{RATE_WINDOW}])"
+    return f"histogram_quantile({q}, sum by (deployment) ({by_phase(config, rate)}))"
 
 
 def alarm_specs(config: AppConfig) -> tuple[AlarmSpec, ...]:
@@ -202,8 +207,8 @@ def dashboard_panels(config: AppConfig) -> tuple[Panel, ...]:
                 ),
                 (
                     "HTTP p99 ms",
-                    "histogram_quantile(0.99, sum by (le) "
-                    f"(rate(ray_serve_http_request_latency_ms_bucket{sel}[{w}])))",
+                    "histogram_quantile(0.99, sum "
+                    f"(rate(ray_serve_http_request_latency_ms{sel}[{w}])))",
                 ),
                 (
                     "output tokens/s",
@@ -241,7 +246,7 @@ def dashboard_panels(config: AppConfig) -> tuple[Panel, ...]:
                 ),
                 (
                     "bytes/s",
-                    per_phase(f"rate(ray_vllm_nixl_bytes_transferred_sum{sel}[{w}])"),
+                    per_phase(f"histogram_sum(rate(ray_vllm_nixl_bytes_transferred{sel}[{w}]))"),
                 ),
                 (
                     "failed transfers",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_pd_eks import instance_types
+from ray_pd_eks.dlc_images import DLC_DEFAULT_ACCOUNT, DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 
 # Kubernetes versions this app can deploy, each with the kubectl Lambda layer package it ships.
@@ -70,7 +71,7 @@ AZ_NAME_MAX = 20
 GPU_NODEGROUP_PREFIX_MAX = EKS_NODEGROUP_NAME_MAX - AZ_NAME_MAX - len("--") - 8
 CLUSTER_NAME_MAX = 100
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
-DLC_ACCOUNT = "763104351884"
+DLC_ACCOUNT = DLC_DEFAULT_ACCOUNT
 DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
 # A commit of Qwen/Qwen3.5-9B on the Hugging Face Hub (cited, with its commit URL, by public
 # projects that pin this model; docs/security.md, "Model revision").
@@ -96,6 +97,10 @@ ENDPOINT_AUTHS = ("jwt", "none")
 # Streaming completions hold one HTTP connection open for the whole answer; an idle timeout
 # below five minutes cuts long prompts whose first token is slow. ALB allows 1..4000 s.
 MIN_IDLE_TIMEOUT_SECONDS = 300
+# AWS WAF's range for a rate-based rule's limit (RateBasedStatement.Limit, WAFV2 API reference;
+# "The lowest limit setting allowed is 10", developer guide, rate-based rule settings).
+WAF_RATE_LIMIT_MIN = 10
+WAF_RATE_LIMIT_MAX = 2_000_000_000
 MAX_IDLE_TIMEOUT_SECONDS = 4000
 # Inbound rules per security group (the VPC quota's default); one rule per allowed CIDR.
 MAX_ENDPOINT_CIDRS = 60
@@ -356,6 +361,9 @@ class AppConfig:
     endpoint_jwt_audience: str = ""  # required value of the token's aud claim
     endpoint_jwt_scope: str = ""  # scope the token must carry
     endpoint_idle_timeout_seconds: int = 600
+    # Requests per client IP per 5 minutes before AWS WAF blocks it (internet-facing only);
+    # 0 = no web ACL.
+    endpoint_rate_limit_per5_min: int = 1000
     # Teardown.
     retain_logs: bool = False
     log_retention_days: int = 30
@@ -570,10 +578,14 @@ class AppConfig:
         return self.observability == "cloudwatch"
 
     def image_uri(self, region: str) -> str:
-        """The image for head and workers; ``region`` may be a CloudFormation token."""
-        return (
-            self.dlc_image or f"{DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{DLC_REPOSITORY_TAG}"
-        )
+        """The image for head and workers: ``dlcImage``, else the Ray LLM DLC in the
+        registry AWS documents for ``region`` (ray_pd_eks/dlc_images.py). ``region`` may be a
+        placeholder (``${AWS_REGION}``, a CloudFormation token): the default account's form is
+        used then (the workload stack maps the deploy region to its registry itself)."""
+        if self.dlc_image:
+            return self.dlc_image
+        registry = dlc_registry(region) or f"{DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com"
+        return f"{registry}/{DLC_REPOSITORY_TAG}"
 
     # Construction ---------------------------------------------------------------------------
 
@@ -689,6 +701,14 @@ def _environment(c: AppConfig) -> list[str]:
         why = (
             "has no Amazon EKS image registry known to this app (ray_pd_eks/eks_images.py); "
             f"add the region's registry from {ADD_ONS_IMAGES_DOC}, or deploy to another region"
+        )
+        out.append(_problem("region", c.region, why))
+    elif c.region and not c.dlc_image and dlc_registry(c.region) is None:
+        why = (
+            "has no AWS Deep Learning Containers registry (AWS documents none there: "
+            f"{DLC_DOC}), so the default Ray LLM image cannot be pulled; copy the image into "
+            "an ECR repository of that region and set dlcImage to it, or deploy to another "
+            "region"
         )
         out.append(_problem("region", c.region, why))
     return out
@@ -1347,6 +1367,17 @@ def _endpoint_timeout(c: AppConfig) -> list[str]:
     return [_problem("endpointIdleTimeoutSeconds", t, why)]
 
 
+def _endpoint_rate_limit(c: AppConfig) -> list[str]:
+    limit = c.endpoint_rate_limit_per5_min
+    if limit == 0 or WAF_RATE_LIMIT_MIN <= limit <= WAF_RATE_LIMIT_MAX:
+        return []
+    why = (
+        f"must be 0 (no AWS WAF web ACL) or {WAF_RATE_LIMIT_MIN}..{WAF_RATE_LIMIT_MAX} requests "
+        "per client IP per 5 minutes (AWS WAF's range for a rate-based rule)"
+    )
+    return [_problem("endpointRateLimitPer5Min", limit, why)]
+
+
 def _teardown(c: AppConfig) -> list[str]:
     if c.log_retention_days in LOG_RETENTION_DAYS:
         return []
@@ -1619,6 +1650,7 @@ _CHECKS.extend(
         _access,
         _endpoint,
         _endpoint_timeout,
+        _endpoint_rate_limit,
         _teardown,
         _observability,
         _model_fit,

@@ -9,7 +9,14 @@ How the names come about:
 - **Ray 2.58** exports every application metric through its OpenTelemetry Prometheus reader
   with the prefix ``ray_`` (``ray/_private/telemetry/open_telemetry_metric_recorder.py``,
   ``NAMESPACE = "ray"``) on the pod's metrics port (KubeRay's ``metrics``, 8080). Counters get
-  the OpenMetrics ``_total`` suffix; histograms the ``_bucket``/``_sum``/``_count`` series.
+  the OpenMetrics ``_total`` suffix; histograms the ``_bucket``/``_sum``/``_count`` series
+  there, but that is not what CloudWatch stores (next point).
+- **CloudWatch** stores every OTLP histogram, explicit-bucket ones included (what the agent
+  makes of a scraped Prometheus histogram), as an **exponential histogram** (CloudWatch user
+  guide, "How CloudWatch stores histogram metrics", ``metrics-otel-histograms``). PromQL sees
+  it as one native-histogram series named after the family: ``x`` rather than ``x_bucket``
+  (no ``le`` label), ``x_sum``, ``x_count``. Quantiles are ``histogram_quantile(q, sum by
+  (...) (rate(x[5m])))``, sums and counts ``histogram_sum(...)``/``histogram_count(...)``.
 - **vLLM 0.26** engine metrics reach Ray through ``RayPrometheusStatLogger``
   (``vllm/v1/metrics/ray_wrappers.py``), which Ray Serve LLM 2.58 installs because
   ``LLMConfig.log_engine_metrics`` defaults to true
@@ -61,7 +68,15 @@ class Metric:
 
     @property
     def series(self) -> tuple[str, ...]:
-        """The series names a query can select."""
+        """The series names a query can select in CloudWatch: the family name, for a histogram
+        too (a native histogram there; its ``_bucket``/``_sum``/``_count`` do not exist)."""
+        return (self.name,)
+
+    @property
+    def exposition_series(self) -> tuple[str, ...]:
+        """The series names on the pod's own metrics port (Prometheus text format), which the
+        readiness check reads through the pod proxy: a histogram's ``_bucket``/``_sum``/
+        ``_count`` there."""
         if self.kind == "histogram":
             return tuple(f"{self.name}_{s}" for s in ("bucket", "sum", "count"))
         return (self.name,)
@@ -136,6 +151,7 @@ METRICS: tuple[Metric, ...] = (
 
 BY_NAME = {m.name: m for m in METRICS}
 SERIES = frozenset(s for m in METRICS for s in m.series)
+EXPOSITION_SERIES = frozenset(s for m in METRICS for s in m.exposition_series)
 
 
 def serve_deployment_names(model_id: str, serving_mode: str = "pd") -> tuple[str, ...]:

@@ -24,6 +24,21 @@ def addon_configuration() -> dict[str, Any]:
     return dict(yaml.safe_load(_ADDON_VALUES.read_text(encoding="utf-8")))
 
 
+def control_plane_log_group(cluster_name: str) -> str:
+    """The name EKS writes the control-plane logs to; the cluster stack creates it first."""
+    return f"/aws/eks/{cluster_name}/cluster"
+
+
+def fixed_log_group_names(config: AppConfig) -> tuple[str, ...]:
+    """The log groups whose names the deployment cannot choose (EKS and the CloudWatch add-on
+    write to them by name): a copy left by ``retainLogs`` makes the next create fail with
+    "already exists", so ``preflight`` looks for them."""
+    names = [control_plane_log_group(config.cluster_name)]
+    if config.observability_enabled:
+        names += log_group_names(config.cluster_name).values()
+    return tuple(names)
+
+
 def resource_prefix(config: AppConfig) -> str:
     """``<clusterName>-<rayServiceName>``: unique per deployment in an account and region."""
     return f"{config.cluster_name}-{config.ray_service_name}"
@@ -47,13 +62,14 @@ def dashboard_url(region: str, name: str) -> str:
 
 
 def log_group_names(cluster_name: str) -> dict[str, str]:
-    """The log groups the add-on writes to (Fluent Bit: application, dataplane, host; the agent:
-    performance), by construct id. The stack creates them first so retention and removal follow
-    ``logRetentionDays``/``retainLogs`` instead of the add-on creating them without expiry."""
+    """The log groups the add-on writes to (Fluent Bit: application, dataplane, host), by
+    construct id. (The agent's ``performance`` group belongs to classic Container Insights,
+    which is off: assets/addons/cloudwatch-observability.yaml.) The stack creates them first
+    so retention and removal follow ``logRetentionDays``/``retainLogs`` instead of the add-on
+    creating them without expiry."""
     base = f"/aws/containerinsights/{cluster_name}"
     return {
         "Application": f"{base}/application",
         "Dataplane": f"{base}/dataplane",
         "Host": f"{base}/host",
-        "Performance": f"{base}/performance",
     }

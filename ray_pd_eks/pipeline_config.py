@@ -31,7 +31,7 @@ PIPELINE_KEY = "pipeline"
 ENVIRONMENTS_KEY = "environments"
 
 PIPELINE_KEYS = frozenset({"account", "region", "connectionArn", "repository", "branch"})
-ENVIRONMENT_KEYS = frozenset({"name", "account", "region", "approval", "overrides"})
+ENVIRONMENT_KEYS = frozenset({"name", "account", "region", "production", "approval", "overrides"})
 # Overrides may not move an environment: its account and region are its own keys.
 _NOT_OVERRIDABLE = frozenset({"account", "region"})
 DEFAULT_BRANCH = "main"
@@ -40,7 +40,8 @@ _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 # A Stage construct id and a part of every stack name: letters, digits and '-'.
 _ENV_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,31}$")
-# Names that mean production: approval defaults to on for them (prod, production, prod-eu, ...).
+# Names that mean production (prod, production, prod-eu, ...): such an environment is always a
+# production one, whatever the data says.
 _PRODUCTION = re.compile(r"^prod(uction)?(-.*)?$", re.IGNORECASE)
 _CONNECTION_ARN = re.compile(
     r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:\d{12}:"
@@ -63,7 +64,9 @@ class DeploymentEnvironment:
     """One stage of the pipeline: the Stage deployed with ``config`` after an optional approval.
 
     ``config`` is the app's configuration with this environment's ``overrides`` applied and its
-    ``account``/``region`` set, validated as a whole.
+    ``account``/``region`` set, validated as a whole. ``production``: a production name or
+    ``"production": true``; the pipeline stack then always adds the permission-broadening
+    check and the manual approval, in code (``approval`` cannot turn them off).
     """
 
     name: str
@@ -72,6 +75,7 @@ class DeploymentEnvironment:
     approval: bool
     config: AppConfig
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    production: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,9 +191,27 @@ def _parse_environment(
         why = "required: a letter, then letters, digits or '-', at most 32 characters"
         problems.append(_problem(where, "name", name, why))
         name = str(name)
-    approval = raw.get("approval", is_production_name(name))
+    named_production = is_production_name(name)
+    production = raw.get("production", named_production)
+    if not isinstance(production, bool):
+        problems.append(_problem(where, "production", production, "must be true or false"))
+        production = True
+    elif named_production and not production:
+        why = (
+            "the name marks a production environment, which is always one: the approval "
+            "before it is fixed in code (stacks/pipeline_stack.py); remove the key"
+        )
+        problems.append(_problem(where, "production", production, why))
+    approval = raw.get("approval", production)
     if not isinstance(approval, bool):
         problems.append(_problem(where, "approval", approval, "must be true or false"))
+    elif production and not approval:
+        why = (
+            "a production environment is always approved by a person before it deploys "
+            "(fixed in stacks/pipeline_stack.py, so a change to cdk.json cannot remove the "
+            "gate); remove the key"
+        )
+        problems.append(_problem(where, "approval", approval, why))
     overrides = raw.get("overrides", {})
     if not isinstance(overrides, Mapping):
         why = "must be an object of settings (context keys of cdk.json)"
@@ -217,6 +239,7 @@ def _parse_environment(
         account=raw["account"],
         region=raw["region"],
         approval=bool(approval),
+        production=bool(production),
         config=config,
         overrides=dict(overrides),
     )

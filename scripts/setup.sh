@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything from the pinned files, then synthesizes the app with its defaults.
 #   ./scripts/setup.sh
-# Python: .venv from requirements-dev.txt, constrained by requirements-lock.txt.
+# Python: .venv from requirements-lock.txt (every package pinned with its hashes, pip too;
+# requirements-dev.txt names the direct ones).
 # Node: the CDK CLI and Node.js 22 from package-lock.json (`npm ci`), so `npx cdk` and jsii
 # run on a supported Node whatever the machine's own Node is.
 set -euo pipefail
@@ -34,7 +35,7 @@ fi
 # file up front (340 MB of bytecode, mostly aws-cdk-lib modules the app never imports) cost
 # about 35 s of CPU, over half of the install; the app and the tests import a few per cent.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile \
-  -r requirements-dev.txt -c requirements-lock.txt
+  --require-hashes -r requirements-lock.txt
 # The `ray-pd-eks` console script (ray_pd_eks/console.py): .venv/bin/ray-pd-eks, runnable
 # from any folder; `python -m ray_pd_eks` is the same tool.
 .venv/bin/python -m ray_pd_eks.console install

@@ -8,13 +8,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnElement, CfnOutput, Stack, pipelines
+from aws_cdk import CfnElement, CfnOutput, RemovalPolicy, Stack, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
-from pd_constructs.nag import acknowledge
+from pd_constructs.nag import (
+    acknowledge,
+    acknowledge_basic_execution_role,
+    function_versions_finding,
+)
 from ray_pd_eks.pipeline_config import DeploymentEnvironment, PipelineConfig
 from stacks.stage import RayPdEksStage
 
@@ -22,14 +27,18 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGE_PREFIX = "RayPdEks"
 # The quality gate of the README, run before anything is synthesized for promotion.
 TEST_COMMAND = "./scripts/test.sh"
-# Same installs as ./scripts/setup.sh: the pinned Python files and the locked npm tree (which
-# brings the pinned CDK CLI and Node.js). `cdk.json` runs the app with `.venv/bin/python`.
+# Same installs as ./scripts/setup.sh: every Python package (pip itself too) from the hashed
+# lock, refused if a file's hash is not listed, and the locked npm tree (which brings the pinned
+# CDK CLI and Node.js, checked against package-lock.json's integrity hashes). `cdk.json` runs
+# the app with `.venv/bin/python`. Nothing is installed at "latest".
 INSTALL_COMMANDS = (
     "python -m venv .venv",
-    ".venv/bin/pip install --upgrade pip",
-    ".venv/bin/pip install -r requirements-dev.txt -c requirements-lock.txt",
+    ".venv/bin/python -m pip install --require-hashes -r requirements-lock.txt",
     "npm ci",
 )
+# The asset publishing CLI that CDK Pipelines installs in its asset jobs (`npm install -g
+# cdk-assets@<this>`; without it, `@latest`). 4.7.3: the npm registry's latest 4.x, 2026-12.
+CDK_ASSETS_VERSION = "4.7.3"
 SYNTH_COMMANDS = (TEST_COMMAND, "npx cdk synth")
 # CodeBuild's Ubuntu 24.04 image; runtimes pinned so an image update cannot change them.
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_8_0
@@ -133,6 +142,7 @@ class PipelineStack(Stack):
             cross_account_keys=cfg.cross_account,
             enable_key_rotation=cfg.cross_account or None,
             cli_version=cdk_cli_version(),
+            cdk_assets_cli_version=CDK_ASSETS_VERSION,
             # The test suite synthesizes the app several times: 7 GB rather than the default 3 GB.
             synth_code_build_defaults=pipelines.CodeBuildOptions(
                 build_environment=codebuild.BuildEnvironment(
@@ -151,16 +161,25 @@ class PipelineStack(Stack):
             stage = RayPdEksStage(self, stage_id(env), config=env.config)
             self.stages[env.name] = stage
             pre: list[pipelines.Step] = []
-            if env.approval:
-                pre.append(
-                    pipelines.ManualApprovalStep(
-                        "Approve",
-                        comment=(
-                            f"Deploy ray-pd-eks to {env.name} ({env.account}/{env.region})? "
-                            "Earlier stages, if any, deployed and passed their readiness checks."
-                        ),
-                    )
+            check: pipelines.Step | None = None
+            if env.production:
+                # `cdk diff --security-only --fail` against the deployed stacks: a change that
+                # broadens IAM or security-group rights stops here for a person to review.
+                check = pipelines.ConfirmPermissionsBroadening("CheckPermissions", stage=stage)
+                pre.append(check)
+            # Production is gated here, in code, whatever the environment's data says.
+            if env.approval or env.production:
+                approve = pipelines.ManualApprovalStep(
+                    "Approve",
+                    comment=(
+                        f"Deploy ray-pd-eks to {env.name} ({env.account}/{env.region})? "
+                        "Earlier stages, if any, deployed and passed their readiness checks"
+                        + ("; the permission check has passed." if check else ".")
+                    ),
                 )
+                if check is not None:
+                    approve.add_step_dependency(check)  # the approver sees the check's verdict
+                pre.append(approve)
             self.pipeline.add_stage(stage, pre=pre, post=[endpoint_report(env, stage)])
         # Acknowledgments need the generated constructs, which exist only after this call.
         self.pipeline.build_pipeline()
@@ -236,6 +255,59 @@ class PipelineStack(Stack):
             "names aws-cdk-lib generates per asset (codebuild actions on *, log groups and "
             "report groups under /aws/codebuild/*).",
             findings=["Resource::*", *self._codebuild_findings("*")],
+        )
+
+        check = self.pipeline.node.try_find_child("PipelinesSecurityCheck")
+        if check is not None:
+            self._acknowledge_security_check(check)
+            self._pin_security_check_cli(check)
+            # The auto-approve function's log group: removed with the pipeline like the rest
+            # (aws-cdk-lib leaves it to the default, retained).
+            for child in check.node.find_all():
+                if isinstance(child, logs.CfnLogGroup):
+                    child.apply_removal_policy(RemovalPolicy.DESTROY)
+
+    def _pin_security_check_cli(self, check: IConstruct) -> None:
+        """aws-cdk-lib 2.275's permission check installs the CDK CLI unpinned (`npm install
+        -g aws-cdk`, pipelines/lib/private/application-security-check.ts); pin it to the
+        CLI of package.json like the other build steps."""
+        project = check.node.find_child("CDKSecurityCheck")
+        cfn = project.node.default_child
+        assert isinstance(cfn, codebuild.CfnProject)
+        build_spec = self.resolve(cfn.source)["buildSpec"]
+        delimiter, parts = build_spec["Fn::Join"]
+        unpinned = '"npm install -g aws-cdk",'
+        pinned = f'"npm install -g aws-cdk@{cdk_cli_version()}",'
+        if not any(isinstance(p, str) and unpinned in p for p in parts):
+            raise RuntimeError(
+                "the permission check's buildspec no longer installs `aws-cdk` unpinned: "
+                "re-read application-security-check.ts and update _pin_security_check_cli"
+            )
+        parts = [p.replace(unpinned, pinned) if isinstance(p, str) else p for p in parts]
+        cfn.add_property_override("Source.BuildSpec", {"Fn::Join": [delimiter, parts]})
+
+    def _acknowledge_security_check(self, check: IConstruct) -> None:
+        """The permission-broadening check that CDK Pipelines adds once for production stages:
+        a CodeBuild project running `cdk diff --security-only` and a Lambda function that
+        approves the stage's approval action when nothing broadens."""
+        approver = check.node.find_child("CDKPipelinesAutoApprove")
+        acknowledge_basic_execution_role(approver)
+        acknowledge(
+            approver,
+            "AwsSolutions-IAM5",
+            "codepipeline:GetPipelineState/PutApprovalResult on *, limited by aws-cdk-lib to "
+            "pipelines tagged SECURITY_CHECK=ALLOW_APPROVE (this pipeline): it approves the "
+            "check's own approval action when the diff broadens nothing.",
+            findings=["Resource::*"],
+        )
+        project = check.node.find_child("CDKSecurityCheck")
+        acknowledge(
+            project,
+            "AwsSolutions-IAM5",
+            "`cdk diff --security-only` assumes the target accounts' CDK deploy roles (role "
+            "ARNs unknown here: * limited by the aws-cdk:bootstrap-role=deploy tag condition) "
+            "and invokes every version of the auto-approve function.",
+            findings=["Resource::*", function_versions_finding(approver)],
         )
 
     def _logical_id(self, construct: IConstruct) -> str:

@@ -16,7 +16,7 @@ from constructs import Construct
 
 from pd_constructs.cluster import SystemNodeGroup
 from pd_constructs.endpoint import ApplicationEndpoint
-from pd_constructs.images import ImageDigests
+from pd_constructs.images import ImageDigests, ray_image
 from pd_constructs.observability import PdObservability
 from pd_constructs.warmup import NodeWarmup
 from pd_constructs.workload import PdWorkload
@@ -43,11 +43,13 @@ class WorkloadStack(InClusterStack):
         )
         # Every pod references its image by digest, resolved once here (pd_constructs/images.py):
         # the Ray pods and the pre-pull on every node run the same build.
+        ray_reference, ray_repository = ray_image(self, config)
         self.images = ImageDigests(
             self,
             "Images",
+            repository_arns=(ray_repository,) if ray_repository else (),
             images={
-                "Ray": config.image_uri(Aws.REGION),
+                "Ray": ray_reference,
                 "AwsCli": config.aws_cli_image,
                 "Prefetch": config.prefetch_image,
             },

@@ -111,6 +111,13 @@ def resolve(value: Any) -> str:
         return TEST_REGION
     if isinstance(value, dict) and value.get("Ref") == "AWS::URLSuffix":
         return "amazonaws.com"
+    if isinstance(value, dict) and "Fn::FindInMap" in value:
+        mapping, key, attribute = value["Fn::FindInMap"]
+        assert mapping == "DlcRegistries" and key == {"Ref": "AWS::Region"}, value
+        from ray_pd_eks.dlc_images import DLC_ACCOUNTS, dlc_registry
+
+        found = {"account": DLC_ACCOUNTS[TEST_REGION], "host": dlc_registry(TEST_REGION)}
+        return str(found[attribute])
     if isinstance(value, dict) and "Fn::GetAtt" in value:
         return "<{}.{}>".format(*value["Fn::GetAtt"])
     if isinstance(value, dict) and "Ref" in value:  # e.g. a target group's ARN

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
+from ray_pd_eks.config import AppConfig
+from ray_pd_eks.monitoring import fixed_log_group_names
 from tests.cli_fixtures import (
     ACCOUNT,
     REGION,
@@ -52,6 +55,7 @@ ADDON_SCHEMA: dict[str, Any] = {
         "agent": {"type": "object", "properties": {"config": {"type": "object"}}},
         "tolerations": {"type": "array"},
         "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "containerInsights": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "otelContainerInsights": {
             "type": "object",
             "properties": {
@@ -150,6 +154,7 @@ def stub_all(
     reservation: dict[str, Any] | str | None = None,
     held: int | str = 0,
     addon: bool = True,
+    log_groups: bool = True,
 ) -> None:
     """Queue the happy-path answers; keyword arguments change one answer each.
 
@@ -234,6 +239,53 @@ def stub_all(
         )
     if addon:
         stub_addon(h)
+    if log_groups:
+        stub_log_groups(h)
+
+
+def stub_log_groups(
+    h: Harness, leftover: dict[str, str | None] | None = None, **overrides: Any
+) -> None:
+    """Queue the leftover-log-group check's answers: every fixed-name group is absent unless
+    ``leftover`` maps its name to the stack that owns it (None: no stack does). ``overrides``:
+    settings the test passes with ``-c``."""
+    context = json.loads(h.cdk_json.read_text())["context"]
+    config = AppConfig.from_context({**context, **overrides})
+    logs = h.session.stub("logs")
+    cloudformation = h.session.stub("cloudformation")
+    for name in fixed_log_group_names(config):
+        found = (leftover or {}).get(name, "absent")
+        groups = [] if found == "absent" else [{"logGroupName": name}]
+        logs.add_response(
+            "describe_log_groups", {"logGroups": groups}, {"logGroupNamePrefix": name}
+        )
+        if found == "absent":
+            continue
+        if found is None:
+            cloudformation.add_client_error(
+                "describe_stack_resources",
+                "ValidationError",
+                f"Stack for {name} does not exist",
+                http_status_code=400,
+                expected_params={"PhysicalResourceId": name},
+            )
+        else:
+            cloudformation.add_response(
+                "describe_stack_resources",
+                {
+                    "StackResources": [
+                        {
+                            "StackName": found,
+                            "LogicalResourceId": "Logs",
+                            "PhysicalResourceId": name,
+                            "ResourceType": "AWS::Logs::LogGroup",
+                            "Timestamp": datetime(2026, 11, 1, tzinfo=UTC),
+                            "ResourceStatus": "CREATE_COMPLETE",
+                        }
+                    ]
+                },
+                {"PhysicalResourceId": name},
+            )
 
 
 def lines_of(out: str, check: str) -> list[str]:
@@ -605,6 +657,63 @@ def test_region_needs_an_eks_image_registry(harness: Harness, region: str, verdi
     if verdict == "FAIL":
         assert "no Amazon EKS image registry known to this app" in line
         assert "https://docs.aws.amazon.com/eks/latest/userguide/add-ons-images.html" in line
+
+
+@pytest.mark.parametrize(
+    ("region", "dlc_image", "verdict"),
+    [
+        ("af-south-1", "", "OK"),  # its own DLC account (626614931356)
+        ("us-gov-west-1", "", "FAIL"),  # EKS has a registry there, the DLC table none
+        ("us-gov-west-1", "111122223333.dkr.ecr.us-gov-west-1.amazonaws.com/ray:v1", "OK"),
+    ],
+)
+def test_region_needs_a_dlc_registry_unless_dlc_image_is_set(
+    tmp_path: Path, region: str, dlc_image: str, verdict: str
+) -> None:
+    harness = Harness(write_cdk_json(tmp_path, dlcImage=dlc_image))
+    stub_all(harness, running=[])
+    result = harness.run("preflight", "--region", region)
+    assert lines_of(result.out, "region")[0].startswith(f"OK    region        {region}")
+    image_lines = lines_of(result.out, "ray image")
+    if verdict == "FAIL":
+        (line,) = image_lines
+        assert line.startswith(
+            f"FAIL  ray image     no AWS Deep Learning Containers registry in {region}"
+        )
+        assert "set -c dlcImage=" in line and "region_availability.md" in line
+        assert result.code == 1
+    else:
+        assert image_lines == []
+
+
+def test_a_leftover_fixed_name_log_group_fails_with_the_command_that_clears_it(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(write_cdk_json(tmp_path, region=REGION, retainLogs=True))
+    control_plane = "/aws/eks/ray-llm-multinode/cluster"
+    application = "/aws/containerinsights/ray-llm-multinode/application"
+    stub_all(harness, running=[], log_groups=False)
+    # The control-plane group is left over (no stack owns it); the application group belongs
+    # to the deployed workload stack (an update, not a clash).
+    stub_log_groups(harness, {control_plane: None, application: "RayPdEks-Workload"})
+    result = harness.run("preflight")
+    (line,) = lines_of(result.out, "log groups")
+    assert line.startswith(f"FAIL  log groups    {control_plane} exists but belongs to no stack")
+    assert line.endswith(
+        f"aws logs delete-log-group --log-group-name {control_plane} --region {REGION}"
+    )
+    assert application not in result.out
+    assert result.code == 1
+    harness.session.assert_no_pending_responses()
+
+
+def test_no_leftover_log_group_is_ok(harness: Harness) -> None:
+    stub_all(harness, running=[])
+    result = harness.run("preflight")
+    assert lines_of(result.out, "log groups") == [
+        "OK    log groups    no leftover log group blocks the deploy"
+    ]
+    harness.session.assert_no_pending_responses()
 
 
 def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
@@ -1467,7 +1576,8 @@ def test_addon_lookup_denied_is_a_warning(harness: Harness) -> None:
 
 
 def test_observability_none_asks_eks_nothing(harness: Harness) -> None:
-    stub_all(harness, running=[], addon=False)
+    stub_all(harness, running=[], addon=False, log_groups=False)
+    stub_log_groups(harness, observability="none")  # the control-plane group only
     result = harness.run("preflight", "-c", "observability=none")
     assert result.code == 0
     assert lines_of(result.out, "observability") == [

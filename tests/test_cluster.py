@@ -54,7 +54,11 @@ def test_cluster_version_logging_encryption_and_private_endpoint(default_app: Sy
 
 
 def test_secrets_key_rotates_and_is_scheduled_for_deletion(default_app: Synthesized) -> None:
-    key = default_app.only("Cluster", "AWS::KMS::Key")
+    (key,) = [
+        k
+        for i, k in default_app.resources("Cluster", "AWS::KMS::Key").items()
+        if i.startswith("ClusterSecretsKey")
+    ]
     assert key["Properties"]["EnableKeyRotation"] is True
     assert key["Properties"]["PendingWindowInDays"] == 7
     assert key["DeletionPolicy"] == "Delete"

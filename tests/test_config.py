@@ -460,3 +460,30 @@ def test_keys_cdk_owns_are_ignored() -> None:
 @pytest.mark.parametrize(("raw", "value"), [("true", True), (" TRUE ", True), ("False", False)])
 def test_booleans_from_the_command_line(raw: str, value: bool) -> None:
     assert AppConfig.from_context({"enforceEager": raw}).enforce_eager is value
+
+
+@pytest.mark.parametrize(
+    ("region", "registry"),
+    [
+        ("us-west-2", "763104351884.dkr.ecr.us-west-2.amazonaws.com"),
+        ("af-south-1", "626614931356.dkr.ecr.af-south-1.amazonaws.com"),
+        ("ap-east-1", "871362719292.dkr.ecr.ap-east-1.amazonaws.com"),
+        ("me-south-1", "217643126080.dkr.ecr.me-south-1.amazonaws.com"),
+        ("cn-north-1", "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn"),
+    ],
+)
+def test_default_image_comes_from_the_regions_dlc_registry(region: str, registry: str) -> None:
+    assert DEFAULTS.image_uri(region) == f"{registry}/ray:serve-llm-cuda-v1.0"
+
+
+@pytest.mark.parametrize("region", ["us-gov-west-1", "us-gov-east-1", "ap-southeast-6"])
+def test_a_region_without_a_dlc_registry_is_refused_unless_dlc_image_is_set(region: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context({"region": region})
+    assert (
+        f"context key 'region' = \"{region}\": has no AWS Deep Learning Containers registry"
+        in str(err.value)
+    )
+    assert "set dlcImage" in str(err.value)
+    image = f"111122223333.dkr.ecr.{region}.amazonaws.com/ray:v1"
+    assert AppConfig.from_context({"region": region, "dlcImage": image}).image_uri(region) == image

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from pd_constructs.endpoint import (
-    CONTROLLER_POLICY_FILE,
+    CONTROLLER_CALLS,
+    CONTROLLER_CALLS_READ_AT,
     AccessLogBucket,
-    controller_policy_document,
     endpoint_warnings,
     jwt_claims,
     render_target_group_binding,
@@ -328,7 +328,12 @@ def test_controller_chart_is_pinned_with_its_settings(variant_app: Synthesized) 
     assert values["enableServiceMutatorWebhook"] is False
 
 
-def test_controller_identity_is_pod_identity_with_the_official_policy(
+def _actions(statement: dict[str, Any]) -> list[str]:
+    action = statement["Action"]
+    return [action] if isinstance(action, str) else list(action)
+
+
+def test_controller_identity_may_only_keep_the_one_target_groups_targets(
     variant_app: Synthesized,
 ) -> None:
     _, association = _one(variant_app, "AWS::EKS::PodIdentityAssociation", "ApplicationEndpoint")
@@ -338,33 +343,77 @@ def test_controller_identity_is_pod_identity_with_the_official_policy(
         "aws-load-balancer-controller",
     )
     role_id = props["RoleArn"]["Fn::GetAtt"][0]
-    _, policy = _one(variant_app, "AWS::IAM::Policy", "ApplicationEndpointControllerPolicy")
+    policy_id, policy = _one(variant_app, "AWS::IAM::Policy", "ApplicationEndpointControllerPolicy")
     assert policy["Properties"]["Roles"] == [{"Ref": role_id}]
-    statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    official = controller_policy_document()["Statement"]
-
-    def actions(sts: list[dict[str, Any]]) -> set[str]:
-        return {
-            a for s in sts for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
-        }
-
-    assert actions(statements) == actions(official)
-    assert "elasticloadbalancing:RegisterTargets" in actions(statements)
-    # The chart waits for the association (credentials are injected when a pod starts).
+    tg_id, _ = _one(variant_app, "AWS::ElasticLoadBalancingV2::TargetGroup")
+    by_resource: dict[str, set[str]] = {}
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        assert statement["Effect"] == "Allow" and "Condition" not in statement
+        resource = statement["Resource"]
+        key = resource if isinstance(resource, str) else json.dumps(resource, sort_keys=True)
+        by_resource.setdefault(key, set()).update(_actions(statement))
+    assert by_resource == {
+        "*": {
+            "elasticloadbalancing:DescribeTargetGroups",
+            "elasticloadbalancing:DescribeTargetHealth",
+            "ec2:DescribeVpcs",
+            "ec2:DescribeSecurityGroups",
+        },
+        json.dumps({"Ref": tg_id}): {
+            "elasticloadbalancing:RegisterTargets",
+            "elasticloadbalancing:DeregisterTargets",
+        },
+    }
+    # Nothing that creates or changes a load balancer, a listener, a WAF association or a
+    # security group rule (the upstream policy's mutating statements).
+    granted = set().union(*by_resource.values())
+    assert not any(
+        verb in action
+        for action in granted
+        for verb in ("Create", "Delete", "Modify", "Set", "Authorize", "Revoke", "AddTags")
+    )
+    # The chart waits for the association and the policy (credentials are injected when a pod
+    # starts; its first reconcile needs the rights).
     _, chart = _chart(variant_app)
     assert any(
         d.startswith("ApplicationEndpointControllerServiceAccount") for d in chart["DependsOn"]
     )
+    assert policy_id in chart["DependsOn"]
 
 
-def test_policy_and_crd_files_match_the_pinned_chart() -> None:
+def test_controller_calls_name_their_source_and_match_the_policy() -> None:
+    """Every allowed action is one the controller's TargetGroupBinding path calls, each named
+    with the source file it was read from, at the pinned chart's app version."""
+    assert CONTROLLER_CALLS_READ_AT == LOAD_BALANCER_CONTROLLER_APP_VERSION
+    assert len({c.action for c in CONTROLLER_CALLS}) == len(CONTROLLER_CALLS)
+    for call in CONTROLLER_CALLS:
+        assert re.search(r"(pkg|webhooks|controllers)/[a-z0-9_/]+\.go", call.source), call
+    assert {c.action for c in CONTROLLER_CALLS if c.target_group_only} == {
+        "elasticloadbalancing:RegisterTargets",
+        "elasticloadbalancing:DeregisterTargets",
+    }
+
+
+def test_controller_runs_with_its_other_controllers_and_addons_off(
+    variant_app: Synthesized,
+) -> None:
+    _, chart = _chart(variant_app)
+    values = json.loads(_text(chart["Properties"]["Values"]).replace("<Ref:AWS::Region>", "r"))
+    assert values["controllerConfig"]["featureGates"] == {
+        "EnableServiceController": False,
+        "NLBGatewayAPI": False,
+        "ALBGatewayAPI": False,
+        "GlobalAcceleratorController": False,
+    }
+    for flag in ("enableShield", "enableWaf", "enableWafv2", "enableBackendSecurityGroup"):
+        assert values[flag] is False, flag
+
+
+def test_crd_file_matches_the_pinned_chart() -> None:
     assert f"v{LOAD_BALANCER_CONTROLLER.version}" == LOAD_BALANCER_CONTROLLER_APP_VERSION
-    assert CONTROLLER_POLICY_FILE.endswith(f"-{LOAD_BALANCER_CONTROLLER_APP_VERSION}.json")
     assert CRD_FILE.is_file()
     header = CRD_FILE.read_text().split("---", 1)[0]
     assert "tag v3.5.0" in header and "Apache License 2.0" in header
-    readme = (Path(__file__).resolve().parent.parent / "assets" / "iam" / "README.md").read_text()
-    assert f"tag `{LOAD_BALANCER_CONTROLLER_APP_VERSION}`" in readme
 
 
 # -- the TargetGroupBinding ---------------------------------------------------------------
@@ -560,3 +609,57 @@ def test_no_access_logs_without_a_region(token_app: Synthesized, variant_app: Sy
     assert "access_logs.s3.enabled" not in keys
     assert any("writes no access logs" in w for w in _warnings(token_app))
     assert not any("writes no access logs" in w for w in _warnings(variant_app))
+
+
+# -- the rate limit (AWS WAF) ------------------------------------------------------------------
+
+
+def test_internet_facing_endpoint_has_a_per_ip_rate_limit(token_app: Synthesized) -> None:
+    acl_id, acl = _one(token_app, "AWS::WAFv2::WebACL")
+    props = acl["Properties"]
+    assert props["Scope"] == "REGIONAL" and props["DefaultAction"] == {"Allow": {}}
+    (rule,) = props["Rules"]
+    assert rule["Action"] == {"Block": {}}
+    assert rule["Statement"] == {
+        "RateBasedStatement": {
+            "AggregateKeyType": "IP",
+            "Limit": token_app.config.endpoint_rate_limit_per5_min,
+            "EvaluationWindowSec": 300,
+        }
+    }
+    assert token_app.config.endpoint_rate_limit_per5_min == DEFAULTS.endpoint_rate_limit_per5_min
+    assert DEFAULTS.endpoint_rate_limit_per5_min == 1000
+    _, association = _one(token_app, "AWS::WAFv2::WebACLAssociation")
+    lb_id, _ = _one(token_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
+    assert association["Properties"] == {
+        "ResourceArn": {"Ref": lb_id},
+        "WebACLArn": {"Fn::GetAtt": [acl_id, "Arn"]},
+    }
+
+
+def test_no_web_acl_when_internal_or_switched_off(variant_app: Synthesized) -> None:
+    assert variant_app.config.endpoint_rate_limit_per5_min == 1000
+    assert not variant_app.resources("Workload", "AWS::WAFv2::WebACL")
+    app = cdk.App()
+    stack = cdk.Stack(app, "S")
+    config = DEFAULTS.with_overrides(
+        {
+            "endpointExposure": "internet-facing",
+            "endpointAllowedCidrs": ["0.0.0.0/0"],
+            "endpointCertificateArn": CERTIFICATE,
+            "endpointRateLimitPer5Min": 0,
+        }
+    )
+    assert config.endpoint_rate_limit_per5_min == 0
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+
+    from pd_constructs.endpoint import RateLimit
+
+    # The construct is created only when the limit is set (ModelEndpoint's condition).
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)
+    alb = elbv2.ApplicationLoadBalancer(stack, "Alb", vpc=vpc, internet_facing=True)
+    RateLimit(stack, "RateLimit", load_balancer=alb, limit_per_5min=10)
+    template = app.synth().get_stack_by_name("S").template
+    (acl,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::WAFv2::WebACL"]
+    assert acl["Properties"]["Rules"][0]["Statement"]["RateBasedStatement"]["Limit"] == 10

@@ -294,12 +294,22 @@ def test_the_resolver_may_read_exactly_the_dlc_repository(default_app: Synthesiz
                         {"Ref": "AWS::Partition"},
                         ":ecr:",
                         {"Ref": "AWS::Region"},
-                        ":763104351884:repository/ray",
+                        ":",
+                        {"Fn::FindInMap": ["DlcRegistries", {"Ref": "AWS::Region"}, "account"]},
+                        ":repository/ray",
                     ],
                 ]
             },
         }
     ]
+    # The mapping is the documented table: the deploy region's own DLC account.
+    mapping = default_app.templates["Workload"]["Mappings"]["DlcRegistries"]
+    assert mapping["af-south-1"] == {
+        "account": "626614931356",
+        "host": "626614931356.dkr.ecr.af-south-1.amazonaws.com",
+    }
+    assert mapping["us-west-2"]["account"] == "763104351884"
+    assert "us-gov-west-1" not in mapping
 
 
 def test_only_tagged_ecr_references_need_an_ecr_permission() -> None:
@@ -307,3 +317,6 @@ def test_only_tagged_ecr_references_need_an_ecr_permission() -> None:
     assert ecr_repository_arn(f"{RAY.rsplit(':', 1)[0]}@{D1}") is None
     arn = ecr_repository_arn("111122223333.dkr.ecr.eu-west-1.amazonaws.com/team/ray:2.58")
     assert arn is not None and arn.endswith(":ecr:eu-west-1:111122223333:repository/team/ray")
+    # The DLC registry of the China regions has its own domain.
+    china = ecr_repository_arn("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/ray:v1.0")
+    assert china is not None and china.endswith(":ecr:cn-north-1:727897471807:repository/ray")

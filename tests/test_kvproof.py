@@ -110,9 +110,10 @@ def test_metric_totals_sum_every_label_set_and_skip_the_rest() -> None:
 
 
 def test_the_series_names_are_the_ones_the_metrics_table_lists() -> None:
-    from ray_pd_eks.metrics import SERIES
+    """As the pod's metrics port exposes them (the check reads that, not CloudWatch)."""
+    from ray_pd_eks.metrics import EXPOSITION_SERIES
 
-    assert set(kvproof.NIXL_SERIES) <= SERIES
+    assert set(kvproof.NIXL_SERIES) <= EXPOSITION_SERIES
 
 
 def _counters(transfers: float | None, moved: float = 0.0, failed: float = 0.0) -> object:

@@ -286,6 +286,15 @@ LIMITS: list[Edge] = [
     # -- application endpoint ------------------------------------------------------------------
     Edge("endpointIdleTimeoutSeconds", 300, 299, "must be 300..4000 seconds", why="min"),
     Edge("endpointIdleTimeoutSeconds", 4000, 4001, "must be 300..4000 seconds", why="max"),
+    Edge("endpointRateLimitPer5Min", 10, 9, "must be 0 (no AWS WAF web ACL) or 10..", why="min"),
+    Edge(
+        "endpointRateLimitPer5Min",
+        2_000_000_000,
+        2_000_000_001,
+        "must be 0 (no AWS WAF web ACL) or 10..2000000000",
+        why="max",
+    ),
+    Edge("endpointRateLimitPer5Min", 0, -1, "must be 0 (no AWS WAF web ACL)", why="off"),
     Edge(
         "endpointAllowedCidrs",
         ["10.0.0.0/8"],

@@ -108,6 +108,63 @@ def test_every_query_parses_and_selects_only_listed_series(config_name: str) -> 
     assert unused == set()
 
 
+HISTOGRAM_FUNCTIONS = frozenset(
+    {"histogram_quantile", "histogram_sum", "histogram_count", "histogram_avg"}
+)
+
+
+def histogram_misuse(query: str) -> list[str]:
+    """How ``query`` reads histograms in a way CloudWatch cannot answer: a classic-histogram
+    series (``_bucket``/``_sum``/``_count``), a grouping by ``le``, or a histogram family used
+    outside a ``histogram_*`` function (CloudWatch stores OTLP histograms as exponential
+    histograms, PromQL native histograms)."""
+    families = {m.name for m in metrics.METRICS if m.kind == "histogram"}
+    found: list[str] = []
+
+    def visit(node: Any, inside: bool) -> None:
+        if isinstance(node, promql_parser.Call) and node.func.name in HISTOGRAM_FUNCTIONS:
+            inside = True
+        modifier = node.modifier if isinstance(node, promql_parser.AggregateExpr) else None
+        if modifier is not None and "le" in list(modifier.labels):
+            found.append("grouping by le")
+        selector = node.vector_selector if isinstance(node, promql_parser.MatrixSelector) else node
+        if isinstance(selector, promql_parser.VectorSelector) and selector.name:
+            name = selector.name
+            for suffix in ("_bucket", "_sum", "_count"):
+                if name.endswith(suffix) and name.removesuffix(suffix) in families:
+                    found.append(f"classic series {name}")
+            if name in families and not inside:
+                found.append(f"{name} outside a histogram_* function")
+        for child in _children(node):
+            visit(child, inside)
+
+    visit(promql_parser.parse(query), False)
+    return found
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_histograms_are_queried_as_cloudwatch_stores_them(config_name: str) -> None:
+    uses = 0
+    for where, query in every_query(CONFIGS[config_name]):
+        assert histogram_misuse(query) == [], where
+        uses += "histogram_" in query
+    assert uses >= 5  # TTFT and inter-token alarms and panels, NIXL, HTTP latency
+
+
+def test_the_histogram_check_rejects_the_classic_form() -> None:
+    classic = (
+        "histogram_quantile(0.95, sum by (le) "
+        "(rate(ray_vllm_time_to_first_token_seconds_bucket[5m])))"
+    )
+    assert histogram_misuse(classic) == [
+        "grouping by le",
+        "classic series ray_vllm_time_to_first_token_seconds_bucket",
+    ]
+    assert histogram_misuse("rate(ray_vllm_nixl_bytes_transferred[5m])") == [
+        "ray_vllm_nixl_bytes_transferred outside a histogram_* function"
+    ]
+
+
 def test_the_name_check_rejects_a_series_that_is_not_listed() -> None:
     names = selected_series(
         "sum(rate(ray_vllm_time_to_first_token_seconds_count[5m])) + vllm:num_requests_waiting"
@@ -227,8 +284,8 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
     default_app: Synthesized,
 ) -> None:
     topic = default_app.only("Workload", "AWS::SNS::Topic")
-    ((key_id, key),) = default_app.resources("Workload", "AWS::KMS::Key").items()
-    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = default_app.templates["Workload"]["Resources"][key_id]
     assert key["Properties"]["EnableKeyRotation"] is True
     assert key["DeletionPolicy"] == "Delete" and key["Properties"]["PendingWindowInDays"] == 7
     cw_grants = [
@@ -236,7 +293,30 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
         for s in key["Properties"]["KeyPolicy"]["Statement"]
         if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
     ]
-    assert cw_grants and set(cw_grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    (grant,) = cw_grants
+    assert set(grant["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    prefix = alarm_name_prefix(default_app.config)
+    # Only this account's alarms of this stack (their names share the prefix) may use the key.
+    our_alarms = {
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+        "ArnLike": {
+            "aws:SourceArn": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":cloudwatch:",
+                        {"Ref": "AWS::Region"},
+                        ":",
+                        {"Ref": "AWS::AccountId"},
+                        f":alarm:{prefix}*",
+                    ],
+                ]
+            }
+        },
+    }
+    assert grant["Condition"] == our_alarms
     policy = default_app.only("Workload", "AWS::SNS::TopicPolicy")["Properties"]
     statements = policy["PolicyDocument"]["Statement"]
     assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in json.dumps(s) for s in statements)
@@ -244,9 +324,35 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
         s for s in statements if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
     ]
     assert publish["Action"] == "sns:Publish"
-    assert publish["Condition"] == {
-        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    }
+    assert publish["Condition"] == our_alarms
+    # Every alarm is named with that prefix, so each one may still publish.
+    alarms = default_app.resources("Workload", "AWS::CloudWatch::Alarm")
+    assert alarms and all(a["Properties"]["AlarmName"].startswith(prefix) for a in alarms.values())
+
+
+def test_container_and_control_plane_logs_are_encrypted_with_the_stacks_key(
+    default_app: Synthesized,
+) -> None:
+    for stack, prefix in (("Workload", "/aws/containerinsights/"), ("Cluster", "/aws/eks/")):
+        groups = {
+            lid: g
+            for lid, g in default_app.resources(stack, "AWS::Logs::LogGroup").items()
+            if str(g["Properties"].get("LogGroupName", "")).startswith(prefix)
+        }
+        assert groups, stack
+        keys = {g["Properties"]["KmsKeyId"]["Fn::GetAtt"][0] for g in groups.values()}
+        (key_id,) = keys
+        key = default_app.templates[stack]["Resources"][key_id]
+        assert key["Properties"]["EnableKeyRotation"] is True
+        (logs,) = [
+            s
+            for s in key["Properties"]["KeyPolicy"]["Statement"]
+            if s.get("Sid") == "CloudWatchLogsForTheseLogGroups"
+        ]
+        assert "logs." in json.dumps(logs["Principal"])  # logs.<region>.<suffix>
+        arns = logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+        names = sorted(json.dumps(a).split(":log-group:")[1].split('"')[0] for a in arns)
+        assert names == sorted(g["Properties"]["LogGroupName"] for g in groups.values())
 
 
 def test_alarm_email_subscribes_only_when_set(
@@ -289,6 +395,9 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
     assert values == addon_configuration()
     assert values["containerLogs"]["enabled"] is True
     assert values["otelContainerInsights"]["enabled"] is True
+    # Classic Container Insights (the agent's EMF performance logs) would bill the same
+    # metrics twice.
+    assert values["containerInsights"] == {"enabled": False}
     assert values["dcgmExporter"]["enabled"] is True
     (gpu_group,) = [
         g
@@ -363,6 +472,7 @@ def test_log_groups_exist_before_the_addon_with_retention_and_removal(
     }
     assert {g["Properties"]["LogGroupName"] for g in groups.values()} == wanted
     assert "/aws/containerinsights/ray-llm-multinode/application" in wanted
+    assert not any(name.endswith("/performance") for name in wanted)  # classic CI is off
     for g in groups.values():
         assert g["Properties"]["RetentionInDays"] == DEFAULTS.log_retention_days
         assert g["DeletionPolicy"] == "Delete"

@@ -7,8 +7,10 @@ declared in cdk.json. Accounts are fake, nothing calls AWS.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,12 @@ from ray_pd_eks.pipeline_config import (
     is_production_name,
     pipeline_from_context,
 )
-from stacks.pipeline_stack import INSTALL_COMMANDS, PipelineStack, cdk_cli_version
+from stacks.pipeline_stack import (
+    CDK_ASSETS_VERSION,
+    INSTALL_COMMANDS,
+    PipelineStack,
+    cdk_cli_version,
+)
 from stacks.stage import RayPdEksStage
 from tests.synth import ROOT, cdk_json_context, outdir
 
@@ -200,13 +207,46 @@ def test_approval_defaults_to_on_for_production_names(name: str, expected: bool)
     assert parsed.approval is expected
 
 
-def test_an_explicit_approval_wins_over_the_name() -> None:
+def test_approval_is_optional_outside_production_and_production_can_be_declared() -> None:
     envs = [
         env(name="staging", approval=True),
-        env(name="prod", region="us-east-1", approval=False),
+        env(name="qa", region="us-east-2", approval=False),
+        env(name="live", region="us-east-1", production=True),
     ]
     cfg = parse(pipeline=PIPELINE, environments=envs)
-    assert [e.approval for e in cfg.environments] == [True, False]
+    assert [(e.approval, e.production) for e in cfg.environments] == [
+        (True, False),
+        (False, False),
+        (True, True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        (
+            {"name": "prod", "approval": False},
+            "environment 'prod': 'approval' = false: a production environment is always "
+            "approved by a person before it deploys (fixed in stacks/pipeline_stack.py",
+        ),
+        (
+            {"name": "live", "production": True, "approval": False},
+            "environment 'live': 'approval' = false: a production environment is always",
+        ),
+        (
+            {"name": "prod-eu", "production": False},
+            "environment 'prod-eu': 'production' = false: the name marks a production "
+            "environment, which is always one",
+        ),
+        (
+            {"name": "live", "production": "yes"},
+            "environment 'live': 'production' = \"yes\": must be true or false",
+        ),
+    ],
+)
+def test_data_cannot_remove_the_production_gate(fields: dict[str, Any], expected: str) -> None:
+    (line,) = errors(pipeline=PIPELINE, environments=[env(**fields)])
+    assert line.startswith(expected), line
 
 
 def test_cross_account_only_when_an_environment_is_in_another_account() -> None:
@@ -354,7 +394,8 @@ def test_stages_deploy_the_environments_in_order(pipeline: SynthesizedPipeline) 
 def test_each_stage_deploys_in_dependency_order_with_nodes_side_by_side(
     pipeline: SynthesizedPipeline, name: str, account: str, region: str
 ) -> None:
-    actions = [a for a in pipeline.actions(f"RayPdEks-{name}") if a["Name"] != "Approve"]
+    gates = ("Approve", "CheckPermissions.Check", "CheckPermissions.Confirm")
+    actions = [a for a in pipeline.actions(f"RayPdEks-{name}") if a["Name"] not in gates]
     first = min(a["RunOrder"] for a in actions)
     # The GPU nodes and the workload deploy side by side (same run order), as with
     # `cdk deploy --concurrency`; the readiness check after both, the report last.
@@ -382,14 +423,52 @@ def test_each_stage_deploys_in_dependency_order_with_nodes_side_by_side(
     assert f"cfn-exec-role-{account}-{region}" in role
 
 
-def test_manual_approval_comes_first_in_production_only(pipeline: SynthesizedPipeline) -> None:
+def test_production_checks_permission_broadening_then_a_person_approves(
+    pipeline: SynthesizedPipeline,
+) -> None:
     prod = pipeline.actions("RayPdEks-prod")
-    assert prod[0]["Name"] == "Approve"
-    assert prod[0]["ActionTypeId"]["Category"] == "Approval"
-    assert prod[0]["RunOrder"] < min(a["RunOrder"] for a in prod[1:])
-    assert PROD_ACCOUNT in prod[0]["Configuration"]["CustomData"]
+    names = [(a["RunOrder"], a["Name"], a["ActionTypeId"]["Category"]) for a in prod[:3]]
+    assert [n[1:] for n in names] == [
+        ("CheckPermissions.Check", "Build"),  # cdk diff --security-only --fail
+        ("CheckPermissions.Confirm", "Approval"),  # auto-approved when nothing broadens
+        ("Approve", "Approval"),
+    ]
+    assert names[0][0] < names[1][0] < names[2][0] < min(a["RunOrder"] for a in prod[3:])
+    assert PROD_ACCOUNT in prod[2]["Configuration"]["CustomData"]
+    check = pipeline.template["Resources"][prod[0]["Configuration"]["ProjectName"]["Ref"]]
+    spec = json.dumps(check["Properties"]["Source"])
+    assert "cdk diff -a . --security-only --fail" in spec
+    # Its CDK CLI is the pinned one too (aws-cdk-lib would install the newest).
+    assert f'npm install -g aws-cdk@{cdk_cli_version()}\\",' in spec
+    assert 'npm install -g aws-cdk\\",' not in spec
     dev = pipeline.actions("RayPdEks-dev")
     assert [a for a in dev if a["ActionTypeId"]["Category"] == "Approval"] == []
+    assert not [a for a in dev if a["Name"].startswith("CheckPermissions")]
+
+
+def test_production_is_gated_in_code_even_if_the_data_says_otherwise() -> None:
+    """An environment parsed as production with approval off (which the config refuses) still
+    gets both gates: the stack decides from `production`, not only from `approval`."""
+    cfg = parse(pipeline=PIPELINE, environments=ENVIRONMENTS)
+    prod = cfg.environments[1]
+    assert prod.production and prod.approval
+    forced = dataclasses.replace(
+        cfg, environments=(cfg.environments[0], dataclasses.replace(prod, approval=False))
+    )
+    app = cdk.App(context=cdk_json_context(), outdir=outdir("pipeline-gate-"))
+    stack = PipelineStack(
+        app,
+        "Gate",
+        pipeline_config=forced,
+        env=cdk.Environment(account=PIPELINE_ACCOUNT, region="us-west-2"),
+    )
+    template = app.synth(validate_on_synthesis=False).get_stack_artifact(stack.artifact_id).template
+    (codepipeline,) = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::CodePipeline::Pipeline"
+    ]
+    (stage,) = [s for s in codepipeline["Properties"]["Stages"] if s["Name"] == "RayPdEks-prod"]
+    names = {a["Name"] for a in stage["Actions"]}
+    assert {"CheckPermissions.Check", "CheckPermissions.Confirm", "Approve"} <= names
 
 
 def test_source_is_the_configured_connection(pipeline: SynthesizedPipeline) -> None:
@@ -408,7 +487,11 @@ def test_synth_step_installs_pins_and_runs_the_test_suite_before_synth(
     spec = pipeline.project_buildspec(synth["Configuration"]["ProjectName"])
     install = spec["phases"]["install"]
     assert install["commands"] == list(INSTALL_COMMANDS)
-    assert any("-r requirements-dev.txt -c requirements-lock.txt" in c for c in install["commands"])
+    assert (
+        ".venv/bin/python -m pip install --require-hashes -r requirements-lock.txt"
+        in install["commands"]
+    )
+    assert not [c for c in install["commands"] if "--upgrade" in c or "@latest" in c]
     assert "npm ci" in install["commands"]
     assert install["runtime-versions"] == {"python": "3.12", "nodejs": "22"}
     assert spec["phases"]["build"]["commands"] == ["./scripts/test.sh", "npx cdk synth"]
@@ -416,6 +499,16 @@ def test_synth_step_installs_pins_and_runs_the_test_suite_before_synth(
     project = pipeline.template["Resources"][synth["Configuration"]["ProjectName"]["Ref"]]
     assert project["Properties"]["Environment"]["ComputeType"] == "BUILD_GENERAL1_MEDIUM"
     assert project["Properties"]["Environment"]["Image"] == "aws/codebuild/standard:8.0"
+
+
+def test_asset_jobs_install_the_pinned_cdk_assets(pipeline: SynthesizedPipeline) -> None:
+    (assets,) = [s for s in pipeline.pipeline_stages() if s["Name"] == "Assets"]
+    assert assets["Actions"]
+    for action in assets["Actions"]:
+        spec = pipeline.project_buildspec(action["Configuration"]["ProjectName"])
+        commands = spec["phases"]["install"]["commands"]
+        assert commands == [f"npm install -g cdk-assets@{CDK_ASSETS_VERSION}"], commands
+    assert re.fullmatch(r"\d+\.\d+\.\d+", CDK_ASSETS_VERSION)
 
 
 def test_self_mutation_uses_the_pinned_cdk_cli(pipeline: SynthesizedPipeline) -> None:

@@ -5,6 +5,7 @@ a check that wrongly passes shows as exit 99, never as an install."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -81,3 +82,40 @@ def test_npm_is_checked_before_anything_is_installed(tmp_path: Path, with_npm: b
     else:
         assert done.returncode == 1
         assert "setup: npm not found: install Node.js with npm" in done.stderr
+
+
+def _lock() -> dict[str, list[str]]:
+    """requirements-lock.txt as normalized name==version -> its sha256 hashes."""
+    entries: dict[str, list[str]] = {}
+    current = ""
+    for raw in (ROOT / "requirements-lock.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
+        if not line:
+            continue
+        if line.startswith("--hash=sha256:"):
+            entries[current].append(line.removeprefix("--hash=sha256:"))
+        else:
+            current = re.sub(r"[-_.]+", "-", line.lower())
+            entries[current] = []
+    return entries
+
+
+def test_every_pin_is_in_the_hashed_lock_and_every_lock_entry_has_hashes() -> None:
+    lock = _lock()
+    assert lock and all(
+        hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes) for hashes in lock.values()
+    ), [k for k, v in lock.items() if not v]
+    assert all("==" in name for name in lock)
+    assert any(name.startswith("pip==") for name in lock)  # pip itself is pinned
+    for requirements in ("requirements.txt", "requirements-dev.txt"):
+        for raw in (ROOT / requirements).read_text().splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line or line.startswith("-r "):
+                continue
+            assert re.sub(r"[-_.]+", "-", line.lower()) in lock, (requirements, line)
+
+
+def test_setup_installs_only_hashed_files() -> None:
+    text = SETUP.read_text()
+    assert "--require-hashes -r requirements-lock.txt" in text
+    assert "-c requirements-lock.txt" not in text

@@ -78,9 +78,16 @@ def allowed_to_survive(config: AppConfig | None, rtype: str, logical_id: str = "
       support stack): CDK Pipelines retains them because CloudFormation cannot delete a
       non-empty bucket. They hold build artifacts only; empty and delete them by hand after
       destroying the pipeline (README, "What survives, and why").
-    Nothing else: not the VPC, the cluster, its KMS key, the kubectl layer or the node groups.
+    - The keys of those log groups when ``retainLogs`` is on (the workload's ``LogsKey``, the
+      cluster's ``SecretsKey`` that also encrypts the control-plane logs): a retained log
+      group whose key is deleted cannot be read any more.
+    Nothing else: not the VPC, the cluster, its secrets key, the kubectl layer or the node
+    groups.
     """
     if config is not None and config.retain_logs and rtype == "AWS::Logs::LogGroup":
+        return "retainLogs"
+    logs_key = "LogsKey" in logical_id or logical_id.startswith("ClusterSecretsKey")
+    if config is not None and config.retain_logs and rtype == "AWS::KMS::Key" and logs_key:
         return "retainLogs"
     access_logs = logical_id.startswith("ApplicationEndpointAccessLogs")
     if config is not None and config.retain_logs and rtype == "AWS::S3::Bucket" and access_logs:
@@ -138,6 +145,10 @@ def test_the_allow_list_is_exactly_what_we_expect(
                     r["Type"] == "AWS::S3::Bucket"
                     and logical_id.startswith("ApplicationEndpointAccessLogs")
                 )
+                or (
+                    r["Type"] == "AWS::KMS::Key"
+                    and ("LogsKey" in logical_id or logical_id.startswith("ClusterSecretsKey"))
+                )
             )
         else:
             expected = [
@@ -175,7 +186,10 @@ def test_keys_are_deleted_with_a_pending_window(
             if resource["Type"] != "AWS::KMS::Key":
                 continue
             keys += 1
-            assert resource.get("DeletionPolicy") == "Delete", (label, logical_id)
+            logs_key = "LogsKey" in logical_id or logical_id.startswith("ClusterSecretsKey")
+            kept = config is not None and config.retain_logs and logs_key
+            expected = "Retain" if kept else "Delete"
+            assert resource.get("DeletionPolicy") == expected, (label, logical_id)
             if config is not None:  # the app's own key: 7 days; the pipeline's: KMS's 30
                 assert resource["Properties"]["PendingWindowInDays"] == 7, (label, logical_id)
     assert keys >= 4  # default, variant, two stages, and the pipeline's own

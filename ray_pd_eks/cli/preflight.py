@@ -33,12 +33,14 @@ from ray_pd_eks.cli.errors import (
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
+from ray_pd_eks.dlc_images import DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 from ray_pd_eks.monitoring import (
     CLOUDWATCH_ADDON_NAME,
     CLOUDWATCH_AGENT_POLICY,
     CLOUDWATCH_AGENT_SERVICE_ACCOUNT,
     addon_configuration,
+    fixed_log_group_names,
 )
 
 NAME = "preflight"
@@ -174,6 +176,7 @@ class Preflight:
             self.observability,
             self.endpoint_certificate,
             self.endpoint_cidrs,
+            self.leftover_log_groups,
         ]
         for check in checks:
             yield from check()
@@ -198,6 +201,16 @@ class Preflight:
                 "region",
                 f"{region}: no Amazon EKS image registry known to this app for the EFA device "
                 f"plugin (ray_pd_eks/eks_images.py); add the region's from {ADD_ONS_IMAGES_DOC} "
+                "or deploy to another region",
+            )
+        if not self.config.dlc_image and dlc_registry(self.aws.region) is None:
+            # Synth refuses a configured region like this; an environment-agnostic deploy
+            # would fail at the workload stack's DLC registry mapping.
+            yield Finding(
+                FAIL,
+                "ray image",
+                f"no AWS Deep Learning Containers registry in {self.aws.region} ({DLC_DOC}): "
+                "copy the Ray LLM image into an ECR repository there and set -c dlcImage=..., "
                 "or deploy to another region",
             )
         if self.config.account and self.config.account != account:
@@ -941,6 +954,43 @@ class Preflight:
             )
         else:
             yield Finding(OK, check, f"internet-facing ALB, HTTPS from {listed} only")
+
+    def leftover_log_groups(self) -> Iterator[Finding]:
+        """A log group of a fixed name that exists but belongs to no stack (kept by
+        ``retainLogs`` from an earlier deployment, or created by EKS or the add-on before the
+        stacks did) makes CloudFormation's create fail with "already exists" and roll back."""
+        logs = self.aws.client("logs")
+        cloudformation = self.aws.client("cloudformation")
+        leftovers: list[str] = []
+        try:
+            for name in fixed_log_group_names(self.config):
+                with self.aws.errors("logs:DescribeLogGroups"):
+                    groups = logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
+                if not any(g.get("logGroupName") == name for g in groups):
+                    continue
+                try:
+                    with self.aws.errors("cloudformation:DescribeStackResources"):
+                        cloudformation.describe_stack_resources(PhysicalResourceId=name)
+                except bce.ClientError as err:
+                    if error_code(err) != "ValidationError":  # "Stack for ... does not exist"
+                        raise
+                    leftovers.append(name)
+        except AccessError as err:
+            yield Finding(WARN, "log groups", f"cannot tell ({err.message})")
+            return
+        if not leftovers:
+            yield Finding(OK, "log groups", "no leftover log group blocks the deploy")
+            return
+        region = self.aws.region
+        for name in leftovers:
+            yield Finding(
+                FAIL,
+                "log groups",
+                f"{name} exists but belongs to no stack (kept by retainLogs from an earlier "
+                "deployment?): creating it again fails with 'already exists'. Export what you "
+                "need (aws logs create-export-task), then: aws logs delete-log-group "
+                f"--log-group-name {name} --region {region}",
+            )
 
     def observability(self) -> Iterator[Finding]:
         """The add-on version exists for this Kubernetes version, and the configuration the
