@@ -81,16 +81,11 @@ build_kwok() {
   # heartbeat; pods get an IP, Running and Ready; Job pods complete; deleted pods go away.
   local src
   src="$(gomodcache)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
-  {
-    echo "apiVersion: config.kwok.x-k8s.io/v1alpha1"
-    echo "kind: KwokConfiguration"
-    echo "options: {}"
-    for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \
-      pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-      echo "---"
-      cat "$src/$f"
-    done
-  } >"$tmp/stages.yaml"
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"
+    cat "$src/$f"
+  done >"$tmp/stages.yaml"
   rm -rf "$KWOK_DIR"
   mv "$tmp" "$KWOK_DIR"
 }
@@ -258,7 +253,7 @@ cmd_up() {
     --enable-admission-plugins NodeRestriction,PodSecurity,ValidatingAdmissionPolicy,ServiceAccount \
     --allow-privileged=true \
     --service-cluster-ip-range 10.96.0.0/16 \
-    --profiling=false --enable-priority-and-fairness=false \
+    --profiling=false --enable-priority-and-fairness=false --shutdown-delay-duration 0s \
     --cert-dir "$pki"
   wait_for kube-apiserver 60 "$kubectl" --kubeconfig "$STATE/admin.kubeconfig" get --raw /readyz
 
@@ -277,16 +272,28 @@ cmd_up() {
     --authorization-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false
 
-  # KWOK: nodes annotated kwok.x-k8s.io/node=fake; node addresses and pod IPs on loopback, so
+  # KWOK: nodes annotated kwok.x-k8s.io/node=fake, kept Ready by 40 s node leases (as kwokctl
+  # runs it; a status heartbeat alone, up to 45 s apart, lets the node lifecycle controller mark
+  # them NotReady); node addresses and pod IPs on loopback, so
   # nothing (the API server's proxy, a log request) ever reaches beyond this machine.
-  start kwok "$KWOK_DIR/kwok" --kubeconfig "$STATE/kwok.kubeconfig" --config "$KWOK_DIR/stages.yaml" \
+  # A configuration file's options are not defaulted: the parallelism is KWOK's own default.
+  {
+    printf '%s\n' "apiVersion: config.kwok.x-k8s.io/v1alpha1" "kind: KwokConfiguration" "options:" \
+      "  nodePlayStageParallelism: 4" "  podPlayStageParallelism: 4" "  nodeLeaseParallelism: 4"
+    cat "$KWOK_DIR/stages.yaml"
+  } >"$STATE/kwok.yaml"
+  start kwok "$KWOK_DIR/kwok" --kubeconfig "$STATE/kwok.kubeconfig" --config "$STATE/kwok.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --cidr 127.16.0.0/16 --node-ip 127.0.0.1 --node-lease-duration-seconds 0 \
+    --cidr 127.16.0.0/16 --node-ip 127.0.0.1 --node-lease-duration-seconds 40 \
     --server-address "127.0.0.1:$(free_port)"
   wait_for kube-scheduler 30 "$kubectl" --kubeconfig "$STATE/admin.kubeconfig" get --raw /api/v1/namespaces/default/serviceaccounts/default
 
   start_kuberay
   wait_for kuberay-operator 60 grep -q 'Starting workers' "$STATE/kuberay-operator.log"
+  for c in "${COMPONENTS[@]}"; do
+    alive "$c" || die "$c exited; the last lines of $STATE/$c.log:
+$(tail -n 15 "$STATE/$c.log")"
+  done
   say "up in $((SECONDS - t0))s; logs and PIDs in $STATE"
   cmd_env >"$STATE/env"
   echo "export KUBECONFIG=$STATE/admin.kubeconfig"
@@ -342,26 +349,24 @@ EOF
 # down
 # ---------------------------------------------------------------------------------------------
 cmd_down() {
-  local i c pid left=()
+  # In reverse start order, each one gone before the next is asked (the API server shuts down
+  # cleanly only while etcd still answers).
+  local i j c pid
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     c=${COMPONENTS[$i]}
     [ -f "$STATE/$c.pid" ] || continue
     pid=$(cat "$STATE/$c.pid")
     kill "$pid" 2>/dev/null || true
-  done
-  for ((i = 0; i < 50; i++)); do
-    left=()
-    for c in "${COMPONENTS[@]}"; do
-      alive "$c" && left+=("$c")
+    for ((j = 0; j < 100; j++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
     done
-    [ ${#left[@]} -eq 0 ] && break
-    sleep 0.2
+    if kill -0 "$pid" 2>/dev/null; then
+      say "$c (PID $pid) ignored SIGTERM for 10 s: killing it"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$STATE/$c.pid"
   done
-  for c in "${left[@]}"; do
-    say "$c (PID $(cat "$STATE/$c.pid")) ignored SIGTERM for 10 s: killing it"
-    kill -9 "$(cat "$STATE/$c.pid")" 2>/dev/null || true
-  done
-  for c in "${COMPONENTS[@]}"; do rm -f "$STATE/$c.pid"; done
   if [ -z "${KEEP_STATE:-}" ]; then rm -rf "$STATE"; fi
   say "down"
 }

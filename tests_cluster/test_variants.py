@@ -130,22 +130,32 @@ def _pod_template(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 def test_operator_creates_the_raycluster_pods_and_services(cluster: Cluster, variant: str) -> None:
     """The names the readiness check, the CLI and the NetworkPolicies use: the RayCluster
-    owned by the RayService, `<name>-head-svc` with the dashboard port, head and worker pods
-    labelled `ray.io/node-type`."""
+    `<name>-<suffix>` owned by the RayService, its own head Service with the dashboard port,
+    head and worker pods labelled `ray.io/node-type`. The RayService's `<name>-head-svc` and
+    `<name>-serve-svc` come only once Serve answers as ready (KubeRay's RayService controller
+    reconciles them for a ready cluster only), so while it cannot answer neither exists."""
     config = _config(variant)
     raycluster = _raycluster(cluster, variant)
     owners = raycluster["metadata"].get("ownerReferences", [])
     assert [(o["kind"], o["name"]) for o in owners] == [("RayService", config.ray_service_name)]
     assert raycluster["metadata"]["name"].startswith(config.ray_service_name + "-")
 
+    own = f"{raycluster['metadata']['name']}-head-svc"
     service = wait_until(
-        "the head Service",
-        lambda: cluster.items("services", "-n", config.namespace, "-l", "ray.io/node-type=head"),
+        f"the RayCluster's head Service {own}",
+        lambda: (
+            cluster.get("service", own, "-n", config.namespace, "--ignore-not-found")
+            if cluster.kubectl(
+                "get", "service", own, "-n", config.namespace, "--ignore-not-found", "-o", "name"
+            ).stdout.strip()
+            else None
+        ),
     )
-    names = {s["metadata"]["name"] for s in cluster.items("services", "-n", config.namespace)}
-    assert f"{config.ray_service_name}-head-svc" in names, names
-    ports = {p["name"]: p["port"] for s in service for p in s["spec"]["ports"]}
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
     assert ports.get("dashboard") == 8265, ports
+    names = {s["metadata"]["name"] for s in cluster.items("services", "-n", config.namespace)}
+    assert f"{config.ray_service_name}-head-svc" not in names, names
+    assert f"{config.ray_service_name}-serve-svc" not in names, names
     _ray_pods(cluster, variant)
 
 
@@ -207,24 +217,51 @@ def test_scheduler_places_head_on_a_system_node_and_workers_on_distinct_gpu_node
         assert _node(cluster, name)["metadata"]["labels"]["role"] == "gpu-worker"
 
 
+def _selected(ds: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a DaemonSet's nodeSelector and required node affinity select a node (the
+    operators In and Exists, which are the ones the app uses)."""
+    spec = ds["spec"]["template"]["spec"]
+    labels = node["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    for term in required["nodeSelectorTerms"]:
+        exprs = term.get("matchExpressions", [])
+        if all(
+            (e["operator"] == "In" and labels.get(e["key"]) in e["values"])
+            or (e["operator"] == "Exists" and e["key"] in labels)
+            for e in exprs
+        ):
+            return True
+    return False
+
+
 def test_warmup_daemonsets_run_a_pod_on_every_gpu_node(cluster: Cluster, variant: str) -> None:
+    """The real DaemonSet controller and scheduler put one pod of each warm-up DaemonSet on
+    every node it selects, and every GPU node is among them (the taint tolerated)."""
     app = variants.app(variant)
-    gpu_nodes = sorted(
-        n["metadata"]["name"]
-        for n in nodes.node_objects(app)
-        if n["metadata"]["labels"]["role"] == "gpu-worker"
-    )
+    all_nodes = nodes.node_objects(app)
+    gpu_nodes = {
+        n["metadata"]["name"] for n in all_nodes if n["metadata"]["labels"]["role"] == "gpu-worker"
+    }
     for ds in variants.of_kind(app, "DaemonSet"):
         namespace, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
+        want = sorted(n["metadata"]["name"] for n in all_nodes if _selected(ds, n))
+        assert gpu_nodes <= set(want), f"{name} does not select every GPU node: {want}"
         selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
 
-        def on_every(namespace: str = namespace, selector: str = selector) -> list[str] | None:
-            placed = sorted(
-                p["spec"].get("nodeName", "") for p in pods(cluster, namespace, selector)
-            )
-            return placed if placed == gpu_nodes else None
+        def on_every(
+            namespace: str = namespace, selector: str = selector, want: list[str] = want
+        ) -> list[str] | None:
+            found = pods(cluster, namespace, selector)
+            placed = sorted(p["spec"].get("nodeName", "") for p in found)
+            running = all(p["status"].get("phase") == "Running" for p in found)
+            return placed if placed == want and running else None
 
-        wait_until(f"DaemonSet {name}'s pods on {gpu_nodes}", on_every, timeout_s=60)
+        wait_until(f"DaemonSet {name}'s pods Running on {want}", on_every, timeout_s=60)
 
 
 def test_no_pod_of_the_variant_is_left_pending(cluster: Cluster, variant: str) -> None:
