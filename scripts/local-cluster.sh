@@ -29,6 +29,14 @@ OPERATOR_NAMESPACE=kuberay-system
 # Processes in start order; `down` stops them in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay-operator)
 
+# etcd 3.5.1 (the newest etcd on PyPI) predates the watch-progress requests that streaming
+# watch lists need (the API server's feature_support_checker.go asks for etcd >= 3.5.13):
+# client-go's WatchListClient (on by default since 1.35) then fails each watch list and falls
+# back only after a backoff, so KWOK saw new nodes about 30 s late. Its plain list+watch is
+# what every client here uses instead (client-go reads KUBE_FEATURE_<gate> from the
+# environment; the controller manager and scheduler take the flag).
+export KUBE_FEATURE_WatchListClient=false
+
 say() { echo "local-cluster: $*" >&2; }
 die() {
   say "$*"
@@ -264,13 +272,14 @@ cmd_up() {
     --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
-    --use-service-account-credentials=true \
+    --feature-gates WatchListClient=false --use-service-account-credentials=true \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt"
   start kube-scheduler "$K8S_BIN/kube-scheduler" \
     --kubeconfig "$STATE/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
     --authorization-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false
+    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
+    --feature-gates WatchListClient=false
 
   # KWOK: nodes annotated kwok.x-k8s.io/node=fake, kept Ready by 40 s node leases (as kwokctl
   # runs it; a status heartbeat alone, up to 45 s apart, lets the node lifecycle controller mark

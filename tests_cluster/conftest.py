@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests_cluster import handlers, nodes, variants
-from tests_cluster.kube import Cluster, KubectlError, wait_until
+from tests_cluster.kube import Cluster, KubectlError, tokens, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "tests" / "schemas"
@@ -38,6 +38,7 @@ class Deployer:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.current: Applied | None = None
+        self.generation = 0
         self.handlers = {
             "Custom::RayAuthToken": handlers.write_token,
             "Custom::RayServiceRecreate": handlers.recreate_until_done,
@@ -46,10 +47,12 @@ class Deployer:
     def ensure(self, variant: str) -> Applied:
         if self.current is not None and self.current.variant == variant:
             return self.current
-        self.clear()
+        self.clear(variant)
         app = variants.app(variant)
-        self.cluster.apply(nodes.node_objects(app), manager="kwok-nodes")
-        self._wait_nodes_ready(app)
+        self.generation += 1
+        created = nodes.node_objects(app, suffix=f"-d{self.generation}")
+        self.cluster.apply(created, manager="kwok-nodes")
+        self._wait_nodes_ready({n["metadata"]["name"] for n in created})
         applied = Applied(variant)
         for step in variants.steps(app):
             if step.kind != variants.MANIFEST:
@@ -65,9 +68,7 @@ class Deployer:
         self.current = applied
         return applied
 
-    def _wait_nodes_ready(self, app: Any) -> None:
-        names = {n["metadata"]["name"] for n in nodes.node_objects(app)}
-
+    def _wait_nodes_ready(self, names: set[str]) -> None:
         def ready() -> bool:
             found = {
                 n["metadata"]["name"]
@@ -81,12 +82,14 @@ class Deployer:
 
         wait_until("KWOK to make the nodes Ready", ready, timeout_s=30)
 
-    def clear(self) -> None:
-        """Remove the previous variant: its namespaces (and so every pod and the RayService,
+    def clear(self, variant: str | None = None) -> None:
+        """Remove the previous variant (or, on a cluster this session has not deployed to yet,
+        whatever ``variant`` would find): its namespaces (and so every pod and the RayService,
         through the namespace controller and the garbage collector) and its nodes."""
-        if self.current is None:
+        left = self.current.variant if self.current is not None else variant
+        if left is None:
             return
-        app = variants.app(self.current.variant)
+        app = variants.app(left)
         namespaces = sorted({o["metadata"]["name"] for o in variants.of_kind(app, "Namespace")})
         cluster_scoped = [
             o
@@ -110,7 +113,7 @@ class Deployer:
             ),
             timeout_s=90,
         )
-        self.cluster.kubectl("delete", "nodes", "-l", "type=kwok", "--wait=true")
+        self.cluster.kubectl("delete", "nodes", "-l", "type=kwok", "--wait=false")
         self.current = None
 
 
@@ -144,6 +147,32 @@ def platform(cluster: Cluster) -> Cluster:
 def deployer(platform: Cluster) -> Iterator[Deployer]:
     found = Deployer(platform)
     yield found
+
+
+ADMIN_CLI_BINDING = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": "eks-access-policy-cluster-admin"},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "cluster-admin",
+    },
+    "subjects": [
+        {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "User",
+            "name": tokens()["admin-cli"].user,
+        }
+    ],
+}
+
+
+def bind_admin_cli(cluster: Cluster) -> str:
+    """AmazonEKSClusterAdminPolicy, the access policy of adminPrincipalArns, as RBAC (EKS
+    documents it as cluster-admin's rules); returns the admin principal's user name."""
+    cluster.apply([ADMIN_CLI_BINDING], manager="tier")
+    return str(tokens()["admin-cli"].user)
 
 
 def pods(cluster: Cluster, namespace: str, selector: str = "") -> list[dict[str, Any]]:

@@ -146,9 +146,11 @@ def nodegroups(app: Synthesized) -> list[dict[str, Any]]:
     return found
 
 
-def node_objects(app: Synthesized) -> list[dict[str, Any]]:
+def node_objects(app: Synthesized, suffix: str = "") -> list[dict[str, Any]]:
     """Node objects (status included: a Node's status may be set on create) for every node of
-    every node group, at its desired size."""
+    every node group, at its desired size. ``suffix`` ends every name: KWOK 0.8 loses track of
+    a node deleted and created again under the same name (its pods never start), so each
+    deploy's nodes get names of their own."""
     nodes = []
     for group in nodegroups(app):
         props = group["Properties"]
@@ -158,7 +160,7 @@ def node_objects(app: Synthesized) -> list[dict[str, Any]]:
         is_gpu = instance_types.gpu_spec(instance_type) is not None
         node_shape = shape(instance_type, 900 if is_gpu else 100)
         for i in range(props["ScalingConfig"]["DesiredSize"]):
-            node_name = f"{group_name}-{instance_type.replace('.', '-')}-{i}"
+            node_name = f"{group_name}-{instance_type.replace('.', '-')}-{i}{suffix}"
             labels = {
                 **props.get("Labels", {}),
                 "eks.amazonaws.com/nodegroup": group_name,

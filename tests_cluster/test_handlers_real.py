@@ -67,29 +67,6 @@ def test_readiness_reports_the_real_pending_state(cluster_: Cluster) -> None:
     assert "Ready" in outcome.status or "status" in outcome.status.lower(), outcome.status
 
 
-def test_recreate_deletes_through_the_real_garbage_collector(
-    cluster_: Cluster, deployer: Deployer
-) -> None:
-    """A changed Ray cluster spec: the recreate deletes the RayService (Foreground), the real
-    garbage collector removes its RayCluster and pods, and the recreate then says "absent";
-    the manifest re-creates the RayService and the recreate says "unchanged"."""
-    config = _app().config
-    wait_until(
-        "the Ray pods",
-        lambda: pods(cluster_, config.namespace, "ray.io/node-type"),
-    )
-    properties = variants.handler_properties(_app(), "Custom::RayServiceRecreate")
-    changed = {**properties, "ClusterSpecHash": "0000000000000000"}
-    assert handlers.recreate_until_done(cluster_, changed, timeout_s=120) == "absent"
-    assert not cluster_.items("rayclusters.ray.io", "-n", config.namespace)
-    assert not pods(cluster_, config.namespace, "ray.io/node-type")
-    (step,) = [
-        s for s in variants.steps(_app()) if any(o["kind"] == "RayService" for o in s.objects)
-    ]
-    cluster_.apply(step.objects, manager="cdk-kubectl-provider")
-    assert handlers.recreate_until_done(cluster_, properties) == "unchanged"
-
-
 def test_status_prints_the_real_objects(
     cluster_: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_aws_env: None
 ) -> None:
@@ -125,3 +102,26 @@ def test_status_prints_the_real_objects(
     assert config.ray_service_name in result.out, result.out
     head = pods(cluster_, config.namespace, "ray.io/node-type=head")
     assert head and head[0]["metadata"]["name"] in result.out, result.out
+
+
+def test_recreate_deletes_through_the_real_garbage_collector(
+    cluster_: Cluster, deployer: Deployer
+) -> None:
+    """A changed Ray cluster spec: the recreate deletes the RayService (Foreground), the real
+    garbage collector removes its RayCluster and pods, and the recreate then says "absent";
+    the manifest re-creates the RayService and the recreate says "unchanged"."""
+    config = _app().config
+    wait_until(
+        "the Ray pods",
+        lambda: pods(cluster_, config.namespace, "ray.io/node-type"),
+    )
+    properties = variants.handler_properties(_app(), "Custom::RayServiceRecreate")
+    changed = {**properties, "ClusterSpecHash": "0000000000000000"}
+    assert handlers.recreate_until_done(cluster_, changed, timeout_s=120) == "absent"
+    assert not cluster_.items("rayclusters.ray.io", "-n", config.namespace)
+    assert not pods(cluster_, config.namespace, "ray.io/node-type")
+    (step,) = [
+        s for s in variants.steps(_app()) if any(o["kind"] == "RayService" for o in s.objects)
+    ]
+    cluster_.apply(step.objects, manager="cdk-kubectl-provider")
+    assert handlers.recreate_until_done(cluster_, properties) == "unchanged"

@@ -14,7 +14,7 @@ from tests import rbac
 from tests.fakes.kube_api import FakeKubeApi
 from tests.test_rbac import IDENTITIES, Identity, access_entries, rendered_objects
 from tests_cluster import variants
-from tests_cluster.conftest import Deployer
+from tests_cluster.conftest import Deployer, bind_admin_cli
 from tests_cluster.kube import Cluster, tokens
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -27,18 +27,7 @@ VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletec
 def deployed(deployer: Deployer) -> Cluster:
     deployer.ensure("default")
     cluster = deployer.cluster
-    # AmazonEKSClusterAdminPolicy, the access policy of adminPrincipalArns, as RBAC.
-    done = cluster.kubectl(
-        "create",
-        "clusterrolebinding",
-        "eks-cluster-admin-policy",
-        "--clusterrole",
-        "cluster-admin",
-        "--user",
-        ADMIN,
-        check=False,
-    )
-    assert done.returncode == 0 or "AlreadyExists" in done.stderr, done.stderr
+    assert bind_admin_cli(cluster) == ADMIN
     return cluster
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pd_constructs.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
-from tests_cluster import nodes, variants
+from tests_cluster import variants
 from tests_cluster.conftest import Applied, Deployer, events, pods
 from tests_cluster.kube import Cluster, wait_until
 
@@ -243,7 +243,7 @@ def test_warmup_daemonsets_run_a_pod_on_every_gpu_node(cluster: Cluster, variant
     """The real DaemonSet controller and scheduler put one pod of each warm-up DaemonSet on
     every node it selects, and every GPU node is among them (the taint tolerated)."""
     app = variants.app(variant)
-    all_nodes = nodes.node_objects(app)
+    all_nodes = cluster.items("nodes", "-l", "type=kwok")
     gpu_nodes = {
         n["metadata"]["name"] for n in all_nodes if n["metadata"]["labels"]["role"] == "gpu-worker"
     }

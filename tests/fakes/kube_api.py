@@ -1189,6 +1189,11 @@ class FakeKubeApi:
             dashboard = self._dashboard(rest, query)
             if dashboard is not None:
                 return dashboard
+        if self.rayservice is None and service in (self.head_service, self.serve_service):
+            # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
+            # is ready; without one the real API server's proxy answers 404 for the Service
+            # (tests_cluster/test_fake_vs_real.py compares the two).
+            return _not_found(f'services "{service}" not found')
         return _json(
             503,
             status_body(
