@@ -80,7 +80,11 @@ class Deployer:
             }
             return names <= found
 
-        wait_until("KWOK to make the nodes Ready", ready, timeout_s=30)
+        try:
+            wait_until("KWOK to make the nodes Ready", ready, timeout_s=60)
+        except AssertionError as e:
+            log = (self.cluster.state / "kwok.log").read_text().splitlines()[-5:]
+            raise AssertionError(f"{e}; KWOK's last log lines: {log}") from None
 
     def clear(self, variant: str | None = None) -> None:
         """Remove the previous variant (or, on a cluster this session has not deployed to yet,
@@ -104,6 +108,21 @@ class Deployer:
         self.cluster.kubectl(
             "delete", "namespace", *namespaces, "--ignore-not-found", "--wait=false"
         )
+        # The namespace controller retries with a growing backoff while pods remain; removing
+        # them at once (KWOK has no processes to stop) keeps a variant switch to seconds.
+        for namespace in namespaces:
+            self.cluster.kubectl(
+                "delete",
+                "pods",
+                "--all",
+                "-n",
+                namespace,
+                "--grace-period=0",
+                "--force",
+                "--ignore-not-found",
+                "--wait=false",
+                check=False,
+            )
         wait_until(
             f"namespaces {namespaces} to be deleted",
             lambda: (

@@ -19,7 +19,16 @@ from tests_cluster.kube import Cluster, wait_until
 @pytest.fixture(scope="module")
 def deployed(deployer: Deployer) -> Cluster:
     deployer.ensure("default")
-    return deployer.cluster
+    cluster = deployer.cluster
+    namespace = variants.app("default").config.namespace
+
+    def workers_placed() -> bool:
+        found = cluster.items("pods", "-n", namespace, "-l", "ray.io/node-type=worker")
+        return len(found) == 2 and all(p["spec"].get("nodeName") for p in found)
+
+    # Both GPU nodes hold a worker (another module may just have re-created the RayService).
+    wait_until("the two workers on the GPU nodes", workers_placed, timeout_s=90)
+    return cluster
 
 
 def _worker_pod(name: str, change: Any) -> dict[str, Any]:

@@ -9,13 +9,17 @@ plugins' and add-ons' DaemonSets are modelled by ``nodes.daemonset_objects``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
+from ray_pd_eks.config import AppConfig
 from ray_pd_eks.timeline import refs
-from tests.synth import Synthesized, resolve, synth
+from tests.synth import ROOT, Synthesized, cdk_json_context, resolve, synth
 
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
 # The app's own custom resources that talk to Kubernetes, run by the deployer at their place in
@@ -58,13 +62,68 @@ class Step:
     properties: dict[str, Any] | None = None  # a handler's ResourceProperties
 
 
+# Synthesized templates are kept by a hash of everything that shapes them (the app's code,
+# assets, cdk.json and the pinned dependencies) and the variant's settings, so a run on
+# unchanged code synthesizes nothing (each synth costs 10-25 s of this tier's 3 minutes).
+SOURCES = (
+    "app.py",
+    "cdk.json",
+    "requirements-lock.txt",
+    "ray_pd_eks",
+    "pd_constructs",
+    "stacks",
+    "assets",
+)
+SYNTH_CACHE = (
+    Path(os.environ.get("RAY_PD_EKS_CACHE", Path.home() / ".cache" / "ray-pd-eks")) / "synth"
+)
+
+
+def _source_hash(overrides: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(overrides, sort_keys=True).encode())
+    for name in SOURCES:
+        path = ROOT / name
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            digest.update(str(f.relative_to(ROOT)).encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:24]
+
+
 @cache
 def app(variant: str) -> Synthesized:
-    # cdk-nag runs in the fast gate on the same constructs; here only the manifests matter.
-    return synth(VARIANTS[variant], nag=False)
+    """The variant synthesized (cdk-nag runs in the fast gate on the same constructs; here
+    only the manifests matter), or its templates from the cache when nothing changed."""
+    overrides = VARIANTS[variant]
+    cached = SYNTH_CACHE / f"{variant}-{_source_hash(overrides)}.json"
+    config = AppConfig.from_context({**cdk_json_context(), **overrides})
+    if cached.is_file():
+        saved = json.loads(cached.read_text())
+        _ORDER[variant] = saved["order"]
+        return Synthesized(config, cast(Any, None), saved["templates"], cached)
+    found = synth(overrides, nag=False)
+    order = _stack_order_of(found)
+    SYNTH_CACHE.mkdir(parents=True, exist_ok=True)
+    for old in SYNTH_CACHE.glob(f"{variant}-*.json"):
+        old.unlink()
+    cached.write_text(json.dumps({"order": order, "templates": found.templates}))
+    _ORDER[variant] = order
+    return Synthesized(config, cast(Any, None), found.templates, cached)
+
+
+_ORDER: dict[str, list[str]] = {}
 
 
 def _stack_order(synthesized: Synthesized) -> list[str]:
+    for variant, order in _ORDER.items():
+        if app(variant) is synthesized:
+            return order
+    return _stack_order_of(synthesized)
+
+
+def _stack_order_of(synthesized: Synthesized) -> list[str]:
     stacks = {s.node.id: s for s in synthesized.stage.stacks}
     done: list[str] = []
 

@@ -1172,6 +1172,11 @@ class FakeKubeApi:
         query: dict[str, str],
         headers: Mapping[str, str],
     ) -> ProxyResponse:
+        if self.rayservice is None and service in (self.head_service, self.serve_service):
+            # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
+            # is ready; without one the real API server's proxy answers 404 for the Service
+            # (tests_cluster/test_fake_vs_real.py compares the two).
+            return _not_found(f'services "{service}" not found')
         if service == self.head_service and port == 8265 and self.ray_token is not None:
             # Ray's token middleware (http_token_authentication.py) in front of every route.
             given = next((v for k, v in headers.items() if k.lower() == "x-ray-authorization"), "")
@@ -1189,11 +1194,6 @@ class FakeKubeApi:
             dashboard = self._dashboard(rest, query)
             if dashboard is not None:
                 return dashboard
-        if self.rayservice is None and service in (self.head_service, self.serve_service):
-            # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
-            # is ready; without one the real API server's proxy answers 404 for the Service
-            # (tests_cluster/test_fake_vs_real.py compares the two).
-            return _not_found(f'services "{service}" not found')
         return _json(
             503,
             status_body(
