@@ -119,7 +119,11 @@ def test_real_authorizer_allows_what_the_code_does_and_denies_the_rest(
         answer = real(a)
         if answer != evaluator.allows(subject, a):
             disagree.append(f"{a}: real {answer}")
-        if answer and identity.exact:
+        # Another name of the same resource is allowed exactly when a rule names no
+        # resourceNames (the recreate reads whichever RayCluster KubeRay made): the evaluator
+        # check above covers it; another verb, namespace or a Secret must be denied.
+        other_name_only = any(key(a)[:4] == k[:4] and key(a)[5] == k[5] for k in used_keys)
+        if answer and identity.exact and not other_name_only:
             widened.append(str(a))
     assert not disagree, f"tests/rbac.py disagrees with the real authorizer: {disagree}"
     assert not widened, f"{identity.name} may do more than its code does: {widened}"
