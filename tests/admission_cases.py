@@ -417,7 +417,14 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
 
     # -- GPU nodes: only our namespaces ------------------------------------------------------
     gpu_request = {"resources": {"limits": {"nvidia.com/gpu": 1}}}
-    efa_request = {"resources": {"requests": {"vpc.amazonaws.com/efa": 1}}}
+    # Extended resources must carry a limit (the API server refuses a request alone, before
+    # admission: found against the real one); requests then default to the limits.
+    efa_request = {
+        "resources": {
+            "limits": {"vpc.amazonaws.com/efa": 1},
+            "requests": {"vpc.amazonaws.com/efa": 1},
+        }
+    }
 
     def container(extra: dict) -> dict:
         return {"containers": [{"name": "app", "image": "busybox", **extra}]}

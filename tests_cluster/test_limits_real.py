@@ -5,10 +5,12 @@ lacks, and the ConfigError that names the setting)."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
+from pd_constructs.admission import OPERATOR_USER
 from ray_pd_eks.config import AppConfig, ConfigError
 from tests.synth import cdk_json_context
 from tests_cluster import variants
@@ -38,16 +40,23 @@ def _worker_pod(name: str, change: Any) -> dict[str, Any]:
     spec = copy.deepcopy(group["template"]["spec"])
     spec["initContainers"] = []
     change(spec["containers"][0]["resources"])
+    # The worker's own labels and the group label KubeRay adds (not ray.io/cluster, so the
+    # operator does not adopt it): the Ray pods' admission policy admits its IPC_LOCK and node
+    # cache only in such a pod, created by the operator's identity (see _unschedulable).
+    labels = {**group["template"].get("metadata", {}).get("labels", {})}
+    labels["ray.io/group"] = group["groupName"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": app.config.namespace},
+        "metadata": {"name": name, "namespace": app.config.namespace, "labels": labels},
         "spec": spec,
     }
 
 
 def _unschedulable(cluster: Cluster, pod: dict[str, Any]) -> str:
-    cluster.create(pod)
+    cluster.kubectl(
+        "create", "-o", "json", f"--as={OPERATOR_USER}", "-f", "-", stdin=json.dumps(pod)
+    )
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     try:
 

@@ -99,7 +99,11 @@ def test_pod_security_admits_every_pod(cluster: Cluster, variant: str) -> None:
         done = cluster.kubectl(
             "create", "--dry-run=server", "-o", "name", "-f", "-", stdin=_json(pod), check=False
         )
-        if done.returncode != 0:
+        # A Pod made here by the admin is not one the app's controllers make: the app's own
+        # admission policies may refuse it (tests_cluster/test_admission_cases_real.py asks
+        # them as the real creators); only a Pod Security refusal counts here, and the events
+        # below prove the real controllers' pods were admitted by every plugin.
+        if done.returncode != 0 and "ValidatingAdmissionPolicy 'ray-pd-eks-" not in done.stderr:
             refused.append(f"{obj['kind']}/{obj['metadata']['name']}: {done.stderr.strip()}")
     assert not refused, refused
     _ray_pods(cluster, variant)
