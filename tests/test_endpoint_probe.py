@@ -1,0 +1,228 @@
+"""The endpoint probe's handler against the fake token endpoint and ALB (a real TLS server on
+loopback): the happy path with a Cognito token, 401, 5xx until the wait runs out, a 500 at
+once, no token with endpointAuth=none, a rollback and a Delete answered at once."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from ray_pd_eks import lambda_code
+from tests.fakes.endpoint_api import CLIENT_ID, CLIENT_SECRET, SCOPE, FakeEndpoint
+
+HANDLER = lambda_code.LAMBDA_DIR / "endpoint_probe" / "handler.py"
+POOL_ID = "us-west-2_AbCdEf123"
+
+
+def _load() -> ModuleType:
+    lambda_code.use_shared_layer()
+    spec = importlib.util.spec_from_file_location("endpoint_probe_handler", HANDLER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+probe_handler = _load()
+
+
+class FakeCognito:
+    def __init__(self, secret: str = CLIENT_SECRET) -> None:
+        self.secret = secret
+        self.calls: list[dict[str, str]] = []
+
+    def describe_user_pool_client(self, **kwargs: str) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        return {"UserPoolClient": {"ClientId": kwargs["ClientId"], "ClientSecret": self.secret}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def alb() -> Iterator[FakeEndpoint]:
+    fake = FakeEndpoint().start()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def props(alb: FakeEndpoint, **overrides: Any) -> Any:
+    port = alb.url.rsplit(":", 1)[1]
+    values = {
+        "LoadBalancerDns": "127.0.0.1",
+        "Host": "localhost",
+        "Port": port,
+        "ModelId": "qwen3.5-9b",
+        "TokenUrl": f"{alb.url}/oauth2/token",
+        "UserPoolId": POOL_ID,
+        "ClientId": CLIENT_ID,
+        "Scope": SCOPE,
+        "WaitSeconds": "60",
+        **overrides,
+    }
+    return probe_handler.Props.from_properties(values)
+
+
+def run(alb: FakeEndpoint, clock: Clock | None = None, **overrides: Any) -> str:
+    clock = clock or Clock()
+    result: str = probe_handler.probe(
+        props(alb, **overrides),
+        cognito=FakeCognito(),
+        context=FakeEndpoint.client_context(),
+        sleep=clock.sleep,
+        clock=clock,
+    )
+    return result
+
+
+def test_one_chat_completion_with_a_cognito_token(alb: FakeEndpoint) -> None:
+    cognito = FakeCognito()
+    summary = probe_handler.probe(
+        props(alb), cognito=cognito, context=FakeEndpoint.client_context(), sleep=Clock().sleep
+    )
+    assert cognito.calls == [{"UserPoolId": POOL_ID, "ClientId": CLIENT_ID}]
+    token, chat = alb.requests
+    assert token.path == "/oauth2/token" and b"grant_type=client_credentials" in token.body
+    assert chat.method == "POST" and chat.path == "/v1/chat/completions"
+    assert chat.headers["authorization"] == f"Bearer {alb.issued[0]}"
+    assert chat.headers["host"] == "localhost"
+    assert '"model": "qwen3.5-9b"' in chat.body.decode()
+    assert summary.startswith("chat completion through https://localhost/v1/chat/completions")
+    assert f"Cognito access token (client credentials, scope {SCOPE})" in summary
+    assert CLIENT_SECRET not in summary
+
+
+def test_without_a_domain_name_only_the_chain_is_checked(alb: FakeEndpoint) -> None:
+    # The fake's certificate names 127.0.0.1/localhost; the ALB's DNS name would not match.
+    alb_with_other_name = FakeEndpoint(auth="none", cert_names=("llm.example.com",)).start()
+    no_token = {"UserPoolId": "", "ClientId": "", "TokenUrl": "", "Scope": ""}
+    try:
+        summary = run(alb_with_other_name, Host="", **no_token)
+        assert ": 200 in" in summary
+        with pytest.raises(probe_handler.ProbeFailed, match="CERTIFICATE_VERIFY_FAILED"):
+            run(alb_with_other_name, Host="localhost", WaitSeconds="5", **no_token)
+    finally:
+        alb_with_other_name.close()
+
+
+def test_a_refused_token_fails_at_once_naming_jwks_and_claims(alb: FakeEndpoint) -> None:
+    alb.auth = "jwt"
+    alb.issued.append("ignored")
+    clock = Clock()
+    # A token the ALB does not accept: the fake issues one, then forgets it.
+    original = alb.token
+
+    def forget(headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        status, answer = original(headers, body)
+        alb.issued.clear()
+        return status, answer
+
+    alb.token = forget  # type: ignore[method-assign]
+    with pytest.raises(probe_handler.ProbeFailed) as failed:
+        run(alb, clock)
+    message = str(failed.value)
+    assert message.startswith("401 from https://127.0.0.1")
+    assert "JWKS" in message and "scope/audience" in message and SCOPE in message
+    assert clock.sleeps == []
+
+
+def test_a_wrong_client_secret_names_the_token_endpoint(alb: FakeEndpoint) -> None:
+    with pytest.raises(probe_handler.ProbeFailed, match=r"token endpoint .* answered 401"):
+        probe_handler.probe(
+            props(alb),
+            cognito=FakeCognito("wrong"),
+            context=FakeEndpoint.client_context(),
+            sleep=Clock().sleep,
+        )
+
+
+def test_no_healthy_target_is_retried_then_fails_naming_target_health(
+    alb: FakeEndpoint,
+) -> None:
+    alb.status_override = 503
+    clock = Clock()
+    with pytest.raises(probe_handler.ProbeFailed) as failed:
+        run(alb, clock, WaitSeconds="60")
+    message = str(failed.value)
+    assert "still answered 503" in message and "describe-target-health" in message
+    # Tried at 0, 10, ..., 60 s: every 10 s while the next try still falls within the 60 s.
+    assert clock.sleeps == [10.0] * 6
+
+
+def test_a_target_that_becomes_healthy_passes(alb: FakeEndpoint) -> None:
+    alb.status_override = 502
+    clock = Clock()
+
+    def heal(seconds: float) -> None:
+        Clock.sleep(clock, seconds)
+        alb.status_override = None
+
+    summary = probe_handler.probe(
+        props(alb),
+        cognito=FakeCognito(),
+        context=FakeEndpoint.client_context(),
+        sleep=heal,
+        clock=clock,
+    )
+    assert "after 2 attempts" in summary
+
+
+def test_a_server_error_fails_at_once(alb: FakeEndpoint) -> None:
+    alb.status_override = 500
+    clock = Clock()
+    with pytest.raises(probe_handler.ProbeFailed, match="answered 500"):
+        run(alb, clock)
+    assert clock.sleeps == []
+
+
+def test_without_auth_no_token_is_asked_for_or_sent(alb: FakeEndpoint) -> None:
+    alb.auth = "none"
+    summary = run(alb, UserPoolId="", ClientId="", TokenUrl="", Scope="")
+    (chat,) = alb.requests
+    assert "authorization" not in chat.headers
+    assert "without a token (endpointAuth=none)" in summary
+
+
+class _Cfn:
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    def describe_stacks(self, **_: str) -> dict[str, Any]:
+        return {"Stacks": [{"StackStatus": self.status}]}
+
+
+def test_delete_and_rollback_answer_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*_: Any, **__: Any) -> str:
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(probe_handler, "probe", never)
+    assert probe_handler.on_event(
+        {"RequestType": "Delete", "PhysicalResourceId": "endpoint-probe"}, None
+    ) == {"PhysicalResourceId": "endpoint-probe"}
+    monkeypatch.setattr(
+        probe_handler.rollback, "_client", lambda _: _Cfn("UPDATE_ROLLBACK_IN_PROGRESS")
+    )
+    answer = probe_handler.on_event(
+        {"RequestType": "Update", "PhysicalResourceId": "endpoint-probe", "StackId": "arn:s"},
+        None,
+    )
+    assert answer["Data"]["EndpointProbe"].startswith("not probed")
