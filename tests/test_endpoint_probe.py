@@ -113,7 +113,7 @@ def test_one_chat_completion_with_a_cognito_token(alb: FakeEndpoint) -> None:
 def test_without_a_domain_name_only_the_chain_is_checked(alb: FakeEndpoint) -> None:
     # The fake's certificate names 127.0.0.1/localhost; the ALB's DNS name would not match.
     alb_with_other_name = FakeEndpoint(auth="none", cert_names=("llm.example.com",)).start()
-    no_token = {"UserPoolId": "", "ClientId": "", "TokenUrl": "", "Scope": ""}
+    no_token: dict[str, Any] = {"UserPoolId": "", "ClientId": "", "TokenUrl": "", "Scope": ""}
     try:
         summary = run(alb_with_other_name, Host="", **no_token)
         assert ": 200 in" in summary
