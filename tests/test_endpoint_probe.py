@@ -5,6 +5,7 @@ once, no token with endpointAuth=none, a rollback and a Delete answered at once.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -12,8 +13,16 @@ from typing import Any
 
 import pytest
 
+from pd_constructs.endpoint_probe import (
+    SKIPPED_EXTERNAL_IDP,
+    SKIPPED_NO_ENDPOINT,
+    probe_skip_reason,
+)
 from ray_pd_eks import lambda_code
+from ray_pd_eks.config import DEFAULTS
+from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 from tests.fakes.endpoint_api import CLIENT_ID, CLIENT_SECRET, SCOPE, FakeEndpoint
+from tests.synth import Synthesized
 
 HANDLER = lambda_code.LAMBDA_DIR / "endpoint_probe" / "handler.py"
 POOL_ID = "us-west-2_AbCdEf123"
@@ -225,3 +234,86 @@ def test_delete_and_rollback_answer_at_once(monkeypatch: pytest.MonkeyPatch) -> 
         None,
     )
     assert answer["Data"]["EndpointProbe"].startswith("not probed")
+
+
+# -- what the stacks hold ---------------------------------------------------------------------
+
+
+def _probe(app: Synthesized) -> dict[str, Any]:
+    return app.only("Readiness", "Custom::EndpointProbe")
+
+
+def test_probe_runs_after_the_readiness_check_with_no_secret_in_the_template(
+    variant_app: Synthesized,
+) -> None:
+    probe = _probe(variant_app)
+    (check_id,) = variant_app.resources("Readiness", "Custom::RayServiceReadiness")
+    assert check_id in probe["DependsOn"]
+    props = probe["Properties"]
+    assert set(props) >= {"LoadBalancerDns", "TokenUrl", "UserPoolId", "ClientId", "Scope"}
+    assert props["Scope"] == variant_app.config.endpoint_scope
+    assert props["WaitSeconds"] == "300"
+    # The secret is read at run time (the workload stack's token command names the field).
+    assert "ClientSecret" not in json.dumps(variant_app.templates["Readiness"])
+
+
+def test_probe_may_read_only_its_pools_client(variant_app: Synthesized) -> None:
+    policies = variant_app.resources("Readiness", "AWS::IAM::Policy")
+    (policy,) = [p for k, p in policies.items() if k.startswith("EndpointProbeFunction")]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    cognito = [s for s in statements if s["Action"] == "cognito-idp:DescribeUserPoolClient"]
+    assert len(cognito) == 1
+    assert "Fn::ImportValue" in cognito[0]["Resource"]  # the workload stack's pool's ARN
+    assert {s["Action"] for s in statements} == {
+        "cognito-idp:DescribeUserPoolClient",
+        "cloudformation:DescribeStacks",
+    }
+
+
+def test_internal_alb_admits_the_probes_security_group_on_443(variant_app: Synthesized) -> None:
+    groups = variant_app.resources("Readiness", "AWS::EC2::SecurityGroup")
+    (group_id,) = [k for k in groups if k.startswith("EndpointProbeSecurityGroup")]
+    assert variant_app.egress_rules("Readiness", group_id) == [
+        {
+            "CidrIp": "0.0.0.0/0",
+            "Description": "Cognito token endpoint and API (no prefix list), the ALB",
+            "FromPort": 443,
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+        }
+    ]
+    (ingress,) = variant_app.resources("Readiness", "AWS::EC2::SecurityGroupIngress").values()
+    p = ingress["Properties"]
+    assert p["SourceSecurityGroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
+    assert "Fn::ImportValue" in p["GroupId"]  # the workload stack's ALB group
+    assert (p["FromPort"], p["ToPort"]) == (443, 443)
+
+
+def test_an_external_identity_provider_skips_the_probe_and_says_why(
+    token_app: Synthesized, default_app: Synthesized
+) -> None:
+    assert not token_app.resources("Readiness", "Custom::EndpointProbe")
+    outputs = token_app.templates["Readiness"]["Outputs"]
+    assert outputs["ReadinessEndpointProbe"]["Value"] == SKIPPED_EXTERNAL_IDP
+    assert "endpointJwtIssuer" in SKIPPED_EXTERNAL_IDP
+    default_outputs = default_app.templates["Readiness"]["Outputs"]
+    assert default_outputs["ReadinessEndpointProbe"]["Value"] == SKIPPED_NO_ENDPOINT
+
+
+def test_skip_reasons_per_configuration() -> None:
+    base = {
+        "endpointExposure": "internal",
+        "endpointCertificateArn": CERTIFICATE,
+        "endpointAllowedCidrs": ["10.0.0.0/8"],
+    }
+    assert probe_skip_reason(DEFAULTS.with_overrides(base)) == ""
+    none = {**base, "endpointAuth": "none"}
+    assert probe_skip_reason(DEFAULTS.with_overrides(none)) == ""
+    idp = {
+        **base,
+        "endpointJwtIssuer": IDP_ISSUER,
+        "endpointJwksUri": IDP_JWKS,
+        "endpointJwtAudience": "a",
+    }
+    assert probe_skip_reason(DEFAULTS.with_overrides(idp)) == SKIPPED_EXTERNAL_IDP
+    assert probe_skip_reason(DEFAULTS) == SKIPPED_NO_ENDPOINT
