@@ -8,14 +8,18 @@ import importlib.util
 import json
 import sys
 from collections.abc import Iterator
-from types import ModuleType
-from typing import Any
+from types import ModuleType, SimpleNamespace
+from typing import Any, cast
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
 
 from pd_constructs.endpoint_probe import (
     SKIPPED_EXTERNAL_IDP,
     SKIPPED_NO_ENDPOINT,
+    EndpointProbe,
     probe_skip_reason,
 )
 from ray_pd_eks import lambda_code
@@ -317,3 +321,71 @@ def test_skip_reasons_per_configuration() -> None:
     }
     assert probe_skip_reason(DEFAULTS.with_overrides(idp)) == SKIPPED_EXTERNAL_IDP
     assert probe_skip_reason(DEFAULTS) == SKIPPED_NO_ENDPOINT
+
+
+def test_internet_facing_alb_admits_only_the_nat_gateways_address() -> None:
+    """No session configuration has an internet-facing ALB with the stack's Cognito pool, and a
+    whole synth costs seconds: the construct alone, in a bare stack with a VPC, the ALB's
+    group and the Cognito ids as stand-ins (what the probe reads of the endpoint)."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "S")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
+    alb_group = ec2.SecurityGroup(stack, "AlbGroup", vpc=vpc)
+    issuer = SimpleNamespace(
+        user_pool=SimpleNamespace(
+            user_pool_arn="arn:aws:cognito-idp:us-west-2:123456789012:userpool/p",
+            user_pool_id="p",
+        ),
+        client=SimpleNamespace(user_pool_client_id="c"),
+        token_url="https://t.auth.us-west-2.amazoncognito.com/oauth2/token",
+        scope="ray-llm/invoke",
+    )
+    endpoint = SimpleNamespace(
+        endpoint=SimpleNamespace(
+            security_group=alb_group,
+            load_balancer=SimpleNamespace(load_balancer_dns_name="alb.example"),
+        ),
+        token_issuer=issuer,
+    )
+    after = cdk.CfnWaitConditionHandle(stack, "After")
+    config = DEFAULTS.with_overrides(
+        {
+            "endpointExposure": "internet-facing",
+            "endpointCertificateArn": CERTIFICATE,
+            "endpointAllowedCidrs": ["203.0.113.0/24"],
+        }
+    )
+    EndpointProbe(
+        stack,
+        "EndpointProbe",
+        cluster=cast(Any, SimpleNamespace(vpc=vpc)),
+        config=config,
+        endpoint=cast(Any, endpoint),
+        nat_public_ip="198.51.100.7",
+        after=after,
+        fingerprint="f",
+        log_retention=logs.RetentionDays.ONE_WEEK,
+    )
+    template = app.synth().get_stack_by_name("S").template
+    ingress = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+    ]
+    assert ingress == [
+        {
+            "CidrIp": "198.51.100.7/32",
+            "Description": "HTTPS from the NAT gateway (the deploy's endpoint probe)",
+            "FromPort": 443,
+            "GroupId": {"Fn::GetAtt": [ingress[0]["GroupId"]["Fn::GetAtt"][0], "GroupId"]},
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+        }
+    ]
+    assert ingress[0]["GroupId"]["Fn::GetAtt"][0].startswith("AlbGroup")
+
+
+def test_the_nat_gateways_address_is_its_elastic_ip(variant_app: Synthesized) -> None:
+    egress = variant_app.stage.cluster.egress
+    (eip_id,) = variant_app.resources("Cluster", "AWS::EC2::EIP")
+    assert variant_app.stage.cluster.resolve(egress.public_ip) == {"Ref": eip_id}
