@@ -18,7 +18,7 @@ existing identity provider (``endpointJwtIssuer``): the stack holds no client of
 
 from __future__ import annotations
 
-from aws_cdk import CustomResource, Duration, Fn
+from aws_cdk import CustomResource, Duration, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -29,9 +29,9 @@ from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.endpoint import ApplicationEndpoint
-from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
+from pd_constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, nag_flatten
 from pd_constructs.network import suppress_provider_framework
-from pd_constructs.rollback import grant_describe_own_stack
+from pd_constructs.rollback import grant_describe_named_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY
 from ray_pd_eks.config import AppConfig
 
@@ -60,7 +60,13 @@ def probe_skip_reason(config: AppConfig) -> str:
 class EndpointProbe(Construct):
     """One chat completion through ``endpoint``'s ALB after ``after`` (the readiness check)
     succeeded; the summary is ``summary``. ``nat_public_ip`` is the NAT gateway's Elastic IP,
-    which an internet-facing ALB must admit."""
+    which an internet-facing ALB must admit.
+
+    Like the readiness check's, the machinery (security group, function, Provider, log group)
+    is created under ``provider_scope`` (the cluster stack, beside the control plane, off the
+    deploy's critical path: docs/deploy-timeline.md); what names the endpoint (the ALB's
+    ingress rule, the Cognito read) goes beside the endpoint, in its stack; only the custom
+    resource is here."""
 
     def __init__(
         self,
@@ -72,13 +78,16 @@ class EndpointProbe(Construct):
         endpoint: ApplicationEndpoint,
         nat_public_ip: str,
         after: Construct,
+        provider_scope: Construct,
         fingerprint: str,
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
         alb = endpoint.endpoint
+        home = Construct(provider_scope, construct_id)
+        beside_endpoint = Construct(endpoint, construct_id)
         self.security_group = ec2.SecurityGroup(
-            self,
+            home,
             "SecurityGroup",
             vpc=cluster.vpc,
             description="Endpoint probe: HTTPS out to the token endpoint and the model ALB",
@@ -91,7 +100,7 @@ class EndpointProbe(Construct):
         )
         if config.endpoint_exposure == "internal":
             self.alb_ingress = ec2.CfnSecurityGroupIngress(
-                self,
+                beside_endpoint,
                 "AlbFromProbe",
                 group_id=alb.security_group.security_group_id,
                 source_security_group_id=self.security_group.security_group_id,
@@ -102,7 +111,7 @@ class EndpointProbe(Construct):
             )
         else:
             self.alb_ingress = ec2.CfnSecurityGroupIngress(
-                self,
+                beside_endpoint,
                 "AlbFromNat",
                 group_id=alb.security_group.security_group_id,
                 cidr_ip=Fn.join("", [nat_public_ip, "/32"]),
@@ -113,15 +122,15 @@ class EndpointProbe(Construct):
             )
         # Kept on delete like the readiness check's: they hold why a failed deploy failed.
         log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
+            home, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
         )
         self.function = lambda_.Function(
-            self,
+            home,
             "Function",
             runtime=PYTHON_RUNTIME,
             code=lambda_code("endpoint_probe"),
             handler="handler.on_event",
-            layers=[shared_layer(self)],
+            layers=[shared_layer(home)],
             timeout=HANDLER_TIMEOUT,
             description="Endpoint probe: one authenticated chat completion through the ALB",
             vpc=cluster.vpc,
@@ -129,7 +138,16 @@ class EndpointProbe(Construct):
             security_groups=[self.security_group],
             log_group=log_group,
         )
-        grant_describe_own_stack(self.function)
+        # DescribeStacks on the stack of the custom resource, to tell its rollback.
+        arn = grant_describe_named_stack(self.function, Stack.of(self).stack_name)
+        acknowledge(
+            self.function,
+            "AwsSolutions-IAM5",
+            "cloudformation:DescribeStacks on the one stack that holds this function's custom "
+            "resource (its ARN ends in an id CloudFormation assigns, hence the trailing *).",
+            findings=[f"Resource::{nag_flatten(Stack.of(self.function), arn)}"],
+        )
+        waits_for: list[Construct] = [after, self.alb_ingress]
         issuer = endpoint.token_issuer
         properties = {
             "LoadBalancerDns": alb.load_balancer.load_balancer_dns_name,
@@ -141,12 +159,21 @@ class EndpointProbe(Construct):
         if issuer is not None:
             # DescribeUserPoolClient's only resource type is the user pool (Service
             # Authorization Reference, Amazon Cognito User Pools); the pool holds one client.
-            self.function.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["cognito-idp:DescribeUserPoolClient"],
-                    resources=[issuer.user_pool.user_pool_arn],
-                )
+            # In the endpoint's stack, beside the pool, attached to the function's role.
+            role = self.function.role
+            assert role is not None
+            self.cognito_policy = iam.Policy(
+                beside_endpoint,
+                "ReadClientSecret",
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["cognito-idp:DescribeUserPoolClient"],
+                        resources=[issuer.user_pool.user_pool_arn],
+                    )
+                ],
+                roles=[role],
             )
+            waits_for.append(self.cognito_policy)
             properties |= {
                 "TokenUrl": issuer.token_url,
                 "UserPoolId": issuer.user_pool.user_pool_id,
@@ -161,7 +188,7 @@ class EndpointProbe(Construct):
             findings=[LAMBDA_BASIC, LAMBDA_VPC],
         )
         provider = cr.Provider(
-            self, "Provider", on_event_handler=self.function, log_group=log_group
+            home, "Provider", on_event_handler=self.function, log_group=log_group
         )
         suppress_provider_framework(provider, self.function)
         self.resource = CustomResource(
@@ -171,5 +198,5 @@ class EndpointProbe(Construct):
             resource_type="Custom::EndpointProbe",
             properties=properties,
         )
-        self.resource.node.add_dependency(after, self.alb_ingress)
+        self.resource.node.add_dependency(*waits_for)
         self.summary = self.resource.get_att_string("EndpointProbe")

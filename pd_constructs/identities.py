@@ -264,7 +264,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "endpoint-probe",
-        ("Readiness/EndpointProbe/Function/ServiceRole/Resource",),
+        ("Cluster/Providers/EndpointProbe/Function/ServiceRole/Resource",),
         "the deploy's endpoint probe: reads the one app client's secret (its pool's ARN: the "
         "action has no client-level resource), no Kubernetes identity",
         (LAMBDA,),
@@ -274,7 +274,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "endpoint-probe-no-auth",
-        ("Readiness/EndpointProbe/Function/ServiceRole/Resource",),
+        ("Cluster/Providers/EndpointProbe/Function/ServiceRole/Resource",),
         "the deploy's endpoint probe without authentication: no Cognito, no Kubernetes identity",
         (LAMBDA,),
         actions=(DESCRIBE_OWN_STACK,),

@@ -127,6 +127,7 @@ class ReadinessStack(InClusterStack):
                 endpoint=endpoint,
                 nat_public_ip=nat_public_ip,
                 after=self.readiness.resource,
+                provider_scope=self.providers,
                 fingerprint=self.readiness.properties["ConfigHash"],
                 log_retention=self.log_retention,
             )

@@ -15,6 +15,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
+from constructs import Construct
 
 from pd_constructs.endpoint_probe import (
     SKIPPED_EXTERNAL_IDP,
@@ -261,23 +262,27 @@ def test_probe_runs_after_the_readiness_check_with_no_secret_in_the_template(
     assert "ClientSecret" not in json.dumps(variant_app.templates["Readiness"])
 
 
+def _statements(app: Synthesized, stack: str, prefix: str) -> list[dict[str, Any]]:
+    policies = app.resources(stack, "AWS::IAM::Policy")
+    (policy,) = [p for k, p in policies.items() if k.startswith(prefix)]
+    statements: list[dict[str, Any]] = policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
 def test_probe_may_read_only_its_pools_client(variant_app: Synthesized) -> None:
-    policies = variant_app.resources("Readiness", "AWS::IAM::Policy")
-    (policy,) = [p for k, p in policies.items() if k.startswith("EndpointProbeFunction")]
-    statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    cognito = [s for s in statements if s["Action"] == "cognito-idp:DescribeUserPoolClient"]
-    assert len(cognito) == 1
-    assert "Fn::ImportValue" in cognito[0]["Resource"]  # the workload stack's pool's ARN
-    assert {s["Action"] for s in statements} == {
-        "cognito-idp:DescribeUserPoolClient",
-        "cloudformation:DescribeStacks",
-    }
+    (cognito,) = _statements(variant_app, "Workload", "ApplicationEndpointEndpointProbe")
+    assert cognito["Action"] == "cognito-idp:DescribeUserPoolClient"
+    (pool,) = variant_app.resources("Workload", "AWS::Cognito::UserPool")
+    assert cognito["Resource"] == {"Fn::GetAtt": [pool, "Arn"]}
+    (own,) = _statements(variant_app, "Cluster", "ProvidersEndpointProbeFunction")
+    assert own["Action"] == "cloudformation:DescribeStacks"
+    assert "RayPdEks-Readiness/*" in json.dumps(own["Resource"])
 
 
 def test_internal_alb_admits_the_probes_security_group_on_443(variant_app: Synthesized) -> None:
-    groups = variant_app.resources("Readiness", "AWS::EC2::SecurityGroup")
-    (group_id,) = [k for k in groups if k.startswith("EndpointProbeSecurityGroup")]
-    assert variant_app.egress_rules("Readiness", group_id) == [
+    groups = variant_app.resources("Cluster", "AWS::EC2::SecurityGroup")
+    (group_id,) = [k for k in groups if k.startswith("ProvidersEndpointProbeSecurityGroup")]
+    assert variant_app.egress_rules("Cluster", group_id) == [
         {
             "CidrIp": "0.0.0.0/0",
             "Description": "Cognito token endpoint and API (no prefix list), the ALB",
@@ -286,10 +291,13 @@ def test_internal_alb_admits_the_probes_security_group_on_443(variant_app: Synth
             "ToPort": 443,
         }
     ]
-    (ingress,) = variant_app.resources("Readiness", "AWS::EC2::SecurityGroupIngress").values()
-    p = ingress["Properties"]
-    assert p["SourceSecurityGroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
-    assert "Fn::ImportValue" in p["GroupId"]  # the workload stack's ALB group
+    rules = variant_app.resources("Workload", "AWS::EC2::SecurityGroupIngress")
+    (p,) = [r["Properties"] for k, r in rules.items() if "EndpointProbe" in k]
+    assert "Fn::ImportValue" in p["SourceSecurityGroupId"]  # the cluster stack's probe group
+    (alb_group,) = [
+        k for k in variant_app.resources("Workload", "AWS::EC2::SecurityGroup") if "Endpoint" in k
+    ]
+    assert p["GroupId"] == {"Fn::GetAtt": [alb_group, "GroupId"]}
     assert (p["FromPort"], p["ToPort"]) == (443, 443)
 
 
@@ -340,13 +348,12 @@ def test_internet_facing_alb_admits_only_the_nat_gateways_address() -> None:
         token_url="https://t.auth.us-west-2.amazoncognito.com/oauth2/token",
         scope="ray-llm/invoke",
     )
-    endpoint = SimpleNamespace(
-        endpoint=SimpleNamespace(
-            security_group=alb_group,
-            load_balancer=SimpleNamespace(load_balancer_dns_name="alb.example"),
-        ),
-        token_issuer=issuer,
+    endpoint: Any = Construct(stack, "Endpoint")
+    endpoint.endpoint = SimpleNamespace(
+        security_group=alb_group,
+        load_balancer=SimpleNamespace(load_balancer_dns_name="alb.example"),
     )
+    endpoint.token_issuer = issuer
     after = cdk.CfnWaitConditionHandle(stack, "After")
     config = DEFAULTS.with_overrides(
         {
@@ -360,9 +367,10 @@ def test_internet_facing_alb_admits_only_the_nat_gateways_address() -> None:
         "EndpointProbe",
         cluster=cast(Any, SimpleNamespace(vpc=vpc)),
         config=config,
-        endpoint=cast(Any, endpoint),
+        endpoint=endpoint,
         nat_public_ip="198.51.100.7",
         after=after,
+        provider_scope=Construct(stack, "Providers"),
         fingerprint="f",
         log_retention=logs.RetentionDays.ONE_WEEK,
     )
