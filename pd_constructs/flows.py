@@ -74,6 +74,9 @@ SECURITY_GROUPS = {
         SecurityGroup(
             "ray-token-fn", "the Ray token writer", r"Ray token writer: HTTPS to the EKS"
         ),
+        SecurityGroup(
+            "probe-fn", "the deploy's endpoint probe", r"Endpoint probe: HTTPS out to the token"
+        ),
     )
 }
 
@@ -153,6 +156,13 @@ CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
     "endpointAuth=jwt": lambda c: c.endpoint_exposed and c.endpoint_auth == "jwt",
     "observability=cloudwatch": lambda c: c.observability_enabled,
     "decode autoscaling": lambda c: c.decode_autoscales,
+    # pd_constructs/endpoint_probe.py: skipped with an existing identity provider.
+    "endpoint probe": lambda c: (
+        c.endpoint_exposed and (c.endpoint_auth == "none" or c.endpoint_uses_cognito)
+    ),
+    "endpoint probe, internal ALB": lambda c: (
+        c.endpoint_exposure == "internal" and (c.endpoint_auth == "none" or c.endpoint_uses_cognito)
+    ),
 }
 
 
@@ -212,6 +222,7 @@ ENDPOINTS = {
     "readiness-fn": "the readiness check's poller function (private subnets)",
     "recreate-fn": "the RayService recreate waiter function (private subnets)",
     "ray-token-fn": "the Ray token writer function (private subnets)",
+    "probe-fn": "the deploy's endpoint probe function (private subnets; no Kubernetes identity)",
 }
 
 _P = RAY_PORTS
@@ -498,6 +509,30 @@ FLOWS: tuple[Flow, ...] = (
     _fn_to_api("readiness-fn", "readiness-fn"),
     _fn_to_api("recreate-fn", "recreate-fn"),
     _fn_to_api("ray-token-fn", "ray-token-fn"),
+    Flow(
+        "probe-internet",
+        "probe-fn",
+        "internet",
+        HTTPS,
+        HTTPS,
+        "the stack's Cognito token endpoint and DescribeUserPoolClient, DescribeStacks "
+        "(rollback check): none has a managed prefix list, so any IPv4 address on 443",
+        NOT_POLICED,
+        (_out("probe-fn", f"cidr:{ANY_IPV4}", HTTPS),),
+        when="endpoint probe",
+    ),
+    Flow(
+        "probe-alb",
+        "probe-fn",
+        "alb",
+        HTTPS,
+        HTTPS,
+        "the deploy's one chat completion through the internal ALB (an internet-facing one "
+        "admits the NAT gateway's Elastic IP /32 instead: docs/readiness.md)",
+        NOT_POLICED,
+        (_out("probe-fn", f"cidr:{ANY_IPV4}", HTTPS), _in("alb", "probe-fn", HTTPS)),
+        when="endpoint probe, internal ALB",
+    ),
 )
 
 

@@ -42,6 +42,8 @@ DESCRIBE_OWN_STACK = "cloudformation:DescribeStacks"
 NOT_SYNTHESIZED_IN_TESTS = {
     "access-log-auto-delete": "needs endpointExposure, region and retainLogs=false at once; "
     "the session's configurations each lack one (adding one costs a whole synth)",
+    "endpoint-probe-no-auth": "needs endpointExposure=internal with endpointAuth=none; the "
+    "session's endpoints use jwt (the same function with Cognito is row endpoint-probe)",
 }
 
 CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
@@ -52,6 +54,9 @@ CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
     "GPU autoscaling": lambda c: c.gpu_nodes_autoscale,
     "modelS3Uri set": lambda c: bool(c.model_s3_uri),
     "hfTokenSecretArn set": lambda c: bool(c.hf_token_secret_arn),
+    # pd_constructs/endpoint_probe.py (skipped with an existing identity provider).
+    "endpoint probe, Cognito": lambda c: c.endpoint_uses_cognito,
+    "endpoint probe, endpointAuth=none": lambda c: c.endpoint_exposed and c.endpoint_auth == "none",
     "access logs deleted with the stack": lambda c: (
         c.endpoint_exposed and bool(c.region) and not c.retain_logs
     ),
@@ -256,6 +261,25 @@ ROLES: tuple[Role, ...] = (
         (LAMBDA,),
         managed=(BASIC, VPC_ACCESS),
         kubernetes_groups=("ray-pd-eks:ray-token-writer",),
+    ),
+    Role(
+        "endpoint-probe",
+        ("Cluster/Providers/EndpointProbe/Function/ServiceRole/Resource",),
+        "the deploy's endpoint probe: reads the one app client's secret (its pool's ARN: the "
+        "action has no client-level resource), no Kubernetes identity",
+        (LAMBDA,),
+        actions=(DESCRIBE_OWN_STACK, "cognito-idp:DescribeUserPoolClient"),
+        managed=(BASIC, VPC_ACCESS),
+        when="endpoint probe, Cognito",
+    ),
+    Role(
+        "endpoint-probe-no-auth",
+        ("Cluster/Providers/EndpointProbe/Function/ServiceRole/Resource",),
+        "the deploy's endpoint probe without authentication: no Cognito, no Kubernetes identity",
+        (LAMBDA,),
+        actions=(DESCRIBE_OWN_STACK,),
+        managed=(BASIC, VPC_ACCESS),
+        when="endpoint probe, endpointAuth=none",
     ),
     Role(
         "rollback-aware-on-event",

@@ -329,6 +329,8 @@ class NatEgress(Construct):
             route_table_ids=list(route_table_ids),
         )
         eip = ec2.CfnEIP(self, "Eip", domain="vpc")
+        # Its address (Ref): the endpoint probe reaches an internet-facing ALB from it.
+        self.public_ip = eip.ref
         self.nat_gateway = ec2.CfnNatGateway(
             self,
             "Resource",

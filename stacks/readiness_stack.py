@@ -13,6 +13,8 @@ from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from pd_constructs.endpoint import ApplicationEndpoint
+from pd_constructs.endpoint_probe import EndpointProbe, probe_skip_reason
 from pd_constructs.kv_probe import KvProbe
 from pd_constructs.network_policy import RAY_PORTS
 from pd_constructs.readiness import ReadinessCheck, config_hash
@@ -51,7 +53,9 @@ def gpu_placement(config: AppConfig) -> str:
 
 class ReadinessStack(InClusterStack):
     """The readiness check and, with ``kvProbeIntervalMinutes``, the scheduled KV probe, whose
-    alarms notify ``alarm_topic`` (the workload stack's, when observability is on)."""
+    alarms notify ``alarm_topic`` (the workload stack's, when observability is on); with the
+    workload stack's ``endpoint``, the probe through its load balancer (from ``nat_public_ip``
+    when it is internet-facing), unless :func:`probe_skip_reason` says why not."""
 
     def __init__(
         self,
@@ -59,6 +63,8 @@ class ReadinessStack(InClusterStack):
         construct_id: str,
         *,
         alarm_topic: sns.ITopic | None = None,
+        endpoint: ApplicationEndpoint | None = None,
+        nat_public_ip: str = "",
         **props: Unpack[InClusterStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
@@ -110,3 +116,24 @@ class ReadinessStack(InClusterStack):
             self.outputs[f"Readiness{name}"] = CfnOutput(
                 self, f"Readiness{name}", value=self.readiness.attribute(name)
             )
+        self.endpoint_probe: EndpointProbe | None = None
+        skipped = probe_skip_reason(config)
+        if endpoint is not None and not skipped:
+            self.endpoint_probe = EndpointProbe(
+                self,
+                "EndpointProbe",
+                cluster=cluster,
+                config=config,
+                endpoint=endpoint,
+                nat_public_ip=nat_public_ip,
+                after=self.readiness.resource,
+                provider_scope=self.providers,
+                fingerprint=self.readiness.properties["ConfigHash"],
+                log_retention=self.log_retention,
+            )
+        self.outputs["ReadinessEndpointProbe"] = CfnOutput(
+            self,
+            "ReadinessEndpointProbe",
+            value=self.endpoint_probe.summary if self.endpoint_probe else skipped,
+            description="The deploy's chat completion through the load balancer, or why not",
+        )

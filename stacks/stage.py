@@ -84,6 +84,8 @@ class RayPdEksStage(Stage):
             alarm_topic=(
                 self.workload.observability.topic.topic if self.workload.observability else None
             ),
+            endpoint=self.workload.endpoint,
+            nat_public_ip=self.cluster.egress.public_ip,
             description="ray-pd-eks: readiness check of the endpoint",
         )
         # Every Pod Identity role, whoever builds it, trusts this cluster only.

@@ -71,14 +71,24 @@ def role_facts(app: Synthesized) -> dict[str, RoleFacts]:
             for policy in p.get("Policies", []):
                 facts.actions.update(_actions(policy["PolicyDocument"]["Statement"]))
             by_id[(stack, logical_id)] = facts
+    # A policy may be attached from another stack to a role by its exported name.
+    exports = {
+        o["Export"]["Name"]: (stack, o["Value"])
+        for stack, template in app.templates.items()
+        for o in template.get("Outputs", {}).values()
+        if isinstance(o.get("Export", {}).get("Name"), str)
+    }
     for stack, template in app.templates.items():
         for r in template["Resources"].values():
             p = r.get("Properties", {})
             if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
                 for ref in p.get("Roles", []):
+                    role_stack = stack
+                    if isinstance(ref, dict) and "Fn::ImportValue" in ref:
+                        role_stack, ref = exports[ref["Fn::ImportValue"]]
                     role_id = _role_ref(ref)
-                    if role_id and (stack, role_id) in by_id:
-                        by_id[(stack, role_id)].actions.update(
+                    if role_id and (role_stack, role_id) in by_id:
+                        by_id[(role_stack, role_id)].actions.update(
                             _actions(p["PolicyDocument"]["Statement"])
                         )
             elif r["Type"] == "AWS::EKS::PodIdentityAssociation":

@@ -241,7 +241,7 @@ def test_serve_port_accepts_only_the_albs_security_group(variant_app: Synthesize
     rules = [
         r["Properties"]
         for k, r in variant_app.resources("Workload", "AWS::EC2::SecurityGroupIngress").items()
-        if k.startswith("ApplicationEndpoint")
+        if k.startswith("ApplicationEndpoint") and "EndpointProbe" not in k
     ]
     assert len(rules) == 1
     (rule,) = rules

@@ -250,7 +250,8 @@ def _pod_identity_policies(app: Synthesized, namespace: str) -> list[dict[str, A
     role = _model_fetch_association(app, namespace)["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     statements = []
     for policy in app.resources("Workload", "AWS::IAM::Policy").values():
-        if {r["Ref"] for r in policy["Properties"]["Roles"]} == {role}:
+        # .get: a policy may name a role of another stack (Fn::ImportValue).
+        if {r.get("Ref") for r in policy["Properties"]["Roles"]} == {role}:
             statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
     return statements
 

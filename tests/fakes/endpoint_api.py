@@ -176,9 +176,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, json.dumps({"object": "list", "data": data}).encode())
             return
         probe = re.search(rb"access code exactly: ([A-Z0-9]+)\.", body)
-        if self.command == "POST" and self.path == "/v1/chat/completions" and probe:
-            # The KV integrity probe (not streamed): an intact KV cache returns its code.
-            code = fake.probe_answer or f"The code is {probe.group(1).decode()}."
+        streamed = re.search(rb'"stream": *true', body) is not None
+        if self.command == "POST" and self.path == "/v1/chat/completions" and not streamed:
+            # Not streamed (the KV integrity probe, the deploy's endpoint probe): one JSON
+            # answer; an intact KV cache returns the probe's code.
+            code = fake.probe_answer or (
+                f"The code is {probe.group(1).decode()}." if probe else "ready"
+            )
             answer = {
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": code}}],
                 "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 6},
