@@ -206,3 +206,29 @@ def test_a_failed_probe_is_retried_until_one_passes(kube_api: FakeKubeApi, cli: 
     assert result.code == 0, result.out + result.err
     assert "probe: 1 NIXL transfer(s) failed" in result.out
     assert "OK: the endpoint served again after 20s (downtime)" in result.out
+
+
+def test_the_last_warning_is_the_newest_warning_event_as_kind_name_reason_message(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.kv_failed_per_chat = 1
+    kube_api.events = [
+        fake.make_event(fake.WORKER_POD_B, "NixlError", "newer failure", ago=5),
+        fake.make_event(fake.WORKER_POD_A, "BackOff", "older failure", ago=500),
+    ]
+    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1
+    assert f"last warning event: Pod/{fake.WORKER_POD_B} NixlError: newer failure;" in result.err
+    (listed,) = kube_api.requests_to("/namespaces/inference/events", "GET")
+    assert listed.query.get("fieldSelector") == "type=Warning"
+
+
+def test_without_warning_events_the_last_warning_is_none(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.events = []
+    cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
+    result = cli.run("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1 and "last warning event: none;" in result.err
