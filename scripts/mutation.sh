@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Mutation testing of the code that decides: configuration validation, the readiness checks and
-# handler, the capacity watch, and the CLI's verdicts. Not part of CI (9 minutes on two idle
-# cores, 15 minutes of CPU); run it before resolving work that touches those modules.
+# Mutation testing of the code that decides: configuration validation, the readiness checks, the
+# KV proof and handler, the capacity watch, the node-template tagger, and the CLI's verdicts and
+# drill. Not part of CI (the older scope: 9 minutes on two idle cores; the 2026-12-01 additions
+# about as long again); run it before resolving work that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #
