@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Mutation testing of the code that decides: configuration validation, the readiness checks and
-# handler, the capacity watch, and the CLI's verdicts. Not part of CI (9 minutes on two idle
-# cores, 15 minutes of CPU); run it before resolving work that touches those modules.
+# Mutation testing of the code that decides: configuration validation, the readiness checks, the
+# KV proof and handler, the capacity watch, the node-template tagger, and the CLI's verdicts and
+# drill. Not part of CI (the older scope: 9 minutes on two idle cores; the 2026-12-01 additions
+# about as long again); run it before resolving work that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #
@@ -32,6 +33,12 @@ SCOPE=(
   'ray_pd_eks.config.x__capacity__*'
   'ray_pd_eks.config.x__serving__*'
   'ray_pd_eks.config.x__system_nodes__*'
+  # configuration: the engine, model access, WAF rate limit and region (DLC registry) rules
+  'ray_pd_eks.config.x__engine__*'
+  'ray_pd_eks.config.x__model_revision__*'
+  'ray_pd_eks.config.x__model_access__*'
+  'ray_pd_eks.config.x__endpoint_rate_limit__*'
+  'ray_pd_eks.config.x__environment__*'
   # readiness: the pure evaluations of Kubernetes JSON
   'assets.lambda.readiness.checks.x_gpu_nodes__*'
   'assets.lambda.readiness.checks.x_rayservice_state__*'
@@ -48,6 +55,9 @@ SCOPE=(
   'assets.lambda.readiness.handler.x__chat_completion__*'
   'assets.lambda.readiness.handler.x__give_up_after__*'
   'assets.lambda.readiness.handler.x_stack_rolling_back__*'
+  # readiness: the KV proof (probe answer, NIXL counters, transfer verdict, provider)
+  'assets.lambda.readiness.kvproof.x_*'
+  'assets.lambda.readiness.kvproof.xǁNixlCountersǁfrom_texts__*'
   # capacity watch
   'assets.lambda.capacity.handler.x_judge__*'
   'assets.lambda.capacity.handler.x_classify__*'
@@ -55,6 +65,12 @@ SCOPE=(
   'assets.lambda.capacity.handler.x_failed_launches__*'
   'assets.lambda.capacity.handler.x__give_up_after__*'
   'assets.lambda.capacity.handler.x_stack_rolling_back__*'
+  # Cluster Autoscaler node-template tags on the GPU group's ASG
+  'assets.lambda.asg_tags.handler.x_read_tags__*'
+  'assets.lambda.asg_tags.handler.x_auto_scaling_groups__*'
+  'assets.lambda.asg_tags.handler.x__tag_specs__*'
+  'assets.lambda.asg_tags.handler.x_apply__*'
+  'assets.lambda.asg_tags.handler.x_on_event__*'
   # CLI verdicts
   'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'
@@ -62,6 +78,11 @@ SCOPE=(
   'ray_pd_eks.cli.status.x__container_failure__*'
   'ray_pd_eks.cli.preflight.xǁPreflightǁquota__*'
   'ray_pd_eks.cli.preflight.xǁPreflightǁbootstrap__*'
+  'ray_pd_eks.cli.drill.x_drill_rules__*'
+  'ray_pd_eks.cli.drill.x_engine_pods__*'
+  'ray_pd_eks.cli.drill.x_drill_verdict__*'
+  'ray_pd_eks.cli.drill.x_run__*'
+  'ray_pd_eks.cli.drill.x_last_warning__*'
 )
 if [ "$#" -gt 0 ]; then SCOPE=("$@"); fi
 

@@ -76,9 +76,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The tests that judge each module's mutants (module prefix -> test files).
 _JUDGES = {
-    "ray_pd_eks.config.": ("tests/test_config.py", "tests/test_limits.py"),
+    "ray_pd_eks.config.": ("tests/test_config.py", "tests/test_limits.py", "tests/test_engine.py"),
     "ray_pd_eks.cli.preflight.": ("tests/test_cli_preflight.py",),
+    "ray_pd_eks.cli.drill.": ("tests/test_cli_drill.py",),
     "ray_pd_eks.cli.status.": ("tests/test_cli_status.py", "tests/test_branches.py"),
+    # The KV proof's own tests, and the handler's, which judge the probe and the transfer.
+    "assets.lambda.readiness.kvproof.": (
+        "tests/test_kvproof.py",
+        "tests/test_readiness_handler.py",
+    ),
     # `status` reads the cluster with the readiness checks and shows their verdicts.
     "assets.lambda.readiness.": (
         "tests/test_readiness_handler.py",
@@ -86,6 +92,7 @@ _JUDGES = {
         "tests/test_cli_status.py",
     ),
     "assets.lambda.capacity.": ("tests/test_capacity_handler.py", "tests/test_branches.py"),
+    "assets.lambda.asg_tags.": ("tests/test_node_template_tags.py",),
 }
 
 

@@ -131,3 +131,104 @@ def test_the_drills_role_covers_each_request_and_each_rule_is_used(
         assert matching, f"drill request not covered by DRILL_RULES: {attrs}"
         used.update(matching)
     assert used == set(range(len(rules)))
+
+
+def test_the_drills_rules_name_each_object_they_allow() -> None:
+    rules = drill.drill_rules("rs", "tok")
+    named = [(r["resources"], r.get("resourceNames")) for r in rules]
+    assert named == [
+        (["rayservices"], ["rs"]),
+        (["pods", "events"], None),
+        (["pods"], None),
+        (["secrets"], ["tok"]),
+        (["services/proxy"], ["rs-head-svc:8265"]),
+        (["services/proxy"], ["rs-serve-svc:8000"]),
+        (["pods/proxy"], None),
+    ]
+    assert all("names" not in r for r in rules)
+
+
+def test_the_never_running_verdict_is_that_sentence() -> None:
+    assert drill.drill_verdict("x", False) == "the RayService did not return to RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("--interval", "0"), 2),
+        (("--timeout-minutes", "0"), 2),
+        # Accepted: the drill runs (and, 1 s polls firing no recovery here, times out).
+        (("--interval", "1", "--timeout-minutes", "1"), 1),
+    ],
+)
+def test_interval_and_timeout_at_one_are_accepted_below_refused(
+    kube_api: FakeKubeApi, cli: Harness, args: tuple[str, ...], code: int
+) -> None:
+    kube_api.set_stage("serving")
+    result = cli.run("drill", "decode-restart", "--yes", *args)
+    assert result.code == code, result.out + result.err
+    if code == 2:
+        assert "--timeout-minutes and --interval must be at least 1" in result.err
+        assert kube_api.requests_to("/pods/", "DELETE") == []
+    else:
+        assert "not recovered 1 min after deleting" in result.err
+
+
+def test_an_aggregated_app_has_no_drill(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    result = cli.run("drill", "decode-restart", "--yes", "-c", "servingMode=aggregated")
+    assert result.code == 2
+    assert "drill needs servingMode=pd: an aggregated app has no prefill/decode" in result.err
+
+
+def test_the_drill_polls_until_the_timeout_and_not_past_it(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [lambda: app_down(kube_api)] * 20
+    result = cli.run(
+        "drill", "decode-restart", "--yes", "--timeout-minutes", "1", "--interval", "10"
+    )
+    assert result.code == 1
+    # Checks at 10, 20, ... 60 s: the one at 60 s is the deadline, not before it.
+    assert result.out.count("waiting: RayService") == 6, result.out
+
+
+def test_a_failed_probe_is_retried_until_one_passes(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    kube_api.kv_failed_per_chat = 1
+
+    def heal() -> None:
+        kube_api.kv_failed_per_chat = 0
+
+    cli.clock.on_sleep = [lambda: replace_decode_pod(kube_api), heal]
+    result = cli.run("drill", "decode-restart", "--yes", "--interval", "10")
+    assert result.code == 0, result.out + result.err
+    assert "probe: 1 NIXL transfer(s) failed" in result.out
+    assert "OK: the endpoint served again after 20s (downtime)" in result.out
+
+
+def test_the_last_warning_is_the_newest_warning_event_as_kind_name_reason_message(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.kv_failed_per_chat = 1
+    kube_api.events = [
+        fake.make_event(fake.WORKER_POD_B, "NixlError", "newer failure", ago=5),
+        fake.make_event(fake.WORKER_POD_A, "BackOff", "older failure", ago=500),
+    ]
+    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1
+    assert f"last warning event: Pod/{fake.WORKER_POD_B} NixlError: newer failure;" in result.err
+    (listed,) = kube_api.requests_to("/namespaces/inference/events", "GET")
+    assert listed.query.get("fieldSelector") == "type=Warning"
+
+
+def test_without_warning_events_the_last_warning_is_none(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.events = []
+    cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
+    result = cli.run("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1 and "last warning event: none;" in result.err

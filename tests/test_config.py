@@ -487,3 +487,12 @@ def test_a_region_without_a_dlc_registry_is_refused_unless_dlc_image_is_set(regi
     assert "set dlcImage" in str(err.value)
     image = f"111122223333.dkr.ecr.{region}.amazonaws.com/ray:v1"
     assert AppConfig.from_context({"region": region, "dlcImage": image}).image_uri(region) == image
+
+
+def test_a_region_with_both_registries_is_accepted_one_without_eks_images_refused() -> None:
+    assert AppConfig.from_context({"region": "us-west-2"}).region == "us-west-2"
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context({"region": "us-iso-east-1"})
+    assert "context key 'region' = \"us-iso-east-1\": has no Amazon EKS image registry" in str(
+        err.value
+    )

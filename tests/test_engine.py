@@ -117,7 +117,8 @@ def test_fit_check_counts_one_byte_per_parameter_with_fp8_weights() -> None:
 )
 def test_fp8_quantization_of_an_otherwise_quantized_checkpoint_is_refused(source: str) -> None:
     line = _problem({"modelSource": source, "quantization": "fp8"})
-    assert f"{source} is already quantized" in line and "use quantization=none" in line
+    assert f"context key 'quantization' = \"fp8\": {source} is already quantized" in line
+    assert "use quantization=none" in line
     DEFAULTS.with_overrides({"modelSource": source})  # served as the checkpoint says
     # An FP8 checkpoint is FP8 already: the same method, accepted.
     DEFAULTS.with_overrides({"modelSource": "Qwen/Qwen3-8B-FP8", "quantization": "fp8"})
@@ -220,7 +221,13 @@ def test_prefix_aware_with_one_replica_everywhere_is_refused() -> None:
     assert "context key 'requestRouter' = \"prefix-aware\": has no effect" in line
     assert "prefillReplicas and decodeReplicas (or decodeMaxReplicas) are 1" in line
     assert "use requestRouter=power-of-two" in line
-    assert "must be power-of-two" in _problem({"requestRouter": "kv-aware"})
+    assert "context key 'requestRouter' = \"kv-aware\": must be power-of-two" in _problem(
+        {"requestRouter": "kv-aware"}
+    )
+
+
+def test_only_the_model_name_says_it_is_quantized_not_its_organisation() -> None:
+    DEFAULTS.with_overrides({"modelSource": "awq-lab/Qwen3-8B", "quantization": "fp8"})
 
 
 # -- graceful shutdown of the deployments that stream ---------------------------------------

@@ -176,3 +176,81 @@ def test_provider_verdicts() -> None:
     assert unknown is not None and "d: unknown: x; looked at 3 files" in unknown
     nothing = kvproof.provider_failure("LIBFABRIC", {}, "the log API (down)")
     assert nothing is not None and "no engine logs were read (the log API (down))" in nothing
+
+
+@pytest.mark.parametrize(
+    ("attempts", "code"),
+    [
+        (["A1BCDEFG", "1234567A", "AB1CD2EF"], "AB1CD2EF"),  # 1 and 7 digits refused, 2 kept
+        (["ABCDEFGH", "123456AB"], "123456AB"),  # 6 digits (length - 2) kept
+    ],
+)
+def test_a_code_with_two_to_six_digits_is_kept_one_fewer_or_more_drawn_again(
+    attempts: list[str], code: str
+) -> None:
+    picks = iter("".join(attempts))
+    assert kvproof.new_code(lambda alphabet: next(picks)) == code
+
+
+def test_the_prompts_first_lines_and_every_filler_sentence_equally_often() -> None:
+    lines = kvproof.probe_prompt("7QK2M9XD").split("\n")
+    assert lines[:2] == ["Remember this access code exactly: 7QK2M9XD.", ""]
+    filler = lines[2:-2]
+    for sentence in kvproof._FILLER_SENTENCES:
+        assert filler.count(sentence) == kvproof._FILLER_REPEATS
+
+
+@pytest.mark.parametrize(
+    ("payload", "answer", "ok"),
+    [
+        ("not json object", "", False),
+        ({"choices": []}, "", False),
+        ({"choices": ["7QK2M9XD"]}, "", False),
+        ({"choices": [{"message": {"reasoning": "7QK2M9XD"}}]}, "7QK2M9XD", True),
+        ({"choices": [{"message": "x", "text": "7QK2M9XD"}]}, "7QK2M9XD", True),
+        (
+            {"choices": [{"message": {"content": "7QK2", "reasoning_content": "M"}}]},
+            "7QK2 M",
+            False,
+        ),
+    ],
+    ids=["not-a-mapping", "no-choices", "choice-not-a-mapping", "reasoning", "text", "joined"],
+)
+def test_the_answer_is_read_from_each_field_a_server_may_use(
+    payload: object, answer: str, ok: bool
+) -> None:
+    result = kvproof.judge_answer("7QK2M9XD", payload)
+    assert (result.answer, result.ok) == (answer, ok)
+
+
+def test_unreadable_and_nan_samples_are_skipped_and_later_lines_still_count() -> None:
+    text = (
+        f'{kvproof.XFER_COUNT}{{a="1"}} NaN\n'
+        f'{kvproof.XFER_COUNT}{{a="2"}} 1.2.3\n'
+        f'{kvproof.XFER_COUNT}{{a="3"}} 4\n'
+    )
+    assert kvproof.metric_totals(text) == {kvproof.XFER_COUNT: 4.0}
+
+
+def test_failures_before_the_probe_are_not_counted_against_it() -> None:
+    before = kvproof.NixlCounters(4, 1e9, 3, ("d",))
+    after = kvproof.NixlCounters(5, 1e9 + LOW, 3, ("d",))
+    assert kvproof.transfer_verdict(before, after, TOKENS).ok
+
+
+def test_the_ceiling_scales_with_the_transfers_and_every_verdict_has_a_summary() -> None:
+    before = _counters(4, 1e9)
+    two = kvproof.transfer_verdict(before, _counters(6, 1e9 + 2 * HIGH), TOKENS)
+    assert two.ok and two.summary.startswith("2 transfer(s),")
+    for after in (_counters(4, 1e9), _counters(5, 1e9, failed=1), _counters(5, 1e9 + 3 * HIGH)):
+        verdict = kvproof.transfer_verdict(before, after, TOKENS)
+        assert not verdict.ok and " transfer(s), " in verdict.summary
+    failed = kvproof.transfer_verdict(before, _counters(5, 1e9 + LOW, failed=1), TOKENS)
+    assert failed.summary.endswith(", 1 failed")
+
+
+def test_every_slow_or_unknown_engine_is_named() -> None:
+    slow = kvproof.provider_failure("LIBFABRIC", {"p": "sockets", "d": "tcp"}, "logs")
+    assert slow is not None and "TCP provider (d=tcp, p=sockets)" in slow
+    unknown = kvproof.provider_failure("LIBFABRIC", {"p": "unknown: a", "d": "unknown: b"}, "l")
+    assert unknown is not None and "d: unknown: b; p: unknown: a; looked at l" in unknown

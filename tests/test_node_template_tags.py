@@ -123,13 +123,20 @@ def test_the_tagger_may_tag_only_this_node_groups_auto_scaling_group(
 
 
 class FakeEks:
-    def __init__(self, groups: list[str] | None) -> None:
+    """DescribeNodegroup for one node group: ``groups`` None = not found, or a ClientError
+    code, or a whole response; every call must name cluster ``c`` and the event's group."""
+
+    def __init__(self, groups: list[str] | str | None, response: Any = None) -> None:
         self.groups = groups
+        self.response = response
 
     def describe_nodegroup(self, **kwargs: Any) -> dict[str, Any]:
-        if self.groups is None:
-            error = {"Error": {"Code": "ResourceNotFoundException", "Message": "gone"}}
-            raise ClientError(error, "DescribeNodegroup")
+        assert kwargs == {"clusterName": "c", "nodegroupName": "gpu-workers-a-1"}, kwargs
+        if self.groups is None or isinstance(self.groups, str):
+            code = self.groups or "ResourceNotFoundException"
+            raise ClientError({"Error": {"Code": code, "Message": "gone"}}, "DescribeNodegroup")
+        if self.response is not None:
+            return dict(self.response)
         names = [{"name": g} for g in self.groups]
         return {"nodegroup": {"resources": {"autoScalingGroups": names}}}
 
@@ -143,9 +150,13 @@ class FakeAutoscaling:
     def create_or_update_tags(self, Tags: list[dict[str, Any]]) -> None:
         if self.error:
             raise self.error
+        assert {t["ResourceType"] for t in Tags} == {"auto-scaling-group"}, Tags
         self.set += [(t["ResourceId"], t["Key"], t["Value"], t["PropagateAtLaunch"]) for t in Tags]
 
     def delete_tags(self, Tags: list[dict[str, Any]]) -> None:
+        # DeleteTags takes the same Tag shape; an empty Value (a string, as botocore requires
+        # when the key is present) deletes the key whatever its value.
+        assert {(t["ResourceType"], t["Value"]) for t in Tags} == {("auto-scaling-group", "")}
         self.deleted += [(t["ResourceId"], t["Key"]) for t in Tags]
 
 
@@ -242,3 +253,85 @@ def test_only_node_template_tags_are_accepted() -> None:
         handler.on_event(
             _event("Create", {"eks:nodegroup-name": "x"}), None, FakeEks(["g"]), FakeAutoscaling()
         )
+
+
+def test_a_missing_node_group_or_empty_resources_fail_create_naming_the_group() -> None:
+    for eks_api in (
+        FakeEks(None),
+        FakeEks([], response={}),
+        FakeEks([], response={"nodegroup": {}}),
+        FakeEks([], response={"nodegroup": {"resources": {"autoScalingGroups": [{}]}}}),
+    ):
+        with pytest.raises(handler.TagError, match="gpu-workers-a-1 of cluster c has no Auto"):
+            handler.on_event(_event("Create", {GPU: "1"}), None, eks_api, FakeAutoscaling())
+
+
+def test_another_describe_error_is_the_reason_not_a_missing_group() -> None:
+    with pytest.raises(handler.TagError, match="AccessDeniedException") as err:
+        handler.on_event(
+            _event("Create", {GPU: "1"}), None, FakeEks("AccessDeniedException"), FakeAutoscaling()
+        )
+    assert "has no Auto Scaling group" not in str(err.value)
+
+
+def test_every_group_of_the_node_group_is_tagged_and_reported() -> None:
+    asg = FakeAutoscaling()
+    out = handler.on_event(_event("Create", {GPU: "1"}), None, FakeEks(["a", "b"]), asg)
+    assert asg.set == [("a", GPU, "1", False), ("b", GPU, "1", False)]
+    assert out["Data"] == {"AutoScalingGroups": "a,b", "Tags": "1"}
+
+
+def test_no_tags_property_means_no_tags() -> None:
+    event = _event("Create", {})
+    del event["ResourceProperties"]["Tags"]
+    asg = FakeAutoscaling()
+    out = handler.on_event(event, None, FakeEks(["g"]), asg)
+    assert out["Data"] == {"AutoScalingGroups": "g", "Tags": "0"} and asg.set == []
+
+
+@pytest.mark.parametrize("tags", ["{not json", "[1]"])
+def test_tags_that_are_not_a_json_object_are_refused(tags: str) -> None:
+    event = _event("Create", {})
+    event["ResourceProperties"]["Tags"] = tags
+    with pytest.raises(handler.TagError, match=r"failed: Tags is not a JSON object: "):
+        handler.on_event(event, None, FakeEks(["g"]), FakeAutoscaling())
+
+
+def test_delete_and_rollback_keep_the_physical_id_cloudformation_has() -> None:
+    event = _event("Delete", {GPU: "1"}, PhysicalResourceId="old-cluster/old-group")
+    assert handler.on_event(event, None, FakeEks(None), FakeAutoscaling()) == {
+        "PhysicalResourceId": "old-cluster/old-group"
+    }
+    event = _event("Update", {GPU: "1"}, PhysicalResourceId="old-cluster/old-group")
+    broken = FakeAutoscaling(ClientError({"Error": {"Code": "Throttling"}}, "Op"))
+    out = handler.on_event(
+        event, None, FakeEks(["g"]), broken, Stacks("UPDATE_ROLLBACK_IN_PROGRESS")
+    )
+    assert out == {"PhysicalResourceId": "old-cluster/old-group"}
+
+
+def test_a_failed_create_fails_even_while_some_stack_rolls_back() -> None:
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "Op")
+    with pytest.raises(handler.TagError, match="failed: "):
+        handler.on_event(
+            _event("Create", {GPU: "1"}),
+            None,
+            FakeEks(["g"]),
+            FakeAutoscaling(denied),
+            Stacks("UPDATE_ROLLBACK_IN_PROGRESS"),
+        )
+
+
+def test_without_injected_clients_it_makes_the_eks_and_autoscaling_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    clients = {"eks": FakeEks(["g"]), "autoscaling": FakeAutoscaling()}
+
+    def client(name: str) -> Any:
+        made.append(name)
+        return clients[name]
+
+    monkeypatch.setattr(handler, "_client", client)
+    handler.on_event(_event("Create", {GPU: "1"}))
+    assert made == ["eks", "autoscaling"]
