@@ -113,52 +113,61 @@ class KvProbe(Construct):
             # observability=none: the account brings its own monitoring; the metrics are
             # published all the same (namespace RayPdEks/KvProbe) for it to alarm on.
             return
+        below, at_least = (
+            cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        )
+        # (id, applies, description, metric, statistic, comparison, periods, missing data)
+        specs = (
+            (
+                "ProbeFailed",
+                True,
+                "The KV probe failed twice running (an answer without the code, a failed "
+                "or missing KV transfer, or the endpoint down); its log says why",
+                "ProbeOk",
+                "Minimum",
+                below,
+                2,
+                cw.TreatMissingData.BREACHING,  # a probe that no longer runs proves nothing
+            ),
+            (
+                "TransferStalled",
+                serving_mode == "pd",
+                "The KV probe's request moved no KV cache: the NIXL transfer count "
+                "did not rise while a request flowed",
+                "KvTransferStalled",
+                "Maximum",
+                at_least,
+                1,
+                cw.TreatMissingData.NOT_BREACHING,
+            ),
+            (
+                "ProviderNotEfa",
+                serving_mode == "pd" and kv_backend == "LIBFABRIC",
+                "An engine's libfabric provider is not efa: the KV cache moves at TCP "
+                "speed (run python -m ray_pd_eks efa-check)",
+                "ProviderEfa",
+                "Minimum",
+                below,
+                1,
+                cw.TreatMissingData.NOT_BREACHING,
+            ),
+        )
         self.alarms = [
             cw.Alarm(
                 self,
-                "ProbeFailed",
-                alarm_description=(
-                    "The KV probe failed twice running (an answer without the code, a failed "
-                    "or missing KV transfer, or the endpoint down); its log says why"
-                ),
-                metric=metric("ProbeOk", "Minimum"),
+                alarm_id,
+                alarm_description=description,
+                metric=metric(name, statistic),
                 threshold=1,
-                comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                evaluation_periods=2,
-                treat_missing_data=cw.TreatMissingData.BREACHING,
+                comparison_operator=comparison,
+                evaluation_periods=periods,
+                treat_missing_data=missing,
             )
+            for alarm_id, applies, description, name, statistic, comparison, periods, missing in (
+                specs
+            )
+            if applies
         ]
-        if serving_mode == "pd":
-            self.alarms.append(
-                cw.Alarm(
-                    self,
-                    "TransferStalled",
-                    alarm_description=(
-                        "The KV probe's request moved no KV cache: the NIXL transfer count "
-                        "did not rise while a request flowed"
-                    ),
-                    metric=metric("KvTransferStalled", "Maximum"),
-                    threshold=1,
-                    comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                    evaluation_periods=1,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                )
-            )
-        if serving_mode == "pd" and kv_backend == "LIBFABRIC":
-            self.alarms.append(
-                cw.Alarm(
-                    self,
-                    "ProviderNotEfa",
-                    alarm_description=(
-                        "An engine's libfabric provider is not efa: the KV cache moves at TCP "
-                        "speed (run python -m ray_pd_eks efa-check)"
-                    ),
-                    metric=metric("ProviderEfa", "Minimum"),
-                    threshold=1,
-                    comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
-                    evaluation_periods=1,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                )
-            )
         for alarm in self.alarms:
             alarm.add_alarm_action(cw_actions.SnsAction(alarm_topic))
