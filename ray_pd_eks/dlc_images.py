@@ -6,9 +6,9 @@ AWS documents for GovCloud and the newest regions. Nodes pull from the registry 
 region, so an image cannot be derived from the region name.
 
 Source: AWS Deep Learning Containers, "Region Availability"
-(aws/deep-learning-containers ``docs/reference/region_availability.md``, commit ``da81c30f``,
+(aws/deep-learning-containers ``docs/reference/region_availability.md``, commit ``18d714e0``,
 the table behind the "Available images" page), read 2026-12. A region missing here has no DLC
-registry in that table (us-gov-east-1, us-gov-west-1, ap-southeast-6, eusc-de-east-1, ...):
+registry in that table (us-gov-east-1, us-gov-west-1, eusc-de-east-1, ...):
 the config refuses it at synth unless ``dlcImage`` names an image (a copy in your own
 registry), and ``preflight`` says the same for an environment-agnostic deploy.
 """
@@ -25,7 +25,7 @@ DLC_DOC = (
 _ACCOUNTS: dict[str, str] = {
     "af-south-1": "626614931356",
     "ap-east-1": "871362719292",
-    "ap-east-2": DLC_DEFAULT_ACCOUNT,
+    "ap-east-2": "975050140332",
     "ap-northeast-1": DLC_DEFAULT_ACCOUNT,
     "ap-northeast-2": DLC_DEFAULT_ACCOUNT,
     "ap-northeast-3": "364406365360",
@@ -36,6 +36,7 @@ _ACCOUNTS: dict[str, str] = {
     "ap-southeast-3": "907027046896",
     "ap-southeast-4": "457447274322",
     "ap-southeast-5": "550225433462",
+    "ap-southeast-6": "633930458069",
     "ap-southeast-7": "590183813437",
     "ca-central-1": DLC_DEFAULT_ACCOUNT,
     "ca-west-1": "204538143572",
@@ -52,6 +53,7 @@ _ACCOUNTS: dict[str, str] = {
     "il-central-1": "780543022126",
     "me-central-1": "914824155844",
     "me-south-1": "217643126080",
+    "me-west-1": "124382933778",
     "mx-central-1": "637423239942",
     "sa-east-1": DLC_DEFAULT_ACCOUNT,
     "us-east-1": DLC_DEFAULT_ACCOUNT,

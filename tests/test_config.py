@@ -469,6 +469,9 @@ def test_booleans_from_the_command_line(raw: str, value: bool) -> None:
         ("af-south-1", "626614931356.dkr.ecr.af-south-1.amazonaws.com"),
         ("ap-east-1", "871362719292.dkr.ecr.ap-east-1.amazonaws.com"),
         ("me-south-1", "217643126080.dkr.ecr.me-south-1.amazonaws.com"),
+        # Taipei has an account of its own, not the default one.
+        ("ap-east-2", "975050140332.dkr.ecr.ap-east-2.amazonaws.com"),
+        ("ap-southeast-6", "633930458069.dkr.ecr.ap-southeast-6.amazonaws.com"),
         ("cn-north-1", "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn"),
     ],
 )
@@ -476,7 +479,7 @@ def test_default_image_comes_from_the_regions_dlc_registry(region: str, registry
     assert DEFAULTS.image_uri(region) == f"{registry}/ray:serve-llm-cuda-v1.0"
 
 
-@pytest.mark.parametrize("region", ["us-gov-west-1", "us-gov-east-1", "ap-southeast-6"])
+@pytest.mark.parametrize("region", ["us-gov-west-1", "us-gov-east-1"])
 def test_a_region_without_a_dlc_registry_is_refused_unless_dlc_image_is_set(region: str) -> None:
     with pytest.raises(ConfigError) as err:
         AppConfig.from_context({"region": region})
