@@ -11,16 +11,19 @@ What you get by default:
 - PodMonitors for the Ray head and GPU workers (``assets/manifests/podmonitors.yaml``);
 - PromQL alarms (:func:`pd_constructs.promql.alarm_specs`) on one SNS topic encrypted with a
   rotating KMS key, with an optional e-mail subscription (``alarmEmail``);
-- a CloudWatch dashboard: one panel per topic of :func:`pd_constructs.promql.dashboard_panels`
-  and the alarms' state.
+- a CloudWatch dashboard: the alarms' state, then one graph per panel of
+  :func:`pd_constructs.promql.dashboard_panels` (the PromQL the tests parse), then what each
+  panel means.
 
 CDK 2.275 has no PromQL dashboard widget (its widgets graph CloudWatch namespace metrics and
-metric math only), so each panel is a markdown widget carrying its PromQL, ready for Query
-Studio, above an alarm-status widget of every alarm: see docs/observability.md.
+metric math only), so each graph is a CloudWatch ``chart`` widget written here
+(:class:`PromQLChartWidget`) in the shape AWS deploys through ``AWS::CloudWatch::Dashboard``:
+see :data:`CHART_PLOT_OPTIONS` and docs/observability.md for the sources and how sure that is.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from aws_cdk import Aws, Duration, RemovalPolicy
@@ -73,11 +76,117 @@ def render_podmonitors(config: AppConfig) -> list[dict[str, Any]]:
     )
 
 
-def panel_markdown(panel: Panel) -> str:
-    """A panel as markdown: what it shows, then each query in a code block."""
-    lines = [f"### {panel.title}", panel.meaning, ""]
-    for legend, query in panel.queries:
-        lines += [f"**{legend}**", "```", query, "```"]
+# -- the dashboard's graphs --------------------------------------------------------------------
+#
+# CloudWatch graphs PromQL only in a ``"type": "chart"`` widget: the Dashboard Body Structure
+# reference (CloudWatch user guide, CloudWatch-Dashboard-Body-Structure) lists "Properties of a
+# Chart Widget Object", and CloudWatch rejects PromQL ``data.queries`` in a ``metric`` widget
+# ("Should have required property 'metrics'": aws-solutions-library-samples/
+# guidance-for-claude-code-with-amazon-bedrock issue #759, PR #760). The property table of that
+# section could not be read here, so the widget below uses only the keys and values of the chart
+# widgets AWS deploys through AWS::CloudWatch::Dashboard in that repository
+# (deployment/infrastructure/claude-code-dashboard.yaml, v2.5.2, commit 4d11e8c): ``title``,
+# ``view``, ``region``, ``data.queries`` (``id``, ``type: cloudwatch-metrics``, ``language:
+# PromQL``, ``query``, ``step``) and the whole ``plotOptions`` block below. The tests hold every
+# widget to tests/schemas/cloudwatch-dashboard-chart-widget.schema.json, written from the same
+# source.
+
+CHART_VIEW = "line"
+CHART_WIDTH = 12
+CHART_HEIGHT = 6
+# One point a minute: the alarms' evaluation interval, two scrapes.
+CHART_STEP_SECONDS = int(EVALUATION_INTERVAL.to_seconds())
+# Verbatim the sample's block (every chart widget there carries it whole; a lineOptions without
+# all five fields is reported to fail CloudWatch's validation).
+CHART_PLOT_OPTIONS: dict[str, Any] = {
+    "legend": {"position": "bottom", "show": True},
+    "xAxis": {"type": "datetime"},
+    "yAxis": [{"type": "linear"}],
+    "style": {
+        "lineOptions": {
+            "filled": False,
+            "stacked": False,
+            "width": 2,
+            "pattern": "solid",
+            "spline": False,
+        },
+        "numberOptions": {"sparkline": True},
+        "pieOptions": {"innerSize": "50%"},
+        "barOptions": {},
+        "gaugeOptions": {},
+    },
+}
+# The label that names each line after its query's legend (``p50``, ``errors/s``, ...).
+LEGEND_LABEL = "legend"
+
+
+def legend_query(legend: str, query: str) -> str:
+    """``query`` with ``legend="<legend>"`` on every series it returns, so a graph's lines keep
+    their own labels (``deployment``, the node, the status code) and say which query they are:
+    the AWS sample gives a static ``label`` only to queries of one series, and a static label
+    would name the Prefill and Decode lines of ``p50`` alike. The source label is the new label
+    itself, absent, so ``.*`` matches its empty value and the replacement is set."""
+    if not legend or any(c in legend for c in '"\\$'):
+        raise ValueError(f"legend {legend!r} must be non-empty, without quotes, \\ or $")
+    return f'label_replace({query}, "{LEGEND_LABEL}", "{legend}", "{LEGEND_LABEL}", ".*")'
+
+
+def chart_properties(panel: Panel, region: str) -> dict[str, Any]:
+    """The ``properties`` of the chart widget that graphs ``panel``: one query per legend, ids
+    ``q1``, ``q2``, ... (GetMetricData's id rule: a lowercase letter first)."""
+    return {
+        "title": panel.title,
+        "view": CHART_VIEW,
+        "region": region,
+        "data": {
+            "queries": [
+                {
+                    "id": f"q{i}",
+                    "type": "cloudwatch-metrics",
+                    "language": "PromQL",
+                    "query": legend_query(legend, query),
+                    "step": CHART_STEP_SECONDS,
+                }
+                for i, (legend, query) in enumerate(panel.queries, start=1)
+            ]
+        },
+        "plotOptions": copy.deepcopy(CHART_PLOT_OPTIONS),
+    }
+
+
+class PromQLChartWidget(cw.ConcreteWidget):
+    """A dashboard graph of one panel's PromQL (a CloudWatch ``chart`` widget), in the stack's
+    region; the dashboard places it like any CDK widget."""
+
+    def __init__(
+        self, panel: Panel, *, width: int = CHART_WIDTH, height: int = CHART_HEIGHT
+    ) -> None:
+        super().__init__(width, height)
+        self.panel = panel
+
+    def to_json(self) -> list[Any]:
+        return [
+            {
+                "type": "chart",
+                "x": self._x,
+                "y": self._y,
+                "width": self.width,
+                "height": self.height,
+                "properties": chart_properties(self.panel, Aws.REGION),
+            }
+        ]
+
+
+def panel_guide_markdown(panels: tuple[Panel, ...]) -> str:
+    """What each graph shows, under the graphs."""
+    lines = ["### Reading the panels", ""]
+    lines += [f"- **{p.title}**: {p.meaning}" for p in panels]
+    lines += [
+        "",
+        f"Each line is named by its series' labels and `{LEGEND_LABEL}`. A graph's PromQL: "
+        "edit the widget, or paste it into CloudWatch Query Studio (PromQL). "
+        "What to do about each: docs/observability.md.",
+    ]
     return "\n".join(lines)
 
 
@@ -295,12 +404,16 @@ class PdObservability(Construct):
         self.dashboard.add_widgets(
             cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=24, height=4)
         )
-        panels = [
-            cw.TextWidget(markdown=panel_markdown(p), width=12, height=10)
-            for p in dashboard_panels(config)
-        ]
-        for i in range(0, len(panels), 2):
-            self.dashboard.add_widgets(*panels[i : i + 2])
+        panels = dashboard_panels(config)
+        graphs = [PromQLChartWidget(p) for p in panels]
+        per_row = 24 // CHART_WIDTH
+        for i in range(0, len(graphs), per_row):
+            self.dashboard.add_widgets(*graphs[i : i + per_row])
+        self.dashboard.add_widgets(
+            cw.TextWidget(
+                markdown=panel_guide_markdown(panels), width=24, height=len(panels) // 2 + 3
+            )
+        )
         self.dashboard_url = dashboard_url(Aws.REGION, self.dashboard_name)
 
     def _alarm(self, config: AppConfig, spec: AlarmSpec) -> cw.PromQLAlarm:

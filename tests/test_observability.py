@@ -24,7 +24,12 @@ from pd_constructs.observability import (
     ADDON_NAME,
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
-    panel_markdown,
+    CHART_PLOT_OPTIONS,
+    CHART_STEP_SECONDS,
+    LEGEND_LABEL,
+    chart_properties,
+    legend_query,
+    panel_guide_markdown,
     render_podmonitors,
 )
 from pd_constructs.promql import alarm_specs, dashboard_panels
@@ -576,19 +581,148 @@ def test_ray_pods_bound_metric_cardinality_with_a_level_ray_knows() -> None:
 # -- dashboard and outputs ----------------------------------------------------------------------
 
 
-def test_dashboard_shows_every_panel_and_the_alarms(default_app: Synthesized) -> None:
-    dash = default_app.only("Workload", "AWS::CloudWatch::Dashboard")["Properties"]
-    assert dash["DashboardName"] == dashboard_name(DEFAULTS) == "ray-llm-multinode-ray-llm"
-    body_parts = dash["DashboardBody"]["Fn::Join"][1]
-    text = "".join(p if isinstance(p, str) else "<token>" for p in body_parts)
-    widgets = json.loads(text.replace("<token>", "x"))["widgets"]
-    markdown = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
-    assert markdown == [panel_markdown(p) for p in dashboard_panels(DEFAULTS)]
-    titles = [p.title for p in dashboard_panels(DEFAULTS)]
+@pytest.fixture(scope="module")
+def chart_validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads((SCHEMAS / "cloudwatch-dashboard-chart-widget.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def dashboard_widgets(app: Synthesized) -> list[dict[str, Any]]:
+    dash = app.only("Workload", "AWS::CloudWatch::Dashboard")["Properties"]
+    assert dash["DashboardName"] == dashboard_name(app.config)
+    return list(json.loads(resolve(dash["DashboardBody"]))["widgets"])
+
+
+def test_dashboard_graphs_every_panel_under_the_alarms(
+    default_app: Synthesized, chart_validator: jsonschema.Draft202012Validator
+) -> None:
+    widgets = dashboard_widgets(default_app)
+    panels = dashboard_panels(DEFAULTS)
+    assert dashboard_name(DEFAULTS) == "ray-llm-multinode-ray-llm"
+    assert [w["type"] for w in widgets] == ["alarm"] + ["chart"] * len(panels) + ["text"]
+    status, *charts, guide = widgets
+    assert len(status["properties"]["alarms"]) == len(alarm_specs(DEFAULTS))
+    assert status["y"] == 0 and status["width"] == 24
+    for panel, chart in zip(panels, charts, strict=True):
+        chart_validator.validate(chart)
+        props = chart["properties"]
+        assert props["title"] == panel.title
+        assert props["region"] == TEST_REGION
+        assert props["view"] == "line"
+        assert props["plotOptions"] == CHART_PLOT_OPTIONS
+        queries = props["data"]["queries"]
+        assert [q["id"] for q in queries] == [f"q{i}" for i in range(1, len(panel.queries) + 1)]
+        assert all(q["step"] == CHART_STEP_SECONDS == 60 for q in queries)
+        assert all("label" not in q for q in queries)  # lines are named by their labels
+        for (legend, query), deployed in zip(panel.queries, queries, strict=True):
+            # What CloudWatch runs is the panel's query, parsed, with only the legend added.
+            assert deployed["query"] == legend_query(legend, query)
+            tree = promql_parser.parse(deployed["query"])
+            assert isinstance(tree, promql_parser.Call) and tree.func.name == "label_replace"
+            assert selected_series(deployed["query"]) == selected_series(query)
+    # Two graphs a row, under the alarms, never overlapping.
+    assert [(c["x"], c["y"]) for c in charts] == [
+        (12 * (i % 2), status["height"] + 6 * (i // 2)) for i in range(len(charts))
+    ]
+    assert guide["y"] == status["height"] + 6 * ((len(charts) + 1) // 2)
+    assert guide["properties"]["markdown"] == panel_guide_markdown(panels)
+    for panel in panels:
+        assert f"- **{panel.title}**: {panel.meaning}" in guide["properties"]["markdown"]
+    titles = [p.title for p in panels]
     for topic in ("Requests and errors", "NIXL KV transfer", "GPU per node", "EFA per node"):
         assert topic in titles
-    (status,) = [w for w in widgets if w["type"] == "alarm"]
-    assert len(status["properties"]["alarms"]) == len(alarm_specs(DEFAULTS))
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_every_panel_renders_a_chart_widget_of_the_schema(
+    config_name: str, chart_validator: jsonschema.Draft202012Validator
+) -> None:
+    for panel in dashboard_panels(CONFIGS[config_name]):
+        props = chart_properties(panel, "eu-west-1")
+        widget = {"type": "chart", "x": 12, "y": 4, "width": 12, "height": 6, "properties": props}
+        chart_validator.validate(widget)
+        for q in props["data"]["queries"]:
+            promql_parser.parse(q["query"])
+
+
+def _a_chart() -> dict[str, Any]:
+    (panel, *_) = dashboard_panels(DEFAULTS)
+    props = chart_properties(panel, "us-west-2")
+    return {"type": "chart", "x": 0, "y": 0, "width": 12, "height": 6, "properties": props}
+
+
+def _set(widget: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``widget`` with ``path`` (dotted, list indexes as numbers) set, or deleted
+    when ``value`` is ``DELETE``."""
+    out = json.loads(json.dumps(widget))
+    *parents, last = path.split(".")
+    node: Any = out
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node[key]
+    if value is DELETE:
+        del node[int(last) if last.isdigit() else last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return out
+
+
+DELETE = object()
+ONE_QUERY = {
+    "id": "a",
+    "type": "cloudwatch-metrics",
+    "language": "PromQL",
+    "query": "up",
+    "step": 60,
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "ok", "bad"),
+    [
+        ("x", [0, 23], [-1, 24]),
+        ("y", [0, 999], [-1]),
+        ("width", [1, 24], [0, 25]),
+        ("height", [1, 1000], [0, 1001]),
+        # The widget that carries PromQL is a chart (a metric widget with data.queries is what
+        # CloudWatch refused in aws-solutions-library-samples/...-amazon-bedrock issue #759).
+        ("type", ["chart"], ["metric", "text"]),
+        ("properties.region", ["us-east-1", "ap-southeast-2"], ["", "us-east", "${Region}"]),
+        ("properties.data.queries.0.id", ["a", "q1", "cacheCreate"], ["1q", "Q1", "q-1", ""]),
+        ("properties.data.queries.0.language", ["PromQL"], ["promql", "SQL"]),
+        ("properties.data.queries.0.type", ["cloudwatch-metrics"], ["metric"]),
+        ("properties.data.queries.0.step", [1, 60], [0, "60"]),
+        ("properties.data.queries.0.query", ["up"], [""]),
+        ("properties.data.queries", [[ONE_QUERY], [ONE_QUERY, {**ONE_QUERY, "id": "b"}]], [[]]),
+        ("properties.view", ["line", "number"], ["timeSeries", "singleValue"]),
+        ("properties.metrics", [], [[["AWS/EC2", "CPUUtilization"]]]),
+        ("properties.stacked", [], [True]),
+        ("properties.plotOptions.style.lineOptions.width", [1, 2], [0]),
+        ("properties.plotOptions.style.lineOptions.spline", [False], [DELETE]),
+        ("properties.plotOptions.style.lineOptions.filled", [True], [DELETE]),
+        ("properties.plotOptions", [CHART_PLOT_OPTIONS], [DELETE, {}]),
+    ],
+)
+def test_the_chart_schema_at_and_past_its_limits(
+    path: str, ok: list[Any], bad: list[Any], chart_validator: jsonschema.Draft202012Validator
+) -> None:
+    for value in ok:
+        chart_validator.validate(_set(_a_chart(), path, value))
+    for value in bad:
+        with pytest.raises(jsonschema.ValidationError):
+            chart_validator.validate(_set(_a_chart(), path, value))
+
+
+def test_legends_are_labels_a_query_can_carry() -> None:
+    assert (
+        legend_query("p50", "up") == f'label_replace(up, "{LEGEND_LABEL}", "p50", "legend", ".*")'
+    )
+    for legend in ("", 'a"b', "a\\b", "$1"):
+        with pytest.raises(ValueError, match="legend"):
+            legend_query(legend, "up")
+    for panel in dashboard_panels(DEFAULTS):
+        for legend, query in panel.queries:
+            legend_query(legend, query)  # every legend of the table is one
 
 
 def test_dashboard_url_is_an_output(default_app: Synthesized) -> None:
