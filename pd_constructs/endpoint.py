@@ -40,6 +40,7 @@ from pd_constructs.helm import (
     HelmAddon,
 )
 from pd_constructs.nag import acknowledge
+from pd_constructs.network import LOAD_BALANCER_SUBNET_GROUP
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.logs import log_removal_policy
@@ -410,7 +411,13 @@ class ModelEndpoint(Construct):
         super().__init__(scope, construct_id)
         vpc = cluster.vpc
         internet_facing = config.endpoint_exposure == "internet-facing"
-        self.subnets = vpc.public_subnets if internet_facing else vpc.private_subnets
+        # Internal: subnets of the ALB's own, which no node (so no pod) uses, so the
+        # NetworkPolicy's ALB peers admit the ALB alone (pd_constructs/network.py).
+        self.subnets = (
+            vpc.public_subnets
+            if internet_facing
+            else vpc.select_subnets(subnet_group_name=LOAD_BALANCER_SUBNET_GROUP).subnets
+        )
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",

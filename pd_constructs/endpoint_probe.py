@@ -120,6 +120,14 @@ class EndpointProbe(Construct):
                 to_port=HTTPS,
                 description="HTTPS from the NAT gateway (the deploy's endpoint probe)",
             )
+            # cdk-nag's EC23 (no ingress from 0.0.0.0/0) cannot read a CIDR made of a
+            # reference and fails synthesis ("Rule threw an error during validation").
+            acknowledge(
+                self.alb_ingress,
+                "AwsSolutions-EC23",
+                "One address, not the internet: the NAT gateway's Elastic IP as a /32, joined "
+                "from the EIP's reference at deploy time, which cdk-nag cannot evaluate.",
+            )
         # Kept on delete like the readiness check's: they hold why a failed deploy failed.
         log_group = logs.LogGroup(
             home, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY

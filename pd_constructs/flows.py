@@ -28,6 +28,8 @@ DNS = 53
 ANY_IPV4 = "0.0.0.0/0"
 # A peer standing for every CIDR of `endpointAllowedCidrs` (expanded per configuration).
 ALLOWED_CIDRS = "endpointAllowedCidrs"
+# A peer standing for the NAT gateway's Elastic IP as a /32 (known at deploy time only).
+NAT_ADDRESS = "natGatewayElasticIp/32"
 
 # Ways a connection is admitted other than by a NetworkPolicy rule.
 NODE_LOCAL = "own node"  # the VPC CNI's policy agent admits the node's IP to every pod
@@ -163,6 +165,10 @@ CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
     "endpoint probe, internal ALB": lambda c: (
         c.endpoint_exposure == "internal" and (c.endpoint_auth == "none" or c.endpoint_uses_cognito)
     ),
+    "endpoint probe, internet-facing ALB": lambda c: (
+        c.endpoint_exposure == "internet-facing"
+        and (c.endpoint_auth == "none" or c.endpoint_uses_cognito)
+    ),
 }
 
 
@@ -211,7 +217,8 @@ ENDPOINTS = {
     "kuberay-operator": "the KubeRay operator pod (namespace kuberay-system)",
     "bench": "the benchmark Job's load generator pods (ray_pd_eks/bench/job.py)",
     "api-server": "the EKS control plane's interfaces (their own /28 subnets)",
-    "alb": "the application endpoint's ALB (its subnets' addresses)",
+    "alb": "the application endpoint's ALB (its subnets' addresses: two /27 subnets of its own "
+    "when internal, the public subnets when internet-facing; no node is in either)",
     "clients": "callers of the endpoint (endpointAllowedCidrs)",
     "jwt-issuer": "the token issuer's JWKS endpoint (Cognito's regional endpoint or yours)",
     "cloudwatch-agent": "the CloudWatch agent DaemonSet pod on the same node (host network)",
@@ -392,7 +399,8 @@ FLOWS: tuple[Flow, ...] = (
         "ray-pods",
         _P.serve,
         _P.serve,
-        "the endpoint's target group (pod IPs) and its health check",
+        "the endpoint's target group (pod IPs) and its health check; the policy admits the "
+        "ALB's subnets only, so no pod on a node reaches Serve past the JWT check",
         "ray-serve-from-load-balancer",
         (_out("alb", "cluster", _P.serve), _in("cluster", "alb", _P.serve)),
         when="endpointExposure set",
@@ -437,7 +445,8 @@ FLOWS: tuple[Flow, ...] = (
         "jwt-issuer",
         HTTPS,
         HTTPS,
-        "jwt-validation fetches the issuer's signing keys (JWKS)",
+        "jwt-validation fetches the issuer's signing keys (JWKS): through the NAT gateway "
+        "(the internal ALB's subnets route to it) or the internet gateway (internet-facing)",
         NOT_POLICED,
         (_out("alb", f"cidr:{ANY_IPV4}", HTTPS),),
         when="endpointAuth=jwt",
@@ -527,11 +536,23 @@ FLOWS: tuple[Flow, ...] = (
         "alb",
         HTTPS,
         HTTPS,
-        "the deploy's one chat completion through the internal ALB (an internet-facing one "
-        "admits the NAT gateway's Elastic IP /32 instead: docs/readiness.md)",
+        "the deploy's one chat completion through the internal ALB (docs/readiness.md)",
         NOT_POLICED,
         (_out("probe-fn", f"cidr:{ANY_IPV4}", HTTPS), _in("alb", "probe-fn", HTTPS)),
         when="endpoint probe, internal ALB",
+    ),
+    Flow(
+        "probe-nat-alb",
+        "probe-fn",
+        "alb",
+        HTTPS,
+        HTTPS,
+        "the deploy's one chat completion through the internet-facing ALB: it leaves through "
+        "the NAT gateway, so the ALB admits the NAT's Elastic IP, and with it anything else "
+        "that leaves through the NAT gateway (the listener still checks the token)",
+        NOT_POLICED,
+        (_out("probe-fn", f"cidr:{ANY_IPV4}", HTTPS), _in("alb", f"cidr:{NAT_ADDRESS}", HTTPS)),
+        when="endpoint probe, internet-facing ALB",
     ),
 )
 

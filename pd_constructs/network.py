@@ -22,20 +22,22 @@ from pd_constructs.nag import (
     nag_flatten,
 )
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
-from ray_pd_eks.vpc_layout import CONTROL_PLANE_PREFIX, vpc_layout
+from ray_pd_eks.vpc_layout import CONTROL_PLANE_PREFIX, LOAD_BALANCER_PREFIX, vpc_layout
 
 CONTROL_PLANE_SUBNET_GROUP = "ControlPlane"
+LOAD_BALANCER_SUBNET_GROUP = "LoadBalancer"
 
 
 def subnet_plan(vpc_cidr: str) -> dict[str, str]:
     """The subnet masks ``ec2.Vpc`` is given, from :func:`ray_pd_eks.vpc_layout.vpc_layout`
-    (quarters 0-1 private, then the public subnets and the control plane's, quarter 3 the GPU
-    subnet)."""
+    (quarters 0-1 private, then the public subnets, the control plane's and the internal load
+    balancer's, quarter 3 the GPU subnet)."""
     layout = vpc_layout(vpc_cidr)
     return {
         "private_mask": str(layout.private_mask),
         "public_mask": str(layout.public_mask),
         "control_plane_mask": str(CONTROL_PLANE_PREFIX),
+        "load_balancer_mask": str(LOAD_BALANCER_PREFIX),
     }
 
 
@@ -224,11 +226,15 @@ class PdNetwork(Construct):
 
     By default: the VPC CIDR's first half holds two /18 private subnets (for a /16) in the first
     two AZs of the region, public /24 subnets for the NAT gateway follow, then two /28 subnets
-    that only the EKS control plane's network interfaces use (``control_plane_subnets``), and
-    the last quarter is kept for the GPU subnet (:mod:`ray_pd_eks.vpc_layout`). Everything here
-    is independent of the GPU AZ, so the values
-    other stacks import never change when the GPU subnet moves. ``egress_route_table_ids`` are
-    the route tables that need a default route through the NAT gateway.
+    that only the EKS control plane's network interfaces use (``control_plane_subnets``), two
+    /27 subnets that only an internal ALB uses (``load_balancer_subnets``), and the last
+    quarter is kept for the GPU subnet (:mod:`ray_pd_eks.vpc_layout`). Everything here is
+    independent of the GPU AZ and of the endpoint settings, so the values other stacks import
+    never change when the GPU subnet moves, and setting ``endpointExposure`` never touches the
+    VPC. ``egress_route_table_ids`` are the route tables of the nodes and functions, which need
+    a default route through the NAT gateway and the S3 endpoint;
+    ``load_balancer_route_table_ids`` those of the load balancer's subnets, which need the
+    default route only (the ALB fetches its JWKS over 443; ELB delivers its access logs itself).
 
     The S3 gateway endpoint (no charge) carries the nodes' S3 traffic (ECR serves image layers
     from S3, and staged weights come from S3) instead of the NAT gateway, in every private
@@ -280,10 +286,24 @@ class PdNetwork(Construct):
                     subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
                     cidr_mask=int(plan["control_plane_mask"]),
                 ),
+                # Last again, for the same reason: an internal ALB's network interfaces and
+                # nothing else. NetworkPolicies admit "the load balancer" by these blocks, which
+                # no node and so no pod can take an address from (docs/security.md). Isolated
+                # in aws-cdk-lib's terms only, so that no selection by type picks them (a node
+                # group's default, the kubectl provider's and the functions' private subnets);
+                # NatEgress gives them their default route, for the JWKS fetch.
+                ec2.SubnetConfiguration(
+                    name=LOAD_BALANCER_SUBNET_GROUP,
+                    subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
+                    cidr_mask=int(plan["load_balancer_mask"]),
+                ),
             ],
         )
         self.control_plane_subnets = self.vpc.select_subnets(
             subnet_group_name=CONTROL_PLANE_SUBNET_GROUP
+        ).subnets
+        self.load_balancer_subnets = self.vpc.select_subnets(
+            subnet_group_name=LOAD_BALANCER_SUBNET_GROUP
         ).subnets
         flow_log_group = logs.LogGroup(
             self, "FlowLogs", retention=log_retention, removal_policy=log_removal_policy
@@ -299,6 +319,9 @@ class PdNetwork(Construct):
             *(s.route_table.route_table_id for s in self.vpc.private_subnets),
             self.gpu_route_table.ref,
         ]
+        self.load_balancer_route_table_ids = [
+            s.route_table.route_table_id for s in self.load_balancer_subnets
+        ]
 
 
 class NatEgress(Construct):
@@ -306,8 +329,10 @@ class NatEgress(Construct):
     with a default route through it in each of ``route_table_ids`` (container registries,
     Hugging Face, the AWS APIs), and an S3 gateway endpoint (no charge) in the same route
     tables, so S3 traffic (ECR serves image layers from S3; staged weights) bypasses the NAT
-    gateway. Nodes, and the kubectl and readiness functions, need it only once they run, so it
-    can be created beside the cluster.
+    gateway. ``nat_only_route_table_ids`` (default none) get the default route but not the S3
+    endpoint: the internal ALB's subnets, whose only traffic out is the JWKS fetch. Nodes, and
+    the kubectl and readiness functions, need it only once they run, so it can be created
+    beside the cluster.
     """
 
     def __init__(
@@ -318,6 +343,7 @@ class NatEgress(Construct):
         vpc: ec2.IVpc,
         public_subnet: ec2.ISubnet,
         route_table_ids: Sequence[str],
+        nat_only_route_table_ids: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self.s3_endpoint = ec2.CfnVPCEndpoint(
@@ -337,6 +363,8 @@ class NatEgress(Construct):
             subnet_id=public_subnet.subnet_id,
             allocation_id=eip.attr_allocation_id,
         )
+        # Numbered in order, the NAT-only tables last: the routes of the tables before them
+        # keep their logical ids.
         self.routes = [
             ec2.CfnRoute(
                 self,
@@ -345,7 +373,7 @@ class NatEgress(Construct):
                 destination_cidr_block="0.0.0.0/0",
                 nat_gateway_id=self.nat_gateway.ref,
             )
-            for i, table_id in enumerate(route_table_ids)
+            for i, table_id in enumerate([*route_table_ids, *nat_only_route_table_ids])
         ]
 
 

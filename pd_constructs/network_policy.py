@@ -200,12 +200,12 @@ def control_plane_cidrs(vpc_cidr: str) -> list[str]:
 
 def load_balancer_cidrs(config: AppConfig) -> list[str]:
     """Where the application endpoint's ALB connects from: the subnets it is placed in
-    (pd_constructs/endpoint.py), as :mod:`ray_pd_eks.vpc_layout` carves them: the cluster's
-    private subnets for an internal ALB, the two public subnets for an internet-facing one;
-    none without one."""
+    (pd_constructs/endpoint.py), as :mod:`ray_pd_eks.vpc_layout` carves them: the two /27
+    subnets of its own for an internal ALB, the two public subnets for an internet-facing one;
+    none without one. No node group uses either pair, so no pod matches these peers."""
     layout = vpc_layout(config.vpc_cidr)
     if config.endpoint_exposure == "internal":
-        return list(layout.private)
+        return list(layout.load_balancer)
     if config.endpoint_exposure == "internet-facing":
         return list(layout.public)
     return []

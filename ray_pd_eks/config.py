@@ -1234,7 +1234,7 @@ def _endpoint(c: AppConfig) -> list[str]:
     if exposure not in ENDPOINT_EXPOSURES:
         why = (
             "must be none (no load balancer: reach the model with kubectl port-forward), "
-            "internal (an ALB in the private subnets) or internet-facing (public subnets)"
+            "internal (an ALB in private subnets of its own) or internet-facing (public subnets)"
         )
         return [_problem("endpointExposure", exposure, why)]
     if auth not in ENDPOINT_AUTHS:

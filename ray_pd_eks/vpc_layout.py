@@ -9,13 +9,15 @@ block below fits in that range):
 block                      default                      used by
 =========================  ===========================  ========================================
 quarters 0-1               10.0.0.0/18, 10.0.64.0/18    private subnets: system nodes and their
-                                                        pods, the Lambda functions, an internal
-                                                        ALB
+                                                        pods, the Lambda functions
 start of quarter 2         10.0.128.0/24, 10.0.129.0/24 public subnets: NAT gateway, an
                                                         internet-facing ALB
 right after them           10.0.130.0/28, 10.0.130.16/28 the EKS control plane's network
                                                         interfaces only (no node, pod, function
                                                         or load balancer)
+right after them           10.0.130.32/27, .64/27       an internal ALB's network interfaces
+                                                        only (no node, pod, function or control
+                                                        plane), routed to the NAT gateway
 quarter 3, one half        10.0.192.0/19 or .224.0/19   the GPU subnet (the other half when it
                                                         moves to another AZ)
 =========================  ===========================  ========================================
@@ -23,10 +25,20 @@ quarter 3, one half        10.0.192.0/19 or .224.0/19   the GPU subnet (the othe
 The control plane's subnets are ``/28`` (16 addresses, 11 usable after AWS's five): EKS needs
 at least six free addresses per subnet and recommends 16, for the 2-4 interfaces it keeps and
 the new set it creates during a version upgrade before removing the old (Amazon EKS User
-Guide, "View Amazon EKS networking requirements for VPC and subnets"). ``ec2.Vpc`` allocates
-subnet groups in the order they are configured, each group's subnets in AZ order, every block
-aligned to its size: private, public, control plane, which gives exactly the blocks above
-(tests/test_network.py checks the synthesized CIDRs against this module).
+Guide, "View Amazon EKS networking requirements for VPC and subnets").
+
+The load balancer's subnets are ``/27`` (32 addresses, 27 usable), in two AZs: an Application
+Load Balancer needs subnets in at least two Availability Zones, and AWS asks for subnets of at
+least a ``/27`` with at least eight free addresses so that the load balancer can scale (Elastic
+Load Balancing, Application Load Balancers Guide, "Subnets for your load balancer"; the
+``Subnets`` property of ``AWS::ElasticLoadBalancingV2::LoadBalancer``). Only an internal ALB
+uses them: no node group, so no pod, takes an address there, and the NetworkPolicy that admits
+the ALB to Serve names these blocks alone (docs/security.md).
+
+``ec2.Vpc`` allocates subnet groups in the order they are configured, each group's subnets in
+AZ order, every block aligned to its size: private, public, control plane, load balancer, which
+gives exactly the blocks above (tests/test_network.py checks the synthesized CIDRs against this
+module). A group added later goes last, so every block before it keeps its CIDR.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import ipaddress
 from dataclasses import dataclass
 
 CONTROL_PLANE_PREFIX = 28
+LOAD_BALANCER_PREFIX = 27
 AZ_COUNT = 2
 
 
@@ -46,6 +59,7 @@ class VpcLayout:
     private: tuple[str, ...]
     public: tuple[str, ...]
     control_plane: tuple[str, ...]
+    load_balancer: tuple[str, ...]
     gpu: tuple[str, str]
 
     @property
@@ -73,11 +87,20 @@ def vpc_layout(vpc_cidr: str) -> VpcLayout:
     public = tuple(str(b) for b in public_blocks[:AZ_COUNT])
     control = list(public_blocks[AZ_COUNT].subnets(new_prefix=CONTROL_PLANE_PREFIX))
     control_plane = tuple(str(b) for b in control[:AZ_COUNT])
+    # The next block of the load balancer's size after the control plane's, as ec2.Vpc aligns it.
+    size = 2 ** (32 - LOAD_BALANCER_PREFIX)
+    after_control = int(control[AZ_COUNT - 1].broadcast_address) + 1
+    start = (after_control + size - 1) // size * size
+    load_balancer = tuple(
+        str(ipaddress.IPv4Network((start + i * size, LOAD_BALANCER_PREFIX)))
+        for i in range(AZ_COUNT)
+    )
     first, second = (str(h) for h in quarters[3].subnets(prefixlen_diff=1))
     return VpcLayout(
         vpc=str(net),
         private=private,
         public=public,
         control_plane=control_plane,
+        load_balancer=load_balancer,
         gpu=(first, second),
     )

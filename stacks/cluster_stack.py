@@ -30,6 +30,7 @@ class ClusterStack(AppStack):
         vpc: ec2.IVpc,
         control_plane_subnets: Sequence[ec2.ISubnet],
         egress_route_table_ids: Sequence[str],
+        load_balancer_route_table_ids: Sequence[str],
         **props: Unpack[AppStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
@@ -42,6 +43,7 @@ class ClusterStack(AppStack):
             vpc=vpc,
             public_subnet=vpc.public_subnets[0],
             route_table_ids=egress_route_table_ids,
+            nat_only_route_table_ids=load_balancer_route_table_ids,
         )
         self.eks = PdCluster(
             self,

@@ -1,6 +1,7 @@
 """cfn-lint over the session's templates in a background process.
 
-Linting the 15 session templates (3 apps x 5 stacks, two regions each) costs about 10 s of CPU.
+Linting the 18 session templates (3 apps x 5 stacks and 3 stacks of a fourth, two regions each)
+costs about 13 s of CPU.
 The session fixtures hand each template to one worker process as soon as it is synthesized; the
 worker lints it on the other core while the suite goes on, with one cfn-lint ``Runner`` (its
 rules load once, not once per template: that was about 1 s each, half the cost). The

@@ -156,6 +156,22 @@ def token_app() -> Synthesized:
     return _linted("token_app", app)
 
 
+@pytest.fixture(scope="session")
+def public_cognito_app() -> Synthesized:
+    """An internet-facing endpoint whose tokens come from the stack's own Cognito pool, with
+    cdk.json's defaults otherwise: the one configuration in which the deploy's endpoint probe
+    reaches the ALB through the NAT gateway (the ALB admits its Elastic IP), so the connections
+    table's two-way tests (tests/test_flows.py) cover that row too."""
+    app = synth(
+        {
+            "endpointExposure": "internet-facing",
+            "endpointCertificateArn": CERTIFICATE,
+            "endpointAllowedCidrs": ["203.0.113.0/24"],
+        }
+    )
+    return _linted("public_cognito_app", app)
+
+
 @pytest.fixture(autouse=True)
 def _no_user_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory

@@ -24,6 +24,19 @@ def test_cfn_lint_is_clean(stack: str, app_name: str, request: pytest.FixtureReq
     assert cfn_lint_pool.findings(app_name, stack, app.templates[stack]) == []
 
 
+# Its GpuNodes template is the default app's, and its Network template differs from it by one
+# export (the second public subnet's id, for the ALB); the stacks that hold the endpoint, the
+# probe and the probe's machinery are linted.
+@pytest.mark.cfn_lint
+@pytest.mark.parametrize("stack", ["Cluster", "Workload", "Readiness"])
+@pytest.mark.parametrize("app_name", ["public_cognito_app"])
+def test_cfn_lint_is_clean_with_an_internet_facing_probe(
+    stack: str, app_name: str, request: pytest.FixtureRequest
+) -> None:
+    app: Synthesized = request.getfixturevalue(app_name)
+    assert cfn_lint_pool.findings(app_name, stack, app.templates[stack]) == []
+
+
 @pytest.mark.cfn_lint
 def test_cfn_lint_in_the_background_reports_a_finding() -> None:
     """The background lint is not vacuous: a template with a mistake that no ignored rule

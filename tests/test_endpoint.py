@@ -107,13 +107,15 @@ def test_default_synth_creates_no_load_balancer(default_app: Synthesized) -> Non
 # -- the load balancer, listener and target group ------------------------------------------
 
 
-def test_internal_alb_in_the_private_subnets(variant_app: Synthesized) -> None:
+def test_internal_alb_in_subnets_of_its_own(variant_app: Synthesized) -> None:
+    """Not the cluster's private subnets, which the system nodes share (tests/test_network.py
+    checks that no node group, control plane or function uses these)."""
     _, lb = _one(variant_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     props = lb["Properties"]
     assert props["Scheme"] == "internal"
     assert props["Type"] == "application"
     subnets = [_text(s) for s in props["Subnets"]]
-    assert len(subnets) == 2 and all("VpcPrivateSubnet" in s for s in subnets), subnets
+    assert len(subnets) == 2 and all("VpcLoadBalancerSubnet" in s for s in subnets), subnets
     attributes = {a["Key"]: a["Value"] for a in props["LoadBalancerAttributes"]}
     assert attributes["idle_timeout.timeout_seconds"] == "600"
     assert attributes["deletion_protection.enabled"] == "false"

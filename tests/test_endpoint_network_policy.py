@@ -1,6 +1,7 @@
 """The Ray namespace's NetworkPolicies and the application endpoint: the ALB reaches Serve on
-every Ray pod, from exactly the subnets it sits in, and nothing else opens (the evaluator in
-tests/netpol.py over the synthesized policies)."""
+every Ray pod, from exactly the subnets it sits in (subnets no node uses), and nothing else
+opens: no pod on a system node reaches Serve past the ALB (the evaluator in tests/netpol.py
+over the synthesized policies)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from pd_constructs.network_policy import (
     render_ray_network_policies,
 )
 from ray_pd_eks.config import DEFAULTS
-from tests.netpol import External
+from tests.netpol import External, Pod
 from tests.synth import Synthesized
 from tests.test_network_policies import World, _objects
 
 POLICY_NAME = LOAD_BALANCER_POLICY.removesuffix(".yaml")
-# In the default 10.0.0.0/16: a public subnet (10.0.128.0/24) and a private one (10.0.0.0/18).
+# In the default 10.0.0.0/16: a public subnet (10.0.128.0/24), a private one (10.0.0.0/18,
+# the system nodes') and the internal ALB's own (10.0.130.32/27).
 PUBLIC_SUBNET_HOST = External(ip="10.0.128.37")
 PRIVATE_SUBNET_HOST = External(ip="10.0.3.4")
+ALB_SUBNET_HOST = External(ip="10.0.130.40")
 INTERNET = External(ip="198.51.100.7")
 
 
@@ -100,7 +103,7 @@ def test_cidrs_follow_the_vpc_cidr() -> None:
     internal = config.with_overrides(
         {"endpointExposure": "internal", "endpointAllowedCidrs": ["10.0.0.0/8"]}
     )
-    assert load_balancer_cidrs(internal) == ["10.8.0.0/20", "10.8.16.0/20"]
+    assert load_balancer_cidrs(internal) == ["10.8.32.160/27", "10.8.32.192/27"]
 
 
 def test_internet_facing_alb_reaches_serve_on_every_ray_pod(public_world: World) -> None:
@@ -121,20 +124,32 @@ def test_without_an_endpoint_the_public_subnets_reach_nothing(plain_world: World
 
 def test_internal_alb_reaches_serve_on_every_ray_pod(internal_world: World) -> None:
     for pod in internal_world.ray_pods:
-        assert internal_world.allowed(PRIVATE_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
-        assert not internal_world.allowed(PRIVATE_SUBNET_HOST, pod, RAY_PORTS.gcs), pod.name
+        assert internal_world.allowed(ALB_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
+        assert not internal_world.allowed(ALB_SUBNET_HOST, pod, RAY_PORTS.gcs), pod.name
         assert not internal_world.allowed(PUBLIC_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
 
 
-def test_internal_alb_allow_is_shared_by_pods_of_system_nodes(internal_world: World) -> None:
-    """The residual case docs/security.md states: the internal ALB's subnets are the system
-    nodes' too, so a pod there matches its ipBlock, for Serve only."""
-    for pod in internal_world.ray_pods:
-        assert internal_world.allowed(internal_world.stranger, pod, RAY_PORTS.serve), pod.name
-        assert not internal_world.allowed(internal_world.stranger, pod, RAY_PORTS.gcs)
-    assert not internal_world.allowed(
-        internal_world.stranger, internal_world.head, RAY_PORTS.dashboard
-    )
+@pytest.mark.parametrize("app_name", ["variant_app", "token_app"])
+def test_pods_of_system_and_gpu_nodes_do_not_reach_serve_past_the_alb(
+    app_name: str, request: pytest.FixtureRequest
+) -> None:
+    """The ALB's subnets are its own (internal) or the public ones (internet-facing), and no
+    node sits in either: a pod on a system node (in the Ray namespace or another), a process
+    on a system node and anything in the GPU subnet match no peer of the ALB's allow, so none
+    reaches Serve on 8000 without the listener's JWT check (docs/security.md)."""
+    world = World(request.getfixturevalue(app_name))
+    system_node = External(ip="10.0.64.25", node="sys-2")
+    gpu_node_pod = Pod("job", "default", {"app": "job"}, ip="10.0.200.9", node="gpu-1")
+    sources: list[Pod | External] = [
+        world.stranger,
+        world.neighbour,
+        system_node,
+        PRIVATE_SUBNET_HOST,
+        gpu_node_pod,
+    ]
+    for source in sources:
+        for pod in world.ray_pods:
+            assert not world.allowed(source, pod, RAY_PORTS.serve), (source, pod.name)
 
 
 def test_policy_is_applied_with_the_others_before_the_pods(variant_app: Synthesized) -> None:

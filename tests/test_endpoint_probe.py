@@ -8,19 +8,14 @@ import importlib.util
 import json
 import sys
 from collections.abc import Iterator
-from types import ModuleType, SimpleNamespace
-from typing import Any, cast
+from types import ModuleType
+from typing import Any
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
-from constructs import Construct
 
 from pd_constructs.endpoint_probe import (
     SKIPPED_EXTERNAL_IDP,
     SKIPPED_NO_ENDPOINT,
-    EndpointProbe,
     probe_skip_reason,
 )
 from ray_pd_eks import lambda_code
@@ -331,66 +326,36 @@ def test_skip_reasons_per_configuration() -> None:
     assert probe_skip_reason(DEFAULTS) == SKIPPED_NO_ENDPOINT
 
 
-def test_internet_facing_alb_admits_only_the_nat_gateways_address() -> None:
-    """No session configuration has an internet-facing ALB with the stack's Cognito pool, and a
-    whole synth costs seconds: the construct alone, in a bare stack with a VPC, the ALB's
-    group and the Cognito ids as stand-ins (what the probe reads of the endpoint)."""
-    app = cdk.App()
-    stack = cdk.Stack(app, "S")
-    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
-    alb_group = ec2.SecurityGroup(stack, "AlbGroup", vpc=vpc)
-    issuer = SimpleNamespace(
-        user_pool=SimpleNamespace(
-            user_pool_arn="arn:aws:cognito-idp:us-west-2:123456789012:userpool/p",
-            user_pool_id="p",
-        ),
-        client=SimpleNamespace(user_pool_client_id="c"),
-        token_url="https://t.auth.us-west-2.amazoncognito.com/oauth2/token",
-        scope="ray-llm/invoke",
-    )
-    endpoint: Any = Construct(stack, "Endpoint")
-    endpoint.endpoint = SimpleNamespace(
-        security_group=alb_group,
-        load_balancer=SimpleNamespace(load_balancer_dns_name="alb.example"),
-    )
-    endpoint.token_issuer = issuer
-    after = cdk.CfnWaitConditionHandle(stack, "After")
-    config = DEFAULTS.with_overrides(
-        {
-            "endpointExposure": "internet-facing",
-            "endpointCertificateArn": CERTIFICATE,
-            "endpointAllowedCidrs": ["203.0.113.0/24"],
-        }
-    )
-    EndpointProbe(
-        stack,
-        "EndpointProbe",
-        cluster=cast(Any, SimpleNamespace(vpc=vpc)),
-        config=config,
-        endpoint=endpoint,
-        nat_public_ip="198.51.100.7",
-        after=after,
-        provider_scope=Construct(stack, "Providers"),
-        fingerprint="f",
-        log_retention=logs.RetentionDays.ONE_WEEK,
-    )
-    template = app.synth().get_stack_by_name("S").template
+def test_internet_facing_alb_admits_only_the_nat_gateways_address(
+    public_cognito_app: Synthesized,
+) -> None:
+    """The probe leaves through the NAT gateway, so an internet-facing ALB admits its Elastic
+    IP as a /32, on 443, on the ALB's own group: the one address rule besides the ALB's own
+    endpointAllowedCidrs (inline on its group)."""
+    workload = public_cognito_app.templates["Workload"]["Resources"]
     ingress = [
         r["Properties"]
-        for r in template["Resources"].values()
-        if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+        for r in workload.values()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress" and "CidrIp" in r["Properties"]
     ]
-    assert ingress == [
-        {
-            "CidrIp": "198.51.100.7/32",
-            "Description": "HTTPS from the NAT gateway (the deploy's endpoint probe)",
-            "FromPort": 443,
-            "GroupId": {"Fn::GetAtt": [ingress[0]["GroupId"]["Fn::GetAtt"][0], "GroupId"]},
-            "IpProtocol": "tcp",
-            "ToPort": 443,
-        }
-    ]
-    assert ingress[0]["GroupId"]["Fn::GetAtt"][0].startswith("AlbGroup")
+    (eip_id,) = public_cognito_app.resources("Cluster", "AWS::EC2::EIP")
+    (rule,) = ingress
+    (address, suffix) = rule["CidrIp"]["Fn::Join"][1]
+    assert suffix == "/32"
+    exports = {
+        o["Export"]["Name"]: o["Value"]
+        for o in public_cognito_app.templates["Cluster"]["Outputs"].values()
+        if "Export" in o
+    }
+    assert exports[address["Fn::ImportValue"]] == {"Ref": eip_id}
+    assert rule["Description"] == "HTTPS from the NAT gateway (the deploy's endpoint probe)"
+    assert (rule["IpProtocol"], rule["ToPort"]) == ("tcp", 443)
+    assert "SourceSecurityGroupId" not in rule
+    group_id, attribute = rule["GroupId"]["Fn::GetAtt"]
+    assert attribute == "GroupId"
+    assert workload[group_id]["Properties"]["GroupDescription"].startswith(
+        "internet-facing ALB of the model endpoint"
+    )
 
 
 def test_the_nat_gateways_address_is_its_elastic_ip(variant_app: Synthesized) -> None:

@@ -14,6 +14,7 @@ import pytest
 from pd_constructs import flows
 from pd_constructs.flows import (
     FLOWS,
+    NAT_ADDRESS,
     NODE_LOCAL,
     NOT_IP,
     NOT_POLICED,
@@ -28,7 +29,7 @@ from tests.netpol import Cluster, External, Pod
 from tests.synth import ROOT, Synthesized
 from tests.test_network_policies import World
 
-APPS = ("default_app", "variant_app", "token_app")
+APPS = ("default_app", "variant_app", "token_app", "public_cognito_app")
 # aws-cdk-lib's placeholder on a group with no egress rule: matches no packet.
 _CDK_NO_EGRESS = "Disallow all traffic"
 
@@ -106,9 +107,23 @@ class _Templates:
                     group = self.group(stack, p["GroupId"])
                     yield f"{stack}/{logical_id}", self._rule(stack, group, "out", p)
 
+    def cidr(self, stack: str, cidr: Any) -> str:
+        """A rule's ``CidrIp``: a block as written, or the NAT gateway's Elastic IP as a /32
+        (``Fn::Join`` of its address, imported from the cluster stack, and "/32")."""
+        if isinstance(cidr, str):
+            return cidr
+        sep, (address, suffix) = cidr["Fn::Join"]
+        if "Fn::ImportValue" in address:
+            stack, address = self.exports[address["Fn::ImportValue"]]
+        eip = self.app.templates[stack]["Resources"][address["Ref"]]
+        assert (sep, suffix, eip["Type"]) == ("", "/32", "AWS::EC2::EIP"), cidr
+        return NAT_ADDRESS
+
     def _rule(self, stack: str, group: str, direction: str, rule: dict[str, Any]) -> SgRule:
         peer_ref = rule.get("SourceSecurityGroupId") or rule.get("DestinationSecurityGroupId")
-        peer = self.group(stack, peer_ref) if peer_ref else f"cidr:{rule['CidrIp']}"
+        peer = (
+            self.group(stack, peer_ref) if peer_ref else f"cidr:{self.cidr(stack, rule['CidrIp'])}"
+        )
         if rule["IpProtocol"] == "-1":
             return SgRule(group, direction, peer, protocol="-1")
         return SgRule(group, direction, peer, rule["FromPort"], rule["ToPort"], rule["IpProtocol"])
@@ -255,11 +270,29 @@ def test_every_policy_rule_serves_a_listed_flow(name: str, request: pytest.Fixtu
     assert not extra, f"policy rules that serve no flow of pd_constructs/flows.py: {extra}"
 
 
-def test_every_flow_is_checked_by_some_configuration(
-    default_app: Synthesized, variant_app: Synthesized, token_app: Synthesized
-) -> None:
+def test_every_flow_is_checked_by_some_configuration(request: pytest.FixtureRequest) -> None:
     """Each row applies to at least one of the synthesized configurations above, so no row
     escapes the two-way checks."""
-    configs = (default_app.config, variant_app.config, token_app.config)
+    configs = [request.getfixturevalue(name).config for name in APPS]
     unchecked = [f.id for f in FLOWS if not any(f.applies(c) for c in configs)]
     assert not unchecked
+
+
+def test_the_internet_facing_probe_reaches_the_alb_from_the_nat_gateway_only(
+    public_cognito_app: Synthesized,
+) -> None:
+    """The one rule an internet-facing ALB adds beside its clients' (probe-nat-alb): 443 from
+    the NAT gateway's Elastic IP, read from the template (not a table row echoed back)."""
+    templates = _Templates(public_cognito_app)
+    found = [
+        rule for _, rule in templates.rules() if rule.group == "alb" and rule.direction == "in"
+    ]
+    assert sorted(r.text for r in found) == sorted(
+        [
+            SgRule("alb", "in", f"cidr:{NAT_ADDRESS}", 443, 443).text,
+            *(
+                SgRule("alb", "in", f"cidr:{c}", 443, 443).text
+                for c in public_cognito_app.config.endpoint_allowed_cidrs
+            ),
+        ]
+    )

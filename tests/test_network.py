@@ -41,12 +41,14 @@ def test_private_subnets_span_two_azs_and_egress_through_one_nat(default_app: Sy
         for r in default_app.resources("Cluster", "AWS::EC2::Route").values()
         if "NatGatewayId" in r["Properties"]
     ]
-    # The two cluster private route tables and the GPU one route 0.0.0.0/0 to the NAT gateway.
-    assert len(nat_routes) == 3
+    # The two cluster private route tables, the GPU one and the load balancer's two route
+    # 0.0.0.0/0 to the NAT gateway.
+    assert len(nat_routes) == 5
     assert {r["DestinationCidrBlock"] for r in nat_routes} == {"0.0.0.0/0"}
     tables = {r["RouteTableId"]["Fn::ImportValue"] for r in nat_routes}
     assert sum("PrivateSubnet" in t for t in tables) == 2
     assert sum("GpuRouteTable" in t for t in tables) == 1
+    assert sum("LoadBalancerSubnet" in t for t in tables) == 2
 
 
 def test_flow_logs_capture_all_traffic_into_a_log_group_with_retention(
@@ -103,13 +105,23 @@ def test_subnet_plan_never_overlaps(cidr: str) -> None:
     assert subnet_plan(cidr)["private_mask"] == str(layout.private_mask)
     blocks = [
         ipaddress.IPv4Network(b)
-        for b in (*layout.private, *layout.public, *layout.control_plane, *layout.gpu)
+        for b in (
+            *layout.private,
+            *layout.public,
+            *layout.control_plane,
+            *layout.load_balancer,
+            *layout.gpu,
+        )
     ]
+    assert len(blocks) == 10
     for i, a in enumerate(blocks):
         assert a.subnet_of(net)
         for b in blocks[i + 1 :]:
             assert not a.overlaps(b), (a, b)
     assert [ipaddress.IPv4Network(b).prefixlen for b in layout.control_plane] == [28, 28]
+    # An ALB's subnets: at least a /27 each (Application Load Balancers Guide), two AZs.
+    assert [ipaddress.IPv4Network(b).prefixlen for b in layout.load_balancer] == [27, 27]
+    assert subnet_plan(cidr)["load_balancer_mask"] == "27"
     assert gpu_subnet_blocks(cidr) == layout.gpu
 
 
@@ -120,19 +132,43 @@ def test_layout_refuses_a_vpc_outside_the_accepted_range(cidr: str) -> None:
 
 
 def test_subnet_cidrs_in_template_match_the_plan(default_app: Synthesized) -> None:
-    """ec2.Vpc allocates the groups in order (private, public, control plane), as
-    ray_pd_eks.vpc_layout computes them."""
+    """ec2.Vpc allocates the groups in order (private, public, control plane, load balancer),
+    as ray_pd_eks.vpc_layout computes them."""
     cidrs = sorted(s["Properties"]["CidrBlock"] for s in _subnets(default_app).values())
     layout = vpc_layout(default_app.config.vpc_cidr)
-    assert cidrs == sorted((*layout.private, *layout.public, *layout.control_plane))
+    assert cidrs == sorted(
+        (*layout.private, *layout.public, *layout.control_plane, *layout.load_balancer)
+    )
     assert cidrs == [
         "10.0.0.0/18",
         "10.0.128.0/24",
         "10.0.129.0/24",
         "10.0.130.0/28",
         "10.0.130.16/28",
+        "10.0.130.32/27",
+        "10.0.130.64/27",
         "10.0.64.0/18",
     ]
+
+
+# The subnets of a deployed VPC: a new CIDR or logical id replaces a subnet (and what sits in
+# it), so a subnet group added later goes last and leaves these as they are (docs/lifecycle.md).
+EXISTING_SUBNETS = {
+    "NetworkVpcPrivateSubnet1Subnet6DD86AE6": "10.0.0.0/18",
+    "NetworkVpcPrivateSubnet2Subnet1BDBE877": "10.0.64.0/18",
+    "NetworkVpcPublicSubnet1Subnet36933139": "10.0.128.0/24",
+    "NetworkVpcPublicSubnet2SubnetC427CCE0": "10.0.129.0/24",
+    "NetworkVpcControlPlaneSubnet1Subnet2397BBC6": "10.0.130.0/28",
+    "NetworkVpcControlPlaneSubnet2SubnetB8C6307B": "10.0.130.16/28",
+}
+
+
+def test_existing_subnets_keep_their_logical_ids_and_cidrs(default_app: Synthesized) -> None:
+    found = {k: s["Properties"]["CidrBlock"] for k, s in _subnets(default_app).items()}
+    assert {k: found.get(k) for k in EXISTING_SUBNETS} == EXISTING_SUBNETS
+    added = {k: v for k, v in found.items() if k not in EXISTING_SUBNETS}
+    assert sorted(added.values()) == ["10.0.130.32/27", "10.0.130.64/27"]
+    assert all(k.startswith("NetworkVpcLoadBalancerSubnet") for k in added), added
 
 
 def _network_cidr_of(app: Synthesized, ref: Any) -> str:
@@ -141,6 +177,30 @@ def _network_cidr_of(app: Synthesized, ref: Any) -> str:
     (output,) = [o for o in outputs if o.get("Export", {}).get("Name") == ref["Fn::ImportValue"]]
     subnet = app.templates["Network"]["Resources"][output["Value"]["Ref"]]
     return str(subnet["Properties"]["CidrBlock"])
+
+
+def _node_group_blocks(app: Synthesized) -> list[str]:
+    """Every block a node group (system, GPU) can place a node in."""
+    layout = vpc_layout(app.config.vpc_cidr)
+    blocks = []
+    for stack in ("Workload", "GpuNodes"):
+        for group in app.resources(stack, "AWS::EKS::Nodegroup").values():
+            for ref in group["Properties"]["Subnets"]:
+                if "Fn::ImportValue" in ref:
+                    blocks.append(_network_cidr_of(app, ref))
+                else:  # the GPU subnet: one of the two halves of the last quarter
+                    blocks.extend(layout.gpu)
+    assert blocks
+    return blocks
+
+
+def _overlapping(blocks: Any, others: Any) -> list[tuple[str, str]]:
+    return [
+        (a, b)
+        for a in blocks
+        for b in others
+        if ipaddress.IPv4Network(a).overlaps(ipaddress.IPv4Network(b))
+    ]
 
 
 @pytest.mark.parametrize("name", ["default_app", "variant_app", "token_app"])
@@ -154,21 +214,72 @@ def test_no_node_group_subnet_overlaps_the_control_planes(
     cluster = app.only("Cluster", "AWS::EKS::Cluster")["Properties"]["ResourcesVpcConfig"]
     control = {_network_cidr_of(app, ref) for ref in cluster["SubnetIds"]}
     assert control == set(layout.control_plane)
-    node_blocks = []
-    for stack in ("Workload", "GpuNodes"):
-        for group in app.resources(stack, "AWS::EKS::Nodegroup").values():
-            for ref in group["Properties"]["Subnets"]:
-                if "Fn::ImportValue" in ref:
-                    node_blocks.append(_network_cidr_of(app, ref))
-                else:  # the GPU subnet: one of the two halves of the last quarter
-                    node_blocks.extend(layout.gpu)
-    assert node_blocks
-    for node_block in node_blocks:
-        for cp in control:
-            assert not ipaddress.IPv4Network(node_block).overlaps(ipaddress.IPv4Network(cp)), (
-                node_block,
-                cp,
-            )
+    assert _overlapping(_node_group_blocks(app), control) == []
+
+
+def _alb_blocks(app: Synthesized) -> set[str]:
+    (lb,) = app.resources("Workload", "AWS::ElasticLoadBalancingV2::LoadBalancer").values()
+    return {_network_cidr_of(app, ref) for ref in lb["Properties"]["Subnets"]}
+
+
+@pytest.mark.parametrize(
+    ("name", "scheme"), [("variant_app", "internal"), ("token_app", "internet-facing")]
+)
+def test_no_node_group_or_control_plane_subnet_overlaps_the_albs(
+    name: str, scheme: str, request: pytest.FixtureRequest
+) -> None:
+    """The ALB's subnets are its own (internal: the two /27s of the load balancer group;
+    internet-facing: the public subnets, where only the NAT gateway is): no node group (system,
+    GPU), so no node and no pod, and no control-plane interface takes an address there, so
+    the NetworkPolicy's ALB peers (tests/test_endpoint_network_policy.py) admit the ALB alone."""
+    app: Synthesized = request.getfixturevalue(name)
+    layout = vpc_layout(app.config.vpc_cidr)
+    (lb,) = app.resources("Workload", "AWS::ElasticLoadBalancingV2::LoadBalancer").values()
+    assert lb["Properties"]["Scheme"] == scheme
+    alb = _alb_blocks(app)
+    assert alb == set(layout.load_balancer if scheme == "internal" else layout.public)
+    assert len(alb) == 2  # an ALB needs subnets in at least two AZs
+    assert _overlapping(_node_group_blocks(app), alb) == []
+    assert _overlapping(layout.control_plane, alb) == []
+    # The functions (kubectl, readiness, probes) sit in the private subnets, not the ALB's.
+    for stack, template in app.templates.items():
+        for fn in template["Resources"].values():
+            vpc_config = fn.get("Properties", {}).get("VpcConfig")
+            if fn["Type"] == "AWS::Lambda::Function" and vpc_config:
+                blocks = [_network_cidr_of(app, ref) for ref in vpc_config["SubnetIds"]]
+                assert _overlapping(blocks, alb) == [], stack
+
+
+def test_internal_albs_subnets_route_to_the_nat_gateway_only(default_app: Synthesized) -> None:
+    """Created whatever endpointExposure says (free, and the VPC never changes with it): each
+    of the two has its own route table with a default route to the NAT gateway (the ALB fetches
+    the issuer's JWKS over 443) and no S3 endpoint (the ALB reads nothing from S3)."""
+    network = default_app.templates["Network"]["Resources"]
+    subnets = {k for k in _subnets(default_app) if k.startswith("NetworkVpcLoadBalancerSubnet")}
+    assert len(subnets) == 2
+    tables = {
+        a["Properties"]["RouteTableId"]["Ref"]
+        for a in network.values()
+        if a["Type"] == "AWS::EC2::SubnetRouteTableAssociation"
+        and a["Properties"]["SubnetId"]["Ref"] in subnets
+    }
+    assert len(tables) == 2
+    for table in tables:
+        (route,) = [
+            r["Properties"]
+            for r in default_app.resources("Cluster", "AWS::EC2::Route").values()
+            if table in r["Properties"]["RouteTableId"]["Fn::ImportValue"]
+        ]
+        assert route["DestinationCidrBlock"] == "0.0.0.0/0"
+        assert route["NatGatewayId"] == {
+            "Ref": next(iter(default_app.resources("Cluster", "AWS::EC2::NatGateway")))
+        }
+    assert not [
+        r
+        for r in network.values()
+        if r["Type"] == "AWS::EC2::Route"
+        and r["Properties"].get("RouteTableId", {}).get("Ref") in tables
+    ]
 
 
 def test_gpu_route_table_routes_to_the_nat_and_the_gpu_subnet_uses_it(
@@ -198,10 +309,11 @@ def test_s3_gateway_endpoint_serves_every_private_route_table(default_app: Synth
     private = {
         k
         for k, v in default_app.resources("Network", "AWS::EC2::RouteTable").items()
-        if "Public" not in k and "ControlPlane" not in k
+        if "Public" not in k and "ControlPlane" not in k and "LoadBalancer" not in k
     }
     assert len(tables) == len(private) == 3  # two cluster subnets and the GPU subnet
-    # The control plane's subnets have no route out: its interfaces need none in this VPC.
-    assert not any("ControlPlane" in t for t in tables)
+    # The control plane's subnets have no route out: its interfaces need none in this VPC. The
+    # load balancer's reach the NAT gateway only.
+    assert not any("ControlPlane" in t or "LoadBalancer" in t for t in tables)
     for table in private:
         assert sum(table in t for t in tables) == 1, table
