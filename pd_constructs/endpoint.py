@@ -625,7 +625,9 @@ def jwt_claims(config: AppConfig) -> list[dict[str, Any]]:
     """The claims the listener checks besides signature, ``iss`` and ``exp``.
 
     Cognito access tokens carry ``scope`` (space-separated) and ``token_use: access``, not
-    ``aud``; an existing identity provider is checked on the audience and/or scope configured.
+    ``aud``; an existing identity provider is checked on the audience and/or scope configured,
+    ``aud`` in the format its tokens carry it (``endpointJwtAudienceFormat``: one string, or an
+    array as RFC 7519 allows).
     """
     claims: list[dict[str, Any]] = []
     if config.endpoint_scope:
@@ -636,7 +638,11 @@ def jwt_claims(config: AppConfig) -> list[dict[str, Any]]:
         claims.append({"Format": "single-string", "Name": "token_use", "Values": ["access"]})
     if config.endpoint_jwt_audience:
         claims.append(
-            {"Format": "single-string", "Name": "aud", "Values": [config.endpoint_jwt_audience]}
+            {
+                "Format": config.endpoint_jwt_audience_format,
+                "Name": "aud",
+                "Values": [config.endpoint_jwt_audience],
+            }
         )
     return claims
 

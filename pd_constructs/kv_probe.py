@@ -15,7 +15,11 @@ are still published for the account's own monitoring):
   failing (a probe that no longer runs proves nothing);
 - ``KvTransferStalled``: the probe's own request moved no KV (the transfer count did not rise
   while a request flowed);
-- ``KvProviderNotEfa`` (LIBFABRIC only): an engine's libfabric provider is not ``efa``.
+- ``KvProviderNotEfa`` (LIBFABRIC only): an engine's libfabric provider is not ``efa``. A probe
+  that cannot see the provider (NIXL logs it once, at engine start-up, and a long-running
+  engine's log can rotate past it) publishes ``ProviderUnknown`` 1 and no ``ProviderEfa``: the
+  alarm keeps its state through that missing data (the engine's provider cannot change while
+  it runs), and nothing alarms on ``ProviderUnknown`` itself.
 """
 
 from __future__ import annotations
@@ -150,7 +154,9 @@ class KvProbe(Construct):
                 "Minimum",
                 below,
                 1,
-                cw.TreatMissingData.NOT_BREACHING,
+                # No ProviderEfa is an unknown provider (handler.provider_metrics), not a pass:
+                # neither OK nor ALARM, the state stays.
+                cw.TreatMissingData.IGNORE,
             ),
         )
         self.alarms = [

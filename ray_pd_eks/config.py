@@ -107,6 +107,12 @@ MAX_ENDPOINT_CIDRS = 60
 # A prefix shorter than /8 is "the internet" for practical purposes, as for endpointPublicCidrs.
 OPEN_PREFIX_BELOW = 8
 JWT_CLAIM_MAX = 256  # ALB: each additional-claim value is at most 256 characters
+# How the token carries aud, as the ALB's jwt-validation names the formats of an additional
+# claim (JwtValidationActionAdditionalClaim.Format: single-string | string-array |
+# space-separated-values, ELBv2 API reference). RFC 7519 section 4.1.3: aud is one string or an
+# array of strings, never space-separated; Keycloak and Entra ID v1 tokens, among others, carry
+# an array. Cognito's ID tokens carry one string (its access tokens carry client_id, no aud).
+JWT_AUDIENCE_FORMATS = ("single-string", "string-array")
 OBSERVABILITY = ("cloudwatch", "none")
 # The first add-on major that scrapes PodMonitor/ServiceMonitor objects and sends them over OTLP
 # (queryable with PromQL): "available in version 8.0.0 and later" (CloudWatch user guide,
@@ -359,6 +365,7 @@ class AppConfig:
     endpoint_jwt_issuer: str = ""  # empty = a Cognito user pool of the stack's own
     endpoint_jwks_uri: str = ""
     endpoint_jwt_audience: str = ""  # required value of the token's aud claim
+    endpoint_jwt_audience_format: str = "single-string"  # or string-array: how aud is carried
     endpoint_jwt_scope: str = ""  # scope the token must carry
     endpoint_idle_timeout_seconds: int = 600
     # Requests per client IP per 5 minutes before AWS WAF blocks it (internet-facing only);
@@ -1246,12 +1253,25 @@ def _endpoint(c: AppConfig) -> list[str]:
         ("endpointJwtAudience", c.endpoint_jwt_audience),
         ("endpointJwtScope", c.endpoint_jwt_scope),
     )
+    audience_format = c.endpoint_jwt_audience_format
+    if audience_format not in JWT_AUDIENCE_FORMATS:
+        why = (
+            "must be single-string (the token's aud is one string, as Cognito issues it) or "
+            "string-array (aud is a JSON array, as Keycloak or Entra ID v1 issue it); aud is "
+            "never space-separated (RFC 7519 section 4.1.3)"
+        )
+        out.append(_problem("endpointJwtAudienceFormat", audience_format, why))
+    # Valid and away from its default, it belongs with endpointJwtAudience: refused where
+    # that is (no exposure, no authentication, the stack's Cognito pool).
+    moved = audience_format in JWT_AUDIENCE_FORMATS[1:]
+    format_key = ("endpointJwtAudienceFormat", audience_format if moved else "")
     if exposure == "none":
         unused = (
             ("endpointAllowedCidrs", list(c.endpoint_allowed_cidrs)),
             ("endpointCertificateArn", c.endpoint_certificate_arn),
             ("endpointDomainName", c.endpoint_domain_name),
             *jwt_keys,
+            format_key,
         )
         for key, value in unused:
             if value:
@@ -1314,7 +1334,7 @@ def _endpoint(c: AppConfig) -> list[str]:
                 "use endpointAuth=jwt, or endpointExposure=internal"
             )
             out.append(_problem("endpointAuth", auth, why))
-        for key, value in jwt_keys:
+        for key, value in (*jwt_keys, format_key):
             if value:
                 why = "is only used with endpointAuth=jwt: remove it, or set endpointAuth=jwt"
                 out.append(_problem(key, value, why))
@@ -1326,7 +1346,7 @@ def _endpoint(c: AppConfig) -> list[str]:
             why = "must be an https:// URL (no query or fragment)"
             out.append(_problem(key, value, why))
     if not issuer:
-        for key, value in jwt_keys[1:]:
+        for key, value in (*jwt_keys[1:], format_key):
             if value:
                 why = (
                     "belongs to an existing identity provider: set endpointJwtIssuer too, or "
@@ -1346,6 +1366,9 @@ def _endpoint(c: AppConfig) -> list[str]:
             "would be accepted: set endpointJwtAudience and/or endpointJwtScope"
         )
         out.append(_problem("endpointJwtIssuer", issuer, why))
+    if moved and not c.endpoint_jwt_audience:
+        why = "only says how aud is carried: set endpointJwtAudience too, or remove it"
+        out.append(_problem("endpointJwtAudienceFormat", audience_format, why))
     for key, value in jwt_keys[2:]:
         if len(value) > JWT_CLAIM_MAX:
             why = f"is {len(value)} characters; the load balancer checks at most {JWT_CLAIM_MAX}"

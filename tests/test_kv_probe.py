@@ -67,6 +67,10 @@ def test_default_alarms_cover_failure_stall_and_provider_on_the_alarm_topic(
     assert alarms["ProbeOk"]["TreatMissingData"] == "breaching"  # no probe proves nothing
     assert alarms["ProbeOk"]["EvaluationPeriods"] == 2
     assert alarms["ProbeOk"]["Period"] == 900
+    # No ProviderEfa is a provider the probe could not see (its log rotated past NIXL's
+    # start-up line), not a pass and not TCP: the alarm keeps its state.
+    assert alarms["ProviderEfa"]["TreatMissingData"] == "ignore"
+    assert alarms["KvTransferStalled"]["TreatMissingData"] == "notBreaching"
     for alarm in alarms.values():
         assert alarm["Namespace"] == "RayPdEks/KvProbe"
         assert alarm["Dimensions"] == [{"Name": "RayService", "Value": "ray-llm"}]
@@ -121,7 +125,13 @@ def test_a_healthy_world_publishes_ok_metrics(
     (line,) = probe_env
     emf = line["_aws"]["CloudWatchMetrics"][0]
     assert emf["Namespace"] == "RayPdEks/KvProbe" and emf["Dimensions"] == [["RayService"]]
-    assert [m["Name"] for m in emf["Metrics"]] == ["ProbeOk", "KvTransferStalled", "ProviderEfa"]
+    assert [m["Name"] for m in emf["Metrics"]] == [
+        "ProbeOk",
+        "KvTransferStalled",
+        "ProviderEfa",
+        "ProviderUnknown",
+    ]
+    assert (line["ProviderEfa"], line["ProviderUnknown"]) == (1, 0)
     assert line["RayService"] == fake.RAYSERVICE and line["ProbeOk"] == 1
     assert "returned" in line["Detail"] and "provider efa,efa" in line["Detail"]
 

@@ -773,7 +773,9 @@ def test_no_backend_evidence_fails_the_deploy_and_names_what_was_read(
     message = fail_message(started(cfn_event(kube_api)))
     assert "no evidence that NIXL instantiated LIBFABRIC" in message
     assert f"prefill@{fake.WORKER_IP_A}: unknown: no 'Backend ... was instantiated' line" in message
-    assert f"looked at 36 worker log file(s) of prefill@{fake.WORKER_IP_A}, decode@" in message
+    # Only the live processes' files: each node's replica and GPU worker, .out and .err (the
+    # idle workers are no actors of the dashboard's ALIVE list).
+    assert f"looked at 8 worker log file(s) of prefill@{fake.WORKER_IP_A}, decode@" in message
 
     kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/logs", status=403, body=b"{}")
     blocked = fail_message(started(cfn_event(kube_api)))

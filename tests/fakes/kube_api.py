@@ -45,7 +45,9 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   (no token) or 403 (wrong token), exactly as the dashboard's middleware answers through the
   API server's proxy; then routes set with ``set_proxy`` win; otherwise
   ``<rs>-head-svc:8265`` answers the Ray dashboard endpoints from the state
-  (``api/serve/applications/``, ``api/v0/nodes``, ``api/v0/logs``, ``api/v0/logs/file``), and
+  (``api/serve/applications/``, ``api/v0/nodes``, ``api/v0/actors`` filtered on ``state`` from
+  ``ray_actors``, ``api/v0/logs``, ``api/v0/logs/file`` with Ray's ``lines``: the last N lines,
+  ``-1`` the whole file from its start), and
   anything else answers 503 "no endpoints available", as a real API server does before a
   Service has ready endpoints.
 
@@ -55,6 +57,7 @@ Requests without ``Authorization: Bearer k8s-aws-v1.…`` get 401, as EKS would.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import json
 import re
@@ -647,6 +650,22 @@ def make_ray_node(node_id: str, ip: str, *, head: bool = False) -> dict[str, Any
     }
 
 
+def make_ray_actor(
+    class_name: str, node_id: str, pid: int, *, state: str = "ALIVE", job_id: str = "01000000"
+) -> dict[str, Any]:
+    """A row of the state API's ``/api/v0/actors`` (Ray 2.58 ``ActorState``, no detail)."""
+    return {
+        "actor_id": f"{abs(hash((class_name, node_id, pid))) % 16**32:032x}",
+        "class_name": class_name,
+        "state": state,
+        "job_id": job_id,
+        "name": "",
+        "node_id": node_id,
+        "pid": pid,
+        "ray_namespace": "serve",
+    }
+
+
 def provider_log(provider: str | None) -> str:
     """A vLLM GPU worker's stderr: NIXL's LIBFABRIC plugin logs (abseil, INFO) the provider it
     chose, as ``libfabric_topology.cpp`` in NIXL 1.3 writes it; None: no such line."""
@@ -815,6 +834,9 @@ class FakeKubeApi:
         self.rayclusters: dict[str, dict[str, Any]] = {}
         self.serve_applications: dict[str, Any] | None = None
         self.ray_nodes: list[dict[str, Any]] = []
+        # Rows of the state API's actor list (``make_ray_actor``); by node, the GPU nodes'
+        # Serve replica and vLLM GPU worker (pids 4242 and 5151, as in ``_worker_logs``).
+        self.ray_actors: list[dict[str, Any]] = []
         self.ray_logs: dict[str, dict[str, str]] = {}
         # None: the warm-up namespace's endpoints answer 404 (not deployed).
         self.warmup_daemonsets: list[dict[str, Any]] | None = None
@@ -1012,6 +1034,7 @@ class FakeKubeApi:
         self.events = []
         self.serve_applications = None
         self.ray_nodes = []
+        self.ray_actors = []
         self.ray_logs = {}
         self.chat_serving = False
         self.chat_answer = None
@@ -1054,6 +1077,14 @@ class FakeKubeApi:
             make_ray_node(RAY_HEAD_ID, HEAD_IP, head=True),
             make_ray_node(RAY_NODE_A, WORKER_IP_A),
             make_ray_node(RAY_NODE_B, WORKER_IP_B),
+        ]
+        self.ray_actors = [
+            make_ray_actor("ServeController", RAY_HEAD_ID, 310),
+            *(
+                make_ray_actor(name, node, pid)
+                for node in (RAY_NODE_A, RAY_NODE_B)
+                for name, pid in (("ServeReplica:qwen", 4242), ("RayWorkerWrapper", 5151))
+            ),
         ]
         self.set_nixl_backend(None)
         self.nixl_metrics = {
@@ -1337,6 +1368,15 @@ class FakeKubeApi:
             rows = self.ray_nodes
             listing = {"total": len(rows), "num_after_truncation": len(rows), "result": rows}
             return _json(200, {"result": True, "msg": "", "data": {"result": listing}})
+        if rest == "api/v0/actors":
+            rows = [
+                a
+                for a in self.ray_actors
+                if query.get("filter_keys") != "state"
+                or str(a.get("state", "")).lower() == query.get("filter_values", "").lower()
+            ][: int(query.get("limit", "100"))]
+            listing = {"total": len(self.ray_actors), "result": rows}
+            return _json(200, {"result": True, "msg": "", "data": {"result": listing}})
         node_id = query.get("node_id", "")
         if rest == "api/v0/logs":
             if node_id not in self.ray_logs:
@@ -1355,10 +1395,11 @@ class FakeKubeApi:
                 return ProxyResponse(
                     200, b"[get_logs] Fetch log error: file not found", "text/plain"
                 )
-            lines = int(query.get("lines", "1000"))
-            return ProxyResponse(
-                200, "".join(text.splitlines(True)[-lines:]).encode(), "text/plain"
-            )
+            # Ray 2.58's log agent (log_agent.StreamLog): 0 or absent means 1000; -1 the
+            # whole file from offset 0; N the last N lines.
+            lines = int(query.get("lines", "1000")) or 1000
+            tail = text.splitlines(True) if lines == -1 else text.splitlines(True)[-lines:]
+            return ProxyResponse(200, "".join(tail).encode(), "text/plain")
         return None
 
 
@@ -1624,4 +1665,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if response.status == 429:
             self.send_header("Retry-After", "0")
         self.end_headers()
-        self.wfile.write(response.body)
+        # A reader that stops early (a log's beginning) closes its end mid-body.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self.wfile.write(response.body)

@@ -948,58 +948,129 @@ _SKIP_LOG_PREFIXES = (
 )
 
 
-_WORKER_LOG_RE = re.compile(r"^worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)$")
+# Ray 2.58 names a worker process's stdout/stderr ``worker-<worker id>-<job id>-<pid>.out`` /
+# ``.err`` (``ray_logging.get_worker_log_file_name``). With ``RAY_ROTATION_MAX_BYTES`` in the
+# worker's environment the C++ core worker rotates them (``core_worker_process.cc``: the
+# stdout/stderr redirection takes ``GetRayLogRotationMaxBytesOrDefault``, 0 = never rotate when
+# the variable is unset, and ``RAY_ROTATION_BACKUP_COUNT``, ``src/ray/util/logging.cc``) through
+# spdlog's rotating sink, which Ray patches to append the index
+# (``thirdparty/patches/spdlog-rotation-file-format.patch``): ``.out.1`` is the newest rotated
+# piece, the highest index the oldest, and a piece past the backup count is deleted.
+_WORKER_LOG_RE = re.compile(r"^worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)(?:\.(\d+))?$")
 
 
-def log_files_to_read(files: Iterable[str], target: NixlTarget, max_files: int) -> list[str]:
+def _job_number(job_hex: str) -> int | None:
+    """A Ray job id as the GCS counted it (``JobID::FromInt`` copies the int's bytes, little
+    endian on x86); None for the nil id (all ``ff``: a worker started for no job yet)."""
+    try:
+        raw = bytes.fromhex(job_hex)
+    except ValueError:
+        return None
+    if not raw or raw == b"\xff" * len(raw):
+        return None
+    return int.from_bytes(raw, "little")
+
+
+def oldest_piece(files: Iterable[str], name: str) -> str:
+    """The oldest part of ``name``'s log: its rotated piece with the highest index, or ``name``
+    itself when it never rotated. Only there can the lines a process logs at start-up be."""
+    best, best_index = name, 0
+    prefix = name + "."
+    for other in files:
+        index = other[len(prefix) :] if other.startswith(prefix) else ""
+        if index.isdigit() and int(index) > best_index:
+            best, best_index = other, int(index)
+    return best
+
+
+def log_files_to_read(
+    files: Iterable[str],
+    target: NixlTarget,
+    max_files: int,
+    alive_pids: Iterable[int] | None = None,
+) -> list[str]:
     """Choose the log files most likely to hold NIXL's line, most likely first.
 
     NIXL logs "Backend ... was instantiated" to stdout, so the line lands in a ``worker-*.out``
     (Ray names them ``worker-<worker id>-<job id>-<pid>.out``): the Serve replica's own, or that
-    of a vLLM GPU worker actor the engine starts beside it (same job, another worker id). So:
-    the replica's ``.out``, the ``.out`` files of its job, any other ``.out``; only then the
+    of a vLLM GPU worker actor the engine starts beside it (another worker id). So: the
+    replica's ``.out``, the ``.out`` files of its job, any other ``.out``; only then the
     ``.err`` files and the Serve replica log, which would hold the line only if logging were
     redirected. NIXL's LIBFABRIC plugin logs the libfabric provider it chose on stderr, so the
     ``.err`` files of the replica's job come next. Files of other processes (raylet, GCS,
-    dashboard...) are never read.
+    dashboard...) are never read. Rotated pieces (``.out.1``...) are not listed: they belong to
+    the file they rotated from (``oldest_piece``).
+
+    Evidence must come from the engine that serves now, not from a dead one whose files stay
+    on the node. ``alive_pids`` (the pids of the node's ALIVE actors: the replica and its
+    engine's GPU workers) drops every worker file of another pid, as long as one listed worker
+    file is alive (None: liveness unknown). A worker of a job older than the replica's own is
+    dropped too: Ray counts job ids up, and the replica's engine runs in the replica's job or
+    one started after it. Within each rank the newest file (latest job, then highest pid)
+    comes first.
     """
     unique = list(dict.fromkeys(files))
 
     def base(name: str) -> str:
         return name.rsplit("/", 1)[-1]
 
-    own_jobs = set()
-    for name in unique:
-        match = _WORKER_LOG_RE.match(base(name))
-        if match and match.group(1) in target.worker_ids:
-            own_jobs.add(match.group(2))
+    workers = {
+        name: match.groups()
+        for name in unique
+        if (match := _WORKER_LOG_RE.match(base(name))) and match.group(5) is None
+    }
+    own_jobs = {job for worker, job, *_ in workers.values() if worker in target.worker_ids}
+    own_numbers = [n for job in own_jobs if (n := _job_number(job)) is not None]
+    alive = set(alive_pids) if alive_pids is not None else set()
+    any_alive = any(int(pid) in alive for _, _, pid, *_ in workers.values())
+
+    def stale(job: str, pid: str) -> bool:
+        if any_alive and int(pid) not in alive:
+            return True
+        number = _job_number(job)
+        return bool(own_numbers) and number is not None and number < min(own_numbers)
 
     def rank(name: str) -> int | None:
         b = base(name)
         if any(name.startswith(p) or b.startswith(p) for p in _SKIP_LOG_PREFIXES):
             return None
-        match = _WORKER_LOG_RE.match(b)
-        if match:
-            worker, job, _, stream = match.groups()
+        parts = workers.get(name)
+        if parts:
+            worker, job, pid, stream, _ = parts
+            if stale(job, pid):
+                return None
             own = worker in target.worker_ids
             if stream == "out":
                 return 0 if own else 1 if job in own_jobs else 2
             # NIXL's C++ plugins log to stderr (the libfabric provider line), so the .err of
             # the engine's own job comes before other processes' .err files.
             return 3 if own else 4 if job in own_jobs else 5
+        if _WORKER_LOG_RE.match(b):
+            return None  # a rotated piece: read through the file it rotated from
         if target.replica_log and base(target.replica_log) == b:
             return 4
         if b.startswith("worker-") and b.endswith(".out"):
             return 2
         if b.startswith("worker-") and b.endswith(".err"):
             return 5
-        if b.startswith("replica_") and (not target.role or target.role in b.lower()):
+        if (
+            b.startswith("replica_")
+            and b.endswith(".log")
+            and (not target.role or target.role in b.lower())
+        ):
             return 6
         return None
 
-    ranked = [(r, name) for name in unique if (r := rank(name)) is not None]
-    ranked.sort(key=lambda pair: pair[0])
-    return [name for _, name in ranked[:max_files]]
+    def newest_first(name: str) -> tuple[int, int]:
+        parts = workers.get(name)
+        if not parts:
+            return (0, 0)
+        number = _job_number(parts[1])
+        return (-(number if number is not None else -1), -int(parts[2]))
+
+    ranked = [(r, newest_first(name), name) for name in unique if (r := rank(name)) is not None]
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return [name for _, _, name in ranked[:max_files]]
 
 
 @dataclass(frozen=True)
@@ -1013,6 +1084,10 @@ class KvBackendReport:
     providers: tuple[tuple[str, str], ...] = ()
     files_read: int = 0
     out_of_budget: bool = False
+    # Engines whose start-up lines could not be read in full (the file rotated past them,
+    # they lie beyond the head read, a read failed or the budget ran out): for these an
+    # "unknown" provider says nothing about the engine, only about its logs.
+    unseen: tuple[str, ...] = ()
 
     def looked_at(self) -> str:
         """What was read, for a message that says where the evidence was sought."""

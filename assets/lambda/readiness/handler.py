@@ -76,6 +76,10 @@ COUNTER_WAIT_SECONDS = 5.0
 CHAT_TIMEOUT_SECONDS = 45.0
 SAMPLE_CHARS = 60
 LOG_LINES = 3000
+# How much of a file's beginning is read when its tail lacks NIXL's start-up lines: vLLM logs
+# some hundred lines (tens of KiB) before NIXL's, so 1 MiB leaves a wide margin and keeps the
+# read (and the Lambda's memory) small however long the file grew.
+LOG_HEAD_BYTES = 1024 * 1024
 # Enough for the replica's and its engine workers' .out files on a busy node; the poll budget
 # still bounds the reads.
 LOG_FILES_PER_WORKER = 24
@@ -992,6 +996,7 @@ def read_nixl_backends(
     *,
     lines: int = LOG_LINES,
     max_files: int = LOG_FILES_PER_WORKER,
+    head_bytes: int = LOG_HEAD_BYTES,
     deadline: float | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> checks.KvBackendReport:
@@ -1003,6 +1008,13 @@ def read_nixl_backends(
     caller decides (``backend_failure``: no evidence fails the deploy). With LIBFABRIC it also
     reads the libfabric provider NIXL chose (``kvproof.libfabric_provider``), which NIXL logs on
     the engine worker's stderr.
+
+    Only the files of live processes count once the dashboard's actor list says which are
+    alive (``checks.log_files_to_read``). Each file's last ``lines`` lines come first; NIXL
+    logs both lines once, at engine start-up, so when a long-running engine's tail lacks them
+    the reader reads the file's beginning (the oldest rotated piece if it rotated), at most
+    ``head_bytes`` (``RayDashboard.read_log_head``). An engine whose beginning could not be
+    read in full is listed in the report's ``unseen``.
     """
     try:
         have_replicas = bool(checks.nixl_targets(serve_json, app_name))
@@ -1016,8 +1028,16 @@ def read_nixl_backends(
         )
     if not targets:
         return checks.KvBackendReport(reason="the Ray dashboard lists no worker nodes")
+    try:
+        alive = dashboard.alive_actor_pids()
+    except kube.RayAuthError:
+        raise
+    except kube.KubeApiError as exc:
+        LOG.info("actor list unreadable, reading logs without liveness: %s", exc)
+        alive = None
     backends: list[tuple[str, str]] = []
     providers: list[tuple[str, str]] = []
+    unseen: list[str] = []
     sources: dict[str, str] = {}
     read_count = 0
     late = False
@@ -1027,46 +1047,96 @@ def read_nixl_backends(
         except kube.KubeApiError as exc:
             backends.append((target.label, f"unknown: cannot list logs ({exc.reason or exc})"))
             providers.append((target.label, f"unknown: cannot list logs ({exc.reason or exc})"))
+            unseen.append(target.label)
             continue
-        chosen = checks.log_files_to_read(files, target, max_files)
+        node_alive = None if alive is None else alive.get(target.node_id, set())
+        chosen = checks.log_files_to_read(files, target, max_files, node_alive)
         found: str | None = None
         provider: str | None = None
-        note = f"no 'Backend ... was instantiated' line in the last {lines} lines of "
-        note += f"{len(chosen)} log file(s)"
-        provider_note = f"no 'Discovered <n> EFA|tcp devices' line in {len(chosen)} log file(s)"
+        partial: list[str] = []  # why a file's start-up lines were not all read
         for filename in chosen:
             if deadline is not None and monotonic() > deadline:
-                note = provider_note = "poll budget used up while reading logs"
+                partial.append("poll budget used up while reading logs")
                 late = True
                 break
             try:
                 text = dashboard.read_log(target.node_id, filename, lines=lines)
-            except kube.KubeApiError:
+            except kube.KubeApiError as exc:
+                partial.append(f"{filename} unreadable ({exc.reason or exc})")
                 continue
             read_count += 1
             found = found or checks.nixl_backend(text)
             provider = provider or kvproof.libfabric_provider(text)
+            head = checks.oldest_piece(files, filename)
+            # A tail of fewer lines than asked for is the whole file (one fewer when the file
+            # does not end in a newline: log_agent counts that last line too).
+            whole_tail = head == filename and text.count("\n") < lines - 1
+            if not _evidence_complete(found, provider) and not whole_tail:
+                # The tail is not the whole file: read its beginning, where NIXL's lines are.
+                if deadline is not None and monotonic() > deadline:
+                    partial.append("poll budget used up while reading logs")
+                    late = True
+                    break
+                try:
+                    start, whole = dashboard.read_log_head(
+                        target.node_id,
+                        head,
+                        max_bytes=head_bytes,
+                        until=_completes(found, provider),
+                    )
+                except kube.KubeApiError as exc:
+                    partial.append(f"{head} unreadable ({exc.reason or exc})")
+                    continue
+                read_count += 1
+                found = found or checks.nixl_backend(start)
+                provider = provider or kvproof.libfabric_provider(start)
+                if not _evidence_complete(found, provider):
+                    if head != filename:
+                        partial.append(f"{filename} rotated: its oldest piece {head} starts later")
+                    elif not whole:
+                        partial.append(f"not within the first {head_bytes} bytes of {filename}")
             if found and target.label not in sources:
                 sources[target.label] = filename
-            # UCX has no libfabric provider to find; LIBFABRIC needs both lines.
-            if found and (provider or found != "LIBFABRIC"):
+            if _evidence_complete(found, provider):
                 break
+        why = f" ({'; '.join(partial)})" if partial else ""
+        note = f"no 'Backend ... was instantiated' line in {len(chosen)} log file(s){why}"
+        provider_note = f"no 'Discovered <n> EFA|tcp devices' line in {len(chosen)} log file(s)"
         backends.append((target.label, found or f"unknown: {note} on {target.label}"))
         if found == "LIBFABRIC" or not found:
-            providers.append((target.label, provider or f"unknown: {provider_note}"))
+            providers.append((target.label, provider or f"unknown: {provider_note}{why}"))
+        if partial and not _evidence_complete(found, provider):
+            unseen.append(target.label)
     return checks.KvBackendReport(
         backends=tuple(backends),
         sources=sources,
         providers=tuple(providers),
         files_read=read_count,
         out_of_budget=late,
+        unseen=tuple(unseen),
     )
+
+
+def _evidence_complete(backend: str | None, provider: str | None) -> bool:
+    """UCX has no libfabric provider to find; LIBFABRIC needs both lines."""
+    return bool(backend and (provider or backend != "LIBFABRIC"))
+
+
+def _completes(backend: str | None, provider: str | None) -> Callable[[str], bool]:
+    """Whether a file's beginning, read so far, completes the evidence already found."""
+
+    def enough(text: str) -> bool:
+        return _evidence_complete(
+            backend or checks.nixl_backend(text), provider or kvproof.libfabric_provider(text)
+        )
+
+    return enough
 
 
 # --- the scheduled KV probe (kvProbeIntervalMinutes) ---------------------------------------
 
 PROBE_NAMESPACE = "RayPdEks/KvProbe"
-PROBE_METRICS = ("ProbeOk", "KvTransferStalled", "ProviderEfa")
+PROBE_METRICS = ("ProbeOk", "KvTransferStalled", "ProviderEfa", "ProviderUnknown")
 
 
 def scheduled_probe(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
@@ -1087,6 +1157,7 @@ def scheduled_probe(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         outcome = {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": _one_line(str(exc))}
     if props.kv_backend != "LIBFABRIC" or props.serving_mode != "pd":
         outcome.pop("ProviderEfa", None)
+        outcome.pop("ProviderUnknown", None)
     emit_metrics(props, outcome)
     return outcome
 
@@ -1132,10 +1203,32 @@ def probe_outcome(props: Props, client: kube.KubeClient) -> dict[str, Any]:
         kv = read_nixl_backends(
             dashboard, serve_json, props.app_name, deadline=time.monotonic() + 60.0
         )
-        providers = [p for _, p in kv.providers]
-        outcome["ProviderEfa"] = int(bool(providers) and all(p == "efa" for p in providers))
+        outcome.update(provider_metrics(kv))
         outcome["Detail"] += f"; provider {kv.provider_value(props.kv_backend)}"
     return outcome
+
+
+def provider_metrics(kv: checks.KvBackendReport) -> dict[str, int]:
+    """``ProviderEfa`` and ``ProviderUnknown`` of one scheduled probe (LIBFABRIC).
+
+    ``ProviderEfa`` is 1 only when every engine's own log shows the ``efa`` provider, and 0
+    when one shows ``tcp``/``sockets``, instantiated UCX, or lacks the line although its log
+    was read from its first line (nothing aged out: the engine never proved EFA). An engine
+    whose start-up lines could not be read (its file rotated past them, they lie beyond the
+    head read, the log API failed, the budget ran out: ``KvBackendReport.unseen``) is unknown:
+    then ``ProviderEfa`` is left out, never 1, and ``ProviderUnknown`` is 1. A process keeps
+    the provider it started with, and while its start-up lines were still there earlier probes
+    judged them, so the ``ProviderNotEfa`` alarm keeps its state through missing data.
+    """
+    providers = dict(kv.providers)
+    slow = [label for label, p in providers.items() if p in ("tcp", "sockets")]
+    missing = [label for label, p in providers.items() if p != "efa" and label not in slow]
+    unseen = int(not providers or any(label in kv.unseen for label in missing))
+    if slow or kv.fallbacks("LIBFABRIC") or any(label not in kv.unseen for label in missing):
+        return {"ProviderEfa": 0, "ProviderUnknown": unseen}
+    if unseen:
+        return {"ProviderUnknown": 1}
+    return {"ProviderEfa": 1, "ProviderUnknown": 0}
 
 
 def emit_metrics(

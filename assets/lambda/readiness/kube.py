@@ -263,11 +263,15 @@ class KubeClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         retries: int | None = None,
+        max_bytes: int | None = None,
+        until: Callable[[bytes], bool] | None = None,
     ) -> tuple[int, bytes]:
         """Send one request, retrying transient failures; return ``(status, body)`` for 2xx.
 
         ``timeout``/``retries`` override the client's defaults for one call (e.g. a chat
-        completion that may legitimately take longer than a metadata read).
+        completion that may legitimately take longer than a metadata read). ``max_bytes`` reads
+        at most that much of a 2xx body and closes the connection (the rest is never sent on);
+        ``until`` ends the read sooner, once it holds for the body read so far.
         """
         url = self._base_path + path
         if params:
@@ -280,7 +284,7 @@ class KubeClient:
                 self._sleep(self._delay(attempt, last_error))
             try:
                 status, reason, data, retry_after = self._send(
-                    method, url, body, headers, timeout or self._timeout
+                    method, url, body, headers, timeout or self._timeout, max_bytes, until
                 )
             except ssl.SSLCertVerificationError as exc:
                 raise KubeTlsError(
@@ -338,6 +342,8 @@ class KubeClient:
         timeout: float | None = None,
         retries: int | None = None,
         headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
+        until: Callable[[bytes], bool] | None = None,
     ) -> tuple[int, bytes]:
         """Call ``path`` on a Service through the API server's proxy subresource; ``headers``
         go to the service (the API server forwards them, except ``Authorization``).
@@ -362,6 +368,8 @@ class KubeClient:
             headers=all_headers,
             timeout=timeout,
             retries=retries,
+            max_bytes=max_bytes,
+            until=until,
         )
 
     def pod_proxy(
@@ -408,6 +416,8 @@ class KubeClient:
         body: bytes | None,
         headers: Mapping[str, str] | None,
         timeout: float,
+        max_bytes: int | None = None,
+        until: Callable[[bytes], bool] | None = None,
     ) -> tuple[int, str, bytes, float | None]:
         all_headers = {"Authorization": f"Bearer {self._bearer()}", "User-Agent": "ray-pd-eks"}
         all_headers.update(headers or {})
@@ -417,10 +427,31 @@ class KubeClient:
         try:
             connection.request(method, url, body=body, headers=all_headers)
             response = connection.getresponse()
-            data = response.read()
+            if max_bytes is None or not 200 <= response.status < 300:
+                data = response.read()
+            else:
+                data = _read_some(response, max_bytes, until)
             return response.status, response.reason, data, _retry_after(response)
         finally:
             connection.close()
+
+
+READ_CHUNK_BYTES = 64 * 1024
+
+
+def _read_some(
+    response: http.client.HTTPResponse, max_bytes: int, until: Callable[[bytes], bool] | None
+) -> bytes:
+    """At most ``max_bytes`` of the body, in chunks, ending early once ``until`` holds."""
+    data = bytearray()
+    while len(data) < max_bytes:
+        chunk = response.read(min(READ_CHUNK_BYTES, max_bytes - len(data)))
+        if not chunk:
+            break
+        data += chunk
+        if until is not None and until(bytes(data)):
+            break
+    return bytes(data)
 
 
 def _q(segment: str) -> str:
@@ -584,6 +615,64 @@ class RayDashboard:
         )
         return body.decode("utf-8", errors="replace")
 
+    def read_log_head(
+        self,
+        node_id: str,
+        filename: str,
+        *,
+        max_bytes: int,
+        until: Callable[[str], bool] | None = None,
+    ) -> tuple[str, bool]:
+        """The first ``max_bytes`` of one log file (fewer once ``until`` holds for the text read
+        so far), and whether that was the whole file (False when ``until`` ended the read).
+
+        Ray 2.58's log API has no offset or byte range over HTTP: ``state_head.get_logs`` takes
+        ``filename``, ``lines``, ``interval`` (only with ``media_type`` stream), ``suffix`` and
+        ``attempt_number``; start and end offsets exist only inside, for task logs
+        (``log_manager.resolve_filename``). ``lines=N`` makes the agent seek back N lines from
+        the end (``log_agent.find_start_offset_last_n_lines_from_offset``); ``lines=-1`` skips
+        that and streams from offset 0 in 64 KiB blocks (``log_agent.StreamLog``,
+        ``_stream_log_in_chunk``), which the head relays as they come (``StreamResponse``). So
+        the beginning of a long file costs what is read of it: the connection closes after
+        ``max_bytes``, or sooner.
+        """
+        stop = None if until is None else (lambda data: until(data.decode("utf-8", "replace")))
+        _, body = self._get(
+            "api/v0/logs/file",
+            {"node_id": node_id, "filename": filename, "lines": "-1", "format": "text"},
+            max_bytes=max_bytes,
+            until=stop,
+        )
+        text = body.decode("utf-8", errors="replace")
+        # Short of max_bytes is the end of the file, unless ``until`` ended the read.
+        return text, len(body) < max_bytes and (until is None or not until(text))
+
+    def alive_actor_pids(self, limit: int = 1000) -> dict[str, set[int]] | None:
+        """The pids of the ALIVE actors per Ray node id (state API ``api/v0/actors``, filtered
+        on ``state`` by the dashboard: ``state_api_utils.do_filter``; ``ActorState`` carries
+        ``node_id``, ``pid``, ``state``, not the worker id). None when the list may be cut
+        short (``limit`` rows or more)."""
+        data = self._state_api(
+            "api/v0/actors",
+            {
+                "filter_keys": "state",
+                "filter_predicates": "=",
+                "filter_values": "ALIVE",
+                "limit": str(limit),
+            },
+        )
+        rows = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(rows, list) or len(rows) >= limit:
+            return None
+        pids: dict[str, set[int]] = {}
+        for row in rows:
+            if not isinstance(row, dict) or str(row.get("state", "")).upper() != "ALIVE":
+                continue
+            pid, node = row.get("pid"), row.get("node_id")
+            if isinstance(pid, int) and pid > 0 and isinstance(node, str) and node:
+                pids.setdefault(node, set()).add(pid)
+        return pids
+
     def _headers(self) -> dict[str, str]:
         if not self.token_secret:
             return {}
@@ -591,7 +680,14 @@ class RayDashboard:
             self._token = read_ray_token(self.client, self.namespace, self.token_secret)
         return {RAY_AUTH_HEADER: f"Bearer {self._token}"}
 
-    def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    def _get(
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        max_bytes: int | None = None,
+        until: Callable[[bytes], bool] | None = None,
+    ) -> tuple[int, bytes]:
         try:
             return self.client.service_proxy(
                 self.namespace,
@@ -600,6 +696,8 @@ class RayDashboard:
                 path,
                 params=params,
                 headers=self._headers(),
+                max_bytes=max_bytes,
+                until=until,
             )
         except UpstreamAuthError as exc:
             raise RayAuthError(self._refusal(exc), status=exc.status, reason=exc.reason) from None

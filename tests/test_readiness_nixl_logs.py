@@ -1,0 +1,372 @@
+"""NIXL's start-up evidence in long-running engines' logs: the tail, the file's beginning,
+rotated pieces, dead engines' files; and what the scheduled probe publishes when it cannot see
+the provider. Against the fake API server's Ray dashboard (``tests/fakes/kube_api.py``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ray_pd_eks import lambda_code
+from tests.fakes import kube_api as fake
+from tests.fakes.kube_api import FakeKubeApi, make_ray_actor, nixl_log, provider_log
+
+pytest_plugins = ["tests.fakes.fixtures"]
+
+handler = lambda_code.handler()
+kube = lambda_code.kube()
+checks = lambda_code.checks()
+
+GPU_WORKER = fake.PREFILL_WORKER_ID[::-1]  # the vLLM GPU worker beside the prefill replica
+OUT = f"worker-{GPU_WORKER}-01000000-5151.out"
+ERR = f"worker-{GPU_WORKER}-01000000-5151.err"
+STATS = (
+    "INFO 12-01 04:05:06 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+    "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs\n"
+)
+
+
+def stats(count: int) -> str:
+    """What vLLM logs for hours after start-up: a stats line every few seconds."""
+    return STATS * count
+
+
+@pytest.fixture
+def dashboard(kube_api: FakeKubeApi) -> Any:
+    kube_api.set_stage("serving")
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: None
+    )
+    return kube.RayDashboard(
+        client, fake.NAMESPACE, fake.RAYSERVICE, token_secret=fake.RAY_TOKEN_SECRET
+    )
+
+
+def read(kube_api: FakeKubeApi, dashboard: Any, **kwargs: Any) -> Any:
+    return handler.read_nixl_backends(
+        dashboard, kube_api.serve_applications, fake.APP_NAME, **kwargs
+    )
+
+
+def prefill_logs(kube_api: FakeKubeApi) -> dict[str, str]:
+    return kube_api.ray_logs[fake.RAY_NODE_A]
+
+
+def reads(kube_api: FakeKubeApi) -> list[tuple[str, str]]:
+    """(filename, lines) of every log read on the prefill node, in order."""
+    return [
+        (r.query["filename"], r.query["lines"])
+        for r in kube_api.requests_to("api/v0/logs/file")
+        if r.query.get("node_id") == fake.RAY_NODE_A
+    ]
+
+
+# --- the beginning of a long file ------------------------------------------------------------
+
+
+def test_start_up_lines_beyond_the_tail_are_read_from_the_files_beginning(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """Days of stats lines push NIXL's start-up lines out of the last 3000 lines: the reader
+    then reads the file's beginning (lines=-1) and finds both."""
+    logs = prefill_logs(kube_api)
+    logs[OUT] = nixl_log("LIBFABRIC") + stats(5000)
+    logs[ERR] = provider_log("efa") + stats(5000)
+    report = read(kube_api, dashboard)
+    assert report.backends[0] == (f"prefill@{fake.WORKER_IP_A}", "LIBFABRIC")
+    assert report.providers[0] == (f"prefill@{fake.WORKER_IP_A}", "efa")
+    assert report.unseen == ()
+    assert (OUT, "3000") in reads(kube_api) and (OUT, "-1") in reads(kube_api)
+    assert (ERR, "-1") in reads(kube_api)
+
+
+def test_a_tail_shorter_than_asked_is_the_whole_file_and_is_not_read_again(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """A tail of 2998 lines where 3000 were asked for is the whole file; 2999 may be 3000 with
+    an unterminated last line (which Ray's log agent counts), so the beginning is read."""
+    logs = prefill_logs(kube_api)
+    logs[OUT] = nixl_log(None) + stats(2998 - nixl_log(None).count("\n"))
+    logs[ERR] = provider_log(None)
+    report = read(kube_api, dashboard)
+    assert (OUT, "-1") not in reads(kube_api)
+    assert report.backends[0][1].startswith("unknown: no 'Backend ... was instantiated' line")
+    assert f"prefill@{fake.WORKER_IP_A}" not in report.unseen  # read in full: never logged
+
+    kube_api.requests.clear()
+    logs[OUT] += STATS
+    read(kube_api, dashboard)
+    assert (OUT, "-1") in reads(kube_api)
+
+
+@pytest.mark.parametrize("offset, found", [(0, True), (1, False)])
+def test_the_head_read_stops_at_its_byte_limit(
+    kube_api: FakeKubeApi, dashboard: Any, offset: int, found: bool
+) -> None:
+    """A provider line whose last word ends at the head read's last byte is found; one byte
+    later it is not, and the engine is unseen (its start-up was not read in full), never a
+    pass."""
+    logs = prefill_logs(kube_api)
+    line = provider_log("efa").splitlines(True)[-1]
+    assert line.endswith("devices\n")
+    padding = "x" * 79 + "\n"
+    logs[ERR] = padding * 100 + "y" * offset + line + stats(4000)
+    limit = 100 * len(padding) + len(line) - 1
+    report = read(kube_api, dashboard, head_bytes=limit)
+    label = f"prefill@{fake.WORKER_IP_A}"
+    assert (dict(report.providers)[label] == "efa") is found
+    assert (label in report.unseen) is not found
+    if not found:
+        assert f"not within the first {limit} bytes of {ERR}" in dict(report.providers)[label]
+
+
+@pytest.mark.parametrize("size", [4096, 4095])
+def test_read_log_head_reads_at_most_max_bytes_and_says_whether_that_was_all(
+    kube_api: FakeKubeApi, dashboard: Any, size: int
+) -> None:
+    prefill_logs(kube_api)[OUT] = "z" * size
+    text, whole = dashboard.read_log_head(fake.RAY_NODE_A, OUT, max_bytes=4096)
+    assert text == "z" * size
+    assert whole is (size < 4096)
+    (request,) = kube_api.requests_to("api/v0/logs/file")
+    assert request.query["lines"] == "-1"
+
+
+def test_read_log_head_stops_once_its_condition_holds(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    prefill_logs(kube_api)[OUT] = "a" * 70_000 + "FOUND\n" + "b" * 500_000
+    text, whole = dashboard.read_log_head(
+        fake.RAY_NODE_A, OUT, max_bytes=1 << 20, until=lambda t: "FOUND" in t
+    )
+    assert "FOUND" in text and not whole
+    assert len(text) <= 2 * kube.READ_CHUNK_BYTES  # up to the chunk that held it, no further
+
+
+# --- rotated files ---------------------------------------------------------------------------
+
+
+def test_rotated_pieces_belong_to_their_file_and_the_oldest_holds_the_start() -> None:
+    files = [OUT, f"{OUT}.1", f"{OUT}.3", f"{OUT}.2", f"{ERR}.1", ERR, "raylet.out.1"]
+    assert checks.oldest_piece(files, OUT) == f"{OUT}.3"
+    assert checks.oldest_piece(files, ERR) == f"{ERR}.1"
+    assert checks.oldest_piece([OUT], OUT) == OUT
+    target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A)
+    assert checks.log_files_to_read(files, target, 10) == [OUT, ERR]
+
+
+def test_a_rotated_files_start_up_lines_are_read_from_its_oldest_piece(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """With RAY_ROTATION_MAX_BYTES set, Ray rotates worker-*.out to .out.1, .out.2...: the
+    start-up lines are in the highest index, and only its beginning is read."""
+    logs = prefill_logs(kube_api)
+    logs[f"{OUT}.2"] = nixl_log("LIBFABRIC") + stats(3000)
+    logs[f"{OUT}.1"] = stats(4000)
+    logs[OUT] = stats(4000)
+    logs[f"{ERR}.1"] = provider_log("efa") + stats(4000)
+    logs[ERR] = stats(4000)
+    report = read(kube_api, dashboard)
+    assert report.value().split(",")[0] == "LIBFABRIC"
+    assert report.providers[0][1] == "efa"
+    names = [name for name, _ in reads(kube_api)]
+    assert (f"{OUT}.2", "-1") in reads(kube_api) and (f"{ERR}.1", "-1") in reads(kube_api)
+    assert f"{OUT}.1" not in names  # a middle piece holds no start-up line
+
+
+def test_a_file_rotated_past_its_start_up_lines_is_unseen_not_a_pass(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    logs = prefill_logs(kube_api)
+    logs[f"{OUT}.1"] = stats(4000)
+    logs[OUT] = stats(4000)
+    logs[f"{ERR}.1"] = stats(4000)
+    logs[ERR] = stats(4000)
+    report = read(kube_api, dashboard)
+    label = f"prefill@{fake.WORKER_IP_A}"
+    assert dict(report.providers)[label].startswith("unknown: ")
+    assert f"{OUT} rotated: its oldest piece {OUT}.1 starts later" in report.value()
+    assert label in report.unseen
+    assert handler.backend_failure("LIBFABRIC", report) is not None  # the deploy still fails
+
+
+# --- dead engines' files ---------------------------------------------------------------------
+
+DEAD = f"worker-{'3c' * 28}-02000000-4100"  # an engine that ran before this one, same node
+CURRENT = f"worker-{'4d' * 28}-03000000-5200"  # the engine that serves now
+
+
+def _engines(kube_api: FakeKubeApi, dead: tuple[str, str], current: tuple[str, str]) -> None:
+    """The prefill node with a dead engine's files (listed first) and the current one's; the
+    actor list names only the current engine (and the replica) alive."""
+    logs = prefill_logs(kube_api)
+    for name in (OUT, ERR):
+        logs.pop(name)
+    logs.update({f"{DEAD}.out": dead[0], f"{DEAD}.err": dead[1]})
+    logs.update({f"{CURRENT}.out": current[0], f"{CURRENT}.err": current[1]})
+    kube_api.ray_actors = [
+        a for a in kube_api.ray_actors if (a["node_id"], a["pid"]) != (fake.RAY_NODE_A, 5151)
+    ] + [make_ray_actor("RayWorkerWrapper", fake.RAY_NODE_A, 5200, job_id="03000000")]
+    kube_api.ray_logs[fake.RAY_NODE_A] = dict(
+        sorted(logs.items(), key=lambda item: DEAD not in item[0])
+    )
+
+
+def test_the_current_engines_evidence_wins_over_a_dead_engines(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    _engines(
+        kube_api,
+        dead=(nixl_log("LIBFABRIC"), provider_log("tcp")),
+        current=(nixl_log("LIBFABRIC"), provider_log("efa")),
+    )
+    report = read(kube_api, dashboard)
+    assert report.providers[0][1] == "efa"
+    assert not any(DEAD in name for name, _ in reads(kube_api))
+
+
+def test_a_dead_engines_evidence_never_stands_in_for_the_current_engine(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """The current engine's whole log lacks the lines: unknown (and not unseen: its log was
+    read from the start), even though a dead engine's file on the node has both."""
+    _engines(
+        kube_api,
+        dead=(nixl_log("LIBFABRIC"), provider_log("efa")),
+        current=(nixl_log(None), provider_log(None)),
+    )
+    report = read(kube_api, dashboard)
+    label = f"prefill@{fake.WORKER_IP_A}"
+    assert dict(report.backends)[label].startswith("unknown: ")
+    assert label not in report.unseen
+    assert handler.provider_metrics(report)["ProviderEfa"] == 0
+
+
+def test_without_the_actor_list_the_newest_engine_is_read_first(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    _engines(
+        kube_api,
+        dead=(nixl_log("LIBFABRIC"), provider_log("tcp")),
+        current=(nixl_log("LIBFABRIC"), provider_log("efa")),
+    )
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/actors", status=500, body=b"{}")
+    report = read(kube_api, dashboard)
+    assert report.providers[0][1] == "efa"
+    names = [name for name, _ in reads(kube_api)]
+    assert names.index(f"{CURRENT}.out") < names.index(f"{DEAD}.out")
+
+
+def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
+    replica = fake.PREFILL_WORKER_ID
+    files = [
+        f"worker-{'5e' * 28}-ff000000-100.out",  # job 255: older than the replica's job 256
+        f"worker-{'6f' * 28}-ffffffff-120.out",  # nil job: an idle worker, not judged by age
+        f"worker-{replica}-00010000-4242.out",  # job 256
+        f"worker-{GPU_WORKER}-01010000-5151.out",  # job 257, started by the replica's engine
+    ]
+    target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, worker_ids=(replica,))
+    assert checks.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
+
+
+# --- what the scheduled probe publishes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "providers, unseen, backends, metrics",
+    [
+        ({"p": "efa", "d": "efa"}, (), None, {"ProviderEfa": 1, "ProviderUnknown": 0}),
+        ({"p": "efa", "d": "tcp"}, (), None, {"ProviderEfa": 0, "ProviderUnknown": 0}),
+        # aged out: unknown, and no ProviderEfa at all (the alarm keeps its state)
+        ({"p": "efa", "d": "unknown: rotated"}, ("d",), None, {"ProviderUnknown": 1}),
+        # read from its first line and still no provider: the engine never proved EFA
+        (
+            {"p": "efa", "d": "unknown: no line"},
+            (),
+            None,
+            {"ProviderEfa": 0, "ProviderUnknown": 0},
+        ),
+        # a TCP provider seen beside an unseen engine is still TCP
+        (
+            {"p": "tcp", "d": "unknown: rotated"},
+            ("d",),
+            None,
+            {"ProviderEfa": 0, "ProviderUnknown": 1},
+        ),
+        # UCX where LIBFABRIC is configured has no provider line, and is not EFA
+        (
+            {"p": "efa"},
+            (),
+            {"p": "LIBFABRIC", "d": "UCX"},
+            {"ProviderEfa": 0, "ProviderUnknown": 0},
+        ),
+        ({}, (), {}, {"ProviderUnknown": 1}),  # nothing read at all (the dashboard is down)
+    ],
+)
+def test_provider_metrics(
+    providers: dict[str, str],
+    unseen: tuple[str, ...],
+    backends: dict[str, str] | None,
+    metrics: dict[str, int],
+) -> None:
+    report = checks.KvBackendReport(
+        backends=tuple(
+            (backends if backends is not None else dict.fromkeys(providers, "LIBFABRIC")).items()
+        ),
+        providers=tuple(providers.items()),
+        unseen=unseen,
+        reason="" if providers else "dashboard down",
+    )
+    assert handler.provider_metrics(report) == metrics
+
+
+@pytest.fixture
+def probe_env(kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props()))
+    monkeypatch.setattr(handler, "counter_sleep", lambda _: None)
+    monkeypatch.setattr(
+        handler,
+        "client_factory",
+        lambda props: kube.KubeClient(
+            props.endpoint, props.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: None
+        ),
+    )
+    lines: list[dict[str, Any]] = []
+    emit: Callable[..., None] = handler.emit_metrics
+    monkeypatch.setattr(
+        handler,
+        "emit_metrics",
+        lambda props, outcome: emit(props, outcome, out=lambda t: lines.append(json.loads(t))),
+    )
+    return lines
+
+
+def test_a_long_running_engine_keeps_proving_efa(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("serving")
+    for node in (fake.RAY_NODE_A, fake.RAY_NODE_B):
+        for name, text in list(kube_api.ray_logs[node].items()):
+            if "5151" in name:
+                kube_api.ray_logs[node][name] = text + stats(4000)
+    outcome = handler.scheduled_probe({}, None)
+    assert (outcome["ProviderEfa"], outcome["ProviderUnknown"]) == (1, 0)
+
+
+def test_an_engine_whose_log_rotated_past_its_start_publishes_unknown_not_tcp(
+    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+) -> None:
+    kube_api.set_stage("serving")
+    logs = prefill_logs(kube_api)
+    for name in (OUT, ERR):
+        logs[name] = stats(4000)
+        logs[f"{name}.1"] = stats(4000)
+    outcome = handler.scheduled_probe({}, None)
+    assert outcome["ProbeOk"] == 1
+    assert outcome["ProviderUnknown"] == 1 and "ProviderEfa" not in outcome
+    (line,) = probe_env
+    names = [m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+    assert names == ["ProbeOk", "KvTransferStalled", "ProviderUnknown"]
