@@ -382,15 +382,10 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "restrict-default-sg",
-        ("Network/CustomVpcRestrictDefaultSGCustomResourceProviderRole*",),
-        "aws-cdk-lib's function that strips the VPC default security group's rules",
+        ("Cluster/DefaultSecurityGroup/Function/ServiceRole/Resource",),
+        "strips the VPC default security group's two default rules (that group only)",
         (LAMBDA,),
-        actions=(
-            "ec2:AuthorizeSecurityGroupEgress",
-            "ec2:AuthorizeSecurityGroupIngress",
-            "ec2:RevokeSecurityGroupEgress",
-            "ec2:RevokeSecurityGroupIngress",
-        ),
+        actions=("ec2:RevokeSecurityGroupEgress", "ec2:RevokeSecurityGroupIngress"),
         managed=(BASIC,),
     ),
     Role(

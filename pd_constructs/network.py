@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import Aws, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -236,6 +236,10 @@ class PdNetwork(Construct):
     ``load_balancer_route_table_ids`` those of the load balancer's subnets, which need the
     default route only (the ALB fetches its JWKS over 443; ELB delivers its access logs itself).
 
+    The VPC's default security group keeps EC2's default rules here;
+    :class:`DefaultSecurityGroupRestriction` removes them from another stack
+    (``default_security_group_id``), so this one does not wait for a function.
+
     The S3 gateway endpoint (no charge) carries the nodes' S3 traffic (ECR serves image layers
     from S3, and staged weights come from S3) instead of the NAT gateway, in every private
     route table, the GPU one included.
@@ -263,8 +267,10 @@ class PdNetwork(Construct):
             enable_dns_hostnames=True,
             enable_dns_support=True,
             # The default security group allows all traffic between its members; nothing uses
-            # it, so aws-cdk-lib's custom resource strips its rules.
-            restrict_default_security_group=True,
+            # it, so its rules are stripped, but not by aws-cdk-lib's custom resource here:
+            # this stack would wait for its function and the cluster's stack for this one.
+            # DefaultSecurityGroupRestriction does it in the cluster's stack instead.
+            restrict_default_security_group=False,
             subnet_configuration=[
                 ec2.SubnetConfiguration(
                     name="Private",
@@ -315,6 +321,8 @@ class PdNetwork(Construct):
         )
         # Not tied to an AZ: every GPU subnet, in whichever AZ, is associated with it.
         self.gpu_route_table = ec2.CfnRouteTable(self, "GpuRouteTable", vpc_id=self.vpc.vpc_id)
+        # Its rules are stripped by DefaultSecurityGroupRestriction, in the cluster's stack.
+        self.default_security_group_id = self.vpc.vpc_default_security_group
         self.egress_route_table_ids = [
             *(s.route_table.route_table_id for s in self.vpc.private_subnets),
             self.gpu_route_table.ref,
@@ -322,6 +330,67 @@ class PdNetwork(Construct):
         self.load_balancer_route_table_ids = [
             s.route_table.route_table_id for s in self.load_balancer_subnets
         ]
+
+
+class DefaultSecurityGroupRestriction(Construct):
+    """Removes the two default rules of a VPC's default security group
+    (``default_security_group_id``): all traffic in from its members, all traffic out
+    (handler: ``assets/lambda/default_sg``). What aws-cdk-lib's ``restrictDefaultSecurityGroup``
+    does, with the same two revokes, but as a construct of its own, so it can live in another
+    stack than the VPC: beside the control plane, where its function's minutes are off the
+    deploy's critical path (docs/deploy-timeline.md). Nothing may depend on it.
+
+    The function may revoke ingress and egress rules of that one group and nothing else; its
+    Delete leaves the group as it is (the VPC goes with the network stack, after this one).
+    Its log group keeps ``log_retention`` and follows ``log_removal_policy``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        default_security_group_id: str,
+        log_retention: logs.RetentionDays,
+        log_removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        self.function = fn = lambda_.Function(
+            self,
+            "Function",
+            runtime=PYTHON_RUNTIME,
+            handler="handler.on_event",
+            code=lambda_code("default_sg"),
+            layers=[shared_layer(self)],
+            timeout=Duration.minutes(1),
+            log_group=log_group,
+            description="Removes the rules of the VPC's default security group",
+        )
+        group_arn = Stack.of(self).format_arn(
+            service="ec2", resource="security-group", resource_name=default_security_group_id
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:RevokeSecurityGroupEgress", "ec2:RevokeSecurityGroupIngress"],
+                resources=[group_arn],
+            )
+        )
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        self.resource = CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type="Custom::DefaultSecurityGroupRestriction",
+            properties={
+                "DefaultSecurityGroupId": default_security_group_id,
+                "Account": Aws.ACCOUNT_ID,
+            },
+        )
+        acknowledge_basic_execution_role(fn)
+        suppress_provider_framework(provider, fn)
 
 
 class NatEgress(Construct):

@@ -475,11 +475,13 @@ class ScaleOut:
         return max(end for _, _, end in self.steps)
 
 
-def scale_out(deploy: Deploy) -> ScaleOut:
+def scale_out(deploy: Deploy, *, weights_in_s3: bool | None = None) -> ScaleOut:
     """The scale-out of the synthesized app: its GPU node's pull mode and disk and its weights'
     source, with the deploy's rates. The node joins; the pre-pull and prefetch DaemonSets and
     the device plugins start on it at once (they exist already), in parallel; the engine
-    starts when the image, the weights and the plugins are there."""
+    starts when the image, the weights and the plugins are there. ``weights_in_s3`` models the
+    weights' source as given (True: staged in S3, ``modelS3Uri``; False: Hugging Face) instead
+    of the app's own."""
     model = _Model(deploy, concurrency=4)
     ((nodegroup, resource),) = model._nodegroups("gpu-worker")
     fast = model._fast_pull(nodegroup, resource)
@@ -491,6 +493,8 @@ def scale_out(deploy: Deploy) -> ScaleOut:
         for _, obj in model._applied("DaemonSet", "model-prefetch")
         for c in _pod_spec(obj).get("initContainers", [])
     )
+    if weights_in_s3 is not None:
+        from_s3 = weights_in_s3
     joined = SCALE_OUT_NODE_JOIN
     if from_s3:
         weights_start, source, rate = joined + SMALL_IMAGE_MINUTES, "S3", S3_MBPS

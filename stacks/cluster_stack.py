@@ -1,4 +1,5 @@
-"""Cluster layer: the EKS control plane, its add-ons, and the NAT gateway the nodes need.
+"""Cluster layer: the EKS control plane, its add-ons, the NAT gateway the nodes need, and the
+restriction of the VPC's default security group.
 
 Deliberately nothing that waits for a node or calls the Kubernetes API (that needs the NAT
 gateway created here): the system node group with the workload and the node warm-up, and the
@@ -16,7 +17,11 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from pd_constructs.cluster import PdCluster
-from pd_constructs.network import GpuAvailabilityZoneProvider, NatEgress
+from pd_constructs.network import (
+    DefaultSecurityGroupRestriction,
+    GpuAvailabilityZoneProvider,
+    NatEgress,
+)
 from pd_constructs.vpc_cni import VpcCniAddon
 from stacks.app_stack import AppStack, AppStackProps
 
@@ -31,6 +36,7 @@ class ClusterStack(AppStack):
         control_plane_subnets: Sequence[ec2.ISubnet],
         egress_route_table_ids: Sequence[str],
         load_balancer_route_table_ids: Sequence[str],
+        default_security_group_id: str,
         **props: Unpack[AppStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
@@ -63,6 +69,15 @@ class ClusterStack(AppStack):
         self.gpu_az_chooser = GpuAvailabilityZoneProvider(
             self,
             "GpuAzChooser",
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
+        )
+        # The VPC's default security group loses its rules here, beside the control plane,
+        # rather than in the network stack, which would wait for this function first.
+        self.default_security_group = DefaultSecurityGroupRestriction(
+            self,
+            "DefaultSecurityGroup",
+            default_security_group_id=default_security_group_id,
             log_retention=self.log_retention,
             log_removal_policy=self.log_removal_policy,
         )

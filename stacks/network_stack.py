@@ -37,3 +37,4 @@ class NetworkStack(AppStack):
         self.gpu_route_table_id = self.network.gpu_route_table.ref
         self.egress_route_table_ids = self.network.egress_route_table_ids
         self.load_balancer_route_table_ids = self.network.load_balancer_route_table_ids
+        self.default_security_group_id = self.network.default_security_group_id

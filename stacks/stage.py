@@ -55,6 +55,7 @@ class RayPdEksStage(Stage):
             control_plane_subnets=self.network.network.control_plane_subnets,
             egress_route_table_ids=self.network.egress_route_table_ids,
             load_balancer_route_table_ids=self.network.load_balancer_route_table_ids,
+            default_security_group_id=self.network.default_security_group_id,
             description="ray-pd-eks: EKS control plane, add-ons, NAT gateway, S3 endpoint",
         )
         self.gpu_nodes = GpuNodesStack(

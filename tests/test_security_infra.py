@@ -117,10 +117,34 @@ def test_kubectl_provider_has_its_own_security_group(default_app: Synthesized) -
     ]
 
 
-def test_vpc_default_security_group_is_restricted(default_app: Synthesized) -> None:
-    restrict = default_app.only("Network", "Custom::VpcRestrictDefaultSG")["Properties"]
+def test_vpc_default_security_group_is_restricted_from_the_cluster_stack(
+    default_app: Synthesized,
+) -> None:
+    """The restriction is the cluster stack's (beside the control plane, docs/deploy-timeline.md):
+    it names the network's VPC's own default group, and its function may revoke rules of that
+    group only. aws-cdk-lib's own custom resource is off, so the network stack has none."""
+    assert default_app.resources("Network", "Custom::VpcRestrictDefaultSG") == {}
     vpc_id = next(iter(default_app.resources("Network", "AWS::EC2::VPC")))
-    assert restrict["DefaultSecurityGroupId"] == {"Fn::GetAtt": [vpc_id, "DefaultSecurityGroup"]}
+    (export,) = [
+        o["Export"]["Name"]
+        for o in default_app.templates["Network"]["Outputs"].values()
+        if o["Value"] == {"Fn::GetAtt": [vpc_id, "DefaultSecurityGroup"]}
+    ]
+    restrict = default_app.only("Cluster", "Custom::DefaultSecurityGroupRestriction")
+    assert restrict["Properties"]["DefaultSecurityGroupId"] == {"Fn::ImportValue": export}
+    assert restrict["Properties"]["Account"] == {"Ref": "AWS::AccountId"}
+    (statement,) = [
+        st
+        for p in default_app.resources("Cluster", "AWS::IAM::Policy").values()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if any(str(a).startswith("ec2:Revoke") for a in st["Action"])
+    ]
+    assert statement["Action"] == [
+        "ec2:RevokeSecurityGroupEgress",
+        "ec2:RevokeSecurityGroupIngress",
+    ]
+    sep, parts = statement["Resource"]["Fn::Join"]
+    assert sep == "" and parts[-2:] == [":security-group/", {"Fn::ImportValue": export}]
 
 
 @pytest.mark.parametrize(
