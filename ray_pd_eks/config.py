@@ -967,9 +967,14 @@ def _capacity(c: AppConfig) -> list[str]:
     return out
 
 
+def is_hf_revision(rev: str) -> bool:
+    """A Hugging Face revision as ``modelRevision`` accepts it: a commit, a tag or a branch."""
+    return bool(_MODEL_REVISION.match(rev)) and len(rev) <= MODEL_REVISION_MAX
+
+
 def _model_revision(c: AppConfig) -> list[str]:
     rev = c.model_revision
-    if _MODEL_REVISION.match(rev) and len(rev) <= MODEL_REVISION_MAX:
+    if is_hf_revision(rev):
         return []
     why = (
         f"must be a Hugging Face revision of at most {MODEL_REVISION_MAX} characters: a "
