@@ -56,6 +56,7 @@ ADDON_SCHEMA: dict[str, Any] = {
         "tolerations": {"type": "array"},
         "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "containerInsights": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "applicationSignals": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "otelContainerInsights": {
             "type": "object",
             "properties": {
