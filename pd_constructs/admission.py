@@ -16,14 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
+from pd_constructs.helm import kuberay_operator_identity
+from pd_constructs.namespaces import WARMUP_NAMESPACE
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 
-# The KubeRay chart's service account (kuberay-operator chart 1.7.0 values.yaml,
-# serviceAccount.name), in its release's namespace.
-OPERATOR_SERVICE_ACCOUNT = "kuberay-operator"
-OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+# The KubeRay operator as the API server knows it: the chart's service account in the release's
+# namespace, derived from the release and the chart's naming rules (pd_constructs/helm.py), so
+# these policies, the identities table and the chart cannot name different accounts.
+OPERATOR = kuberay_operator_identity()
+OPERATOR_SERVICE_ACCOUNT = OPERATOR.service_account
+OPERATOR_USER = OPERATOR.user
 # Who creates a DaemonSet's pods: the controller's own account when kube-controller-manager
 # runs with --use-service-account-credentials, else the controller manager itself.
 DAEMONSET_CONTROLLER_USERS = (

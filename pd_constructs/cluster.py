@@ -47,7 +47,7 @@ from pd_constructs.nag import (
 from pd_constructs.templates import load_yaml
 from pd_constructs.vpc_cni import NODE_TAG
 from ray_pd_eks import instance_types
-from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX
+from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX, set_hint
 from ray_pd_eks.monitoring import control_plane_log_group
 
 GPU_TAINT = eks.TaintSpec(key="nvidia.com/gpu", value="true", effect=eks.TaintEffect.NO_SCHEDULE)
@@ -559,7 +559,8 @@ class EfaGpuNodeGroup(Construct):
                 "gpuCapacityReservationId is set without gpuPlacementGroupName: the GPU nodes "
                 "launch without a cluster placement group (a reservation is usable in one only "
                 "if it was created in it). Create the reservation in a cluster placement group "
-                "and set -c gpuPlacementGroupName=<name> for the lowest EFA latency.",
+                f"and set it with {set_hint('gpuPlacementGroupName', '<name>')} for the lowest "
+                "EFA latency.",
             )
         on_nvme = bool(
             node_config and "localStorage" in node_config.get("spec", {}).get("instance", {})

@@ -42,7 +42,7 @@ from pd_constructs.helm import (
 from pd_constructs.nag import acknowledge
 from pd_constructs.network import LOAD_BALANCER_SUBNET_GROUP
 from pd_constructs.templates import render
-from ray_pd_eks.config import AppConfig
+from ray_pd_eks.config import AppConfig, set_hint
 from ray_pd_eks.logs import log_removal_policy
 
 SERVE_PORT = 8000
@@ -506,7 +506,8 @@ class ModelEndpoint(Construct):
                 "AwsSolutions-ELB2",
                 "Environment-agnostic stack (region empty): the log bucket's policy must name "
                 "the region's ELB log-delivery principal, which needs the region at synth; "
-                "set -c region=... to get access logs (synth warns). Ray Serve's proxy still "
+                f"set the region ({set_hint('region')}) to get access logs (synth warns). Ray "
+                "Serve's proxy still "
                 "logs every request in the pods.",
             )
         self.target_group = elbv2.ApplicationTargetGroup(
@@ -597,7 +598,7 @@ def endpoint_warnings(config: AppConfig) -> list[tuple[str, str]]:
                 "endpointDomainName is empty: the outputs use the ALB's DNS name, which the "
                 "certificate does not cover, so TLS clients will reject it. Point a DNS record "
                 "(CNAME or alias) of the certificate's name at the EndpointLoadBalancerDns "
-                "output and set -c endpointDomainName=<that name>.",
+                f"output and set {set_hint('endpointDomainName', '<that name>')}.",
             )
         )
     if not config.region:
@@ -606,7 +607,7 @@ def endpoint_warnings(config: AppConfig) -> list[tuple[str, str]]:
                 "ray-pd-eks:noEndpointAccessLogs",
                 "region is empty: the endpoint's ALB writes no access logs (their bucket "
                 "policy needs the region's log-delivery principal at synth); set "
-                "-c region=<deploy region> to get them.",
+                f"{set_hint('region', '<deploy region>')} to get them.",
             )
         )
     if config.endpoint_auth == "none":

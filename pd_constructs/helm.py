@@ -109,15 +109,87 @@ CLUSTER_AUTOSCALER = HelmRelease(
 CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.35": "v1.35.2", "1.36": "v1.36.1"}
 
 
+KUBERAY_CHART = "kuberay-operator"
+KUBERAY_RELEASE = "kuberay-operator"
+KUBERAY_VALUES_FILE = "kuberay-operator.yaml"
+# The kuberay-operator chart's own values that name its objects (chart 1.7.0 values.yaml:
+# nameOverride, fullnameOverride, serviceAccount). tests/test_operator_identity.py compares
+# them with the chart's values.yaml kept in tests/schemas/kuberay-v1.7.0/.
+KUBERAY_CHART_NAMING_VERSION = "1.7.0"
+KUBERAY_CHART_NAMING: Mapping[str, Any] = {
+    "nameOverride": "kuberay-operator",
+    "fullnameOverride": "kuberay-operator",
+    "serviceAccount": {"create": True, "name": "kuberay-operator"},
+}
+
+
 def kuberay_operator(version: str) -> HelmRelease:
     """The KubeRay operator chart; its version is a setting (``kuberayVersion``)."""
     return HelmRelease(
         repository="https://ray-project.github.io/kuberay-helm/",
-        chart="kuberay-operator",
+        chart=KUBERAY_CHART,
         version=version,
-        release="kuberay-operator",
+        release=KUBERAY_RELEASE,
         namespace=OPERATOR_NAMESPACE,
-        values_file="kuberay-operator.yaml",
+        values_file=KUBERAY_VALUES_FILE,
+    )
+
+
+def _trunc63(name: str) -> str:
+    return name[:63].removesuffix("-")  # Helm's `trunc 63 | trimSuffix "-"`
+
+
+def chart_name(chart: str, values: Mapping[str, Any]) -> str:
+    """``kuberay-operator.name`` of the chart's templates/_helpers.tpl (v1.7.0): the
+    ``app.kubernetes.io/name`` label of the operator's pod (templates/deployment.yaml)."""
+    return _trunc63(values.get("nameOverride") or chart)
+
+
+def chart_fullname(chart: str, release: str, values: Mapping[str, Any]) -> str:
+    """``kuberay-operator.fullname`` (templates/_helpers.tpl, v1.7.0): ``fullnameOverride``,
+    else the release name if it contains the chart's name, else ``<release>-<name>``."""
+    if values.get("fullnameOverride"):
+        return _trunc63(str(values["fullnameOverride"]))
+    name = values.get("nameOverride") or chart
+    return _trunc63(release if name in release else f"{release}-{name}")
+
+
+def chart_service_account(chart: str, release: str, values: Mapping[str, Any]) -> str:
+    """``kuberay-operator.serviceAccount.name`` (templates/_helpers.tpl, v1.7.0): with
+    ``serviceAccount.create``, its ``name`` or else the fullname; without, its ``name`` or
+    ``default``. The chart's Deployment runs the operator as it (``serviceAccountName``), in
+    the release's namespace (templates/serviceaccount.yaml, templates/deployment.yaml)."""
+    account = values.get("serviceAccount") or {}
+    if account.get("create"):
+        return str(account.get("name") or chart_fullname(chart, release, values))
+    return str(account.get("name") or "default")
+
+
+@dataclass(frozen=True)
+class OperatorIdentity:
+    """Who the KubeRay operator is to the API server: the chart's service account in the
+    release's namespace, and the name label its pod carries."""
+
+    namespace: str
+    service_account: str
+    pod_name_label: str
+
+    @property
+    def user(self) -> str:
+        """The user name its requests carry (``request.userInfo.username``)."""
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+def kuberay_operator_identity(release: HelmRelease | None = None) -> OperatorIdentity:
+    """Derived from the one place the chart is installed from: the release (namespace, name)
+    and the chart's naming values with ours merged over them, as Helm does."""
+    # The naming above is chart 1.7.0's; the release and our values do not depend on it.
+    release = release or kuberay_operator(KUBERAY_CHART_NAMING_VERSION)
+    values = deep_merge(KUBERAY_CHART_NAMING, release.values())
+    return OperatorIdentity(
+        namespace=release.namespace,
+        service_account=chart_service_account(release.chart, release.release, values),
+        pod_name_label=chart_name(release.chart, values),
     )
 
 

@@ -6,7 +6,9 @@ with tests/identity_facts.py reading the templates): every role of every stack m
 one row, every row matches a role, and the actions, managed policies, trusted principals,
 service accounts, Kubernetes groups and access policies of the row are exactly those of its
 roles; every RBAC subject bound in our manifests is a row whose rules are exactly the bound
-ones. ``docs/identities.md`` is rendered from it (``python -m pd_constructs.identities``).
+ones. The service accounts that charts create and our admission policies name (the KubeRay
+operator) are rows too, derived from the chart's release (tests/test_operator_identity.py).
+``docs/identities.md`` is rendered from it (``python -m pd_constructs.identities``).
 
 What the table does not hold (and says so in the doc): the resources each action is scoped to
 (the tests of each construct pin those), and RBAC that Helm charts or operators create at
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from aws_cdk import aws_iam as iam
 
 from pd_constructs.endpoint import controller_policy_statements
+from pd_constructs.helm import kuberay_operator_identity
 from pd_constructs.observability import agent_statements
 from pd_constructs.vpc_cni import cni_statements
 from ray_pd_eks.config import AppConfig
@@ -115,6 +118,18 @@ class RbacSubject:
     @property
     def rules_text(self) -> tuple[str, ...]:
         return (*self.rules, *(f"{r} ({when})" for when, r in self.rules_when))
+
+
+@dataclass(frozen=True)
+class ChartAccount:
+    """A service account a Helm chart creates (so not bound in our manifests) that our own
+    manifests name: ``subject`` is its user name, ``named_by`` the admission policies (by
+    ``metadata.name``) that tell it apart from every other user."""
+
+    id: str
+    subject: str
+    purpose: str
+    named_by: tuple[str, ...]
 
 
 def _policy_actions(statements: list[iam.PolicyStatement]) -> tuple[str, ...]:
@@ -435,8 +450,21 @@ RBAC: tuple[RbacSubject, ...] = (
 )
 
 
+_OPERATOR = kuberay_operator_identity()
+
+CHART_ACCOUNTS: tuple[ChartAccount, ...] = (
+    ChartAccount(
+        "kuberay-operator",
+        _OPERATOR.user,
+        "the KubeRay operator (chart kuberay-operator, its own RBAC): the one user that may "
+        "create the Ray pods and the RayCluster of our RayService",
+        ("ray-pd-eks-ray-pods.{ns}", "ray-pd-eks-rayclusters.{ns}"),
+    ),
+)
+
+
 def _check_table() -> None:
-    ids = [r.id for r in ROLES] + [s.id for s in RBAC]
+    ids = [r.id for r in ROLES] + [s.id for s in RBAC] + [a.id for a in CHART_ACCOUNTS]
     duplicates = {i for i in ids if ids.count(i) > 1}
     if duplicates:
         raise ValueError(f"identity ids appear twice: {sorted(duplicates)}")
@@ -492,6 +520,21 @@ def markdown() -> str:
     lines += ["|---|---|---|---|---|"]
     for s in RBAC:
         lines.append(f"| {s.id} | `{s.subject}` | {s.purpose} | {_cell(s.rules_text)} | {s.when} |")
+    lines += [
+        "",
+        "## Service accounts of charts that our manifests name",
+        "",
+        "Created by their chart, with the chart's RBAC; listed because our admission policies "
+        "admit them by name. The name is derived from the chart's release and naming values "
+        "(`pd_constructs/helm.py`, `kuberay_operator_identity`); "
+        "`tests/test_operator_identity.py` checks that the policies, this table and the "
+        "installed chart name the same account.",
+        "",
+        "| id | subject | what | named by |",
+        "|---|---|---|---|",
+    ]
+    for a in CHART_ACCOUNTS:
+        lines.append(f"| {a.id} | `{a.subject}` | {a.purpose} | {_cell(a.named_by)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pd_constructs.helm import kuberay_operator_identity
 from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
 from pd_constructs.templates import ASSETS, render_from
 from ray_pd_eks.bench.job import BENCH_POD_LABELS
@@ -28,8 +29,9 @@ from ray_pd_eks.vpc_layout import vpc_layout
 
 POLICY_DIR = "manifests/network-policies"
 # The label the KubeRay operator chart puts on the operator pod (kuberay-operator chart 1.7.0,
-# templates/deployment.yaml: app.kubernetes.io/name, the chart's name).
-OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
+# templates/deployment.yaml: app.kubernetes.io/name, the chart's `kuberay-operator.name`),
+# derived with the operator's service account in pd_constructs/helm.py.
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": kuberay_operator_identity().pod_name_label}
 # Labels the RayService template puts on its pods (assets/manifests/rayservice.yaml).
 RAY_SERVICE_LABEL = "ray-pd-eks/ray-service"
 ROLE_LABEL = "ray-pd-eks/role"

@@ -180,6 +180,16 @@ def derive_model_id(model_source: str) -> str:
 
 LOCAL_SETTINGS_FILE = "settings.local.json"  # see ray_pd_eks/context.py
 CLI_NAME = "ray-pd-eks"  # the operations CLI's console script (ray_pd_eks/console.py)
+# How a user changes a setting for good: the settings command writes settings.local.json, which
+# every later command reads (docs/settings.md). `-c key=value` lasts one command only, so no
+# hint offers it as the fix. The handlers' copy is pd_lambda/settings_hint.py (a test pins it).
+SETTINGS_SET = f"{CLI_NAME} settings --set"
+
+
+def set_hint(key: str, value: str = "...") -> str:
+    """The command that sets ``key`` to ``value``, as every warning and error shows it, in
+    backticks: ``ray-pd-eks settings --set key=value``."""
+    return f"`{SETTINGS_SET} {key}={value}`"
 
 
 def _problem(key: str, value: Any, why: str, *, fix_key: str | None = None) -> str:
@@ -189,7 +199,7 @@ def _problem(key: str, value: Any, why: str, *, fix_key: str | None = None) -> s
     fix = fix_key or key
     return (
         f"context key '{key}' = {shown}: {why} "
-        f"(fix it with `{CLI_NAME} settings --set {fix}=...`, or -c {fix}=... for one command)"
+        f"(fix it with {set_hint(fix)}, or -c {fix}=... for one command)"
     )
 
 
@@ -964,9 +974,14 @@ def _capacity(c: AppConfig) -> list[str]:
     return out
 
 
+def is_hf_revision(rev: str) -> bool:
+    """A Hugging Face revision as ``modelRevision`` accepts it: a commit, a tag or a branch."""
+    return bool(_MODEL_REVISION.match(rev)) and len(rev) <= MODEL_REVISION_MAX
+
+
 def _model_revision(c: AppConfig) -> list[str]:
     rev = c.model_revision
-    if _MODEL_REVISION.match(rev) and len(rev) <= MODEL_REVISION_MAX:
+    if is_hf_revision(rev):
         return []
     why = (
         f"must be a Hugging Face revision of at most {MODEL_REVISION_MAX} characters: a "

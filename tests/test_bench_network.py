@@ -21,6 +21,7 @@ def _bench_template() -> dict[str, Any]:
         base_url="http://ray-llm-serve-svc.inference:8000",
         model="qwen3.5-9b",
         tokenizer="Qwen/Qwen3.5-9B",
+        tokenizer_revision=DEFAULTS.model_revision,
         concurrency=(1,),
         prompts=(16,),
         input_len=3000,

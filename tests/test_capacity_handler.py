@@ -303,8 +303,9 @@ def test_capacity_failures_older_than_the_wait_raise_with_the_fixes(at: Any) -> 
         "(3 failed launches; last: We currently do not have sufficient g6.8xlarge capacity"
     )
     assert message.endswith(
-        "Fixes: -c gpuCapacityReservationId=cr-... (an On-Demand Capacity Reservation in that "
-        "AZ), another -c gpuAz=..., or another -c gpuNodeType=...; then redeploy."
+        "Fixes: `ray-pd-eks settings --set gpuCapacityReservationId=cr-...` (an On-Demand "
+        "Capacity Reservation in that AZ), another AZ (`ray-pd-eks settings --set gpuAz=...`) "
+        "or another type (`ray-pd-eks settings --set gpuNodeType=...`); then redeploy."
     )
     assert "\n" not in message and len(message) <= 1000
 

@@ -115,6 +115,16 @@ def _script_args(job: dict[str, Any]) -> list[list[str]]:
     return [shlex.split(line)[3:] for line in script.splitlines() if line.startswith("level ")]
 
 
+def _tokenizer_fetch(job: dict[str, Any]) -> list[str]:
+    """The repo, revision, file patterns and folder of the script's tokenizer download."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (line,) = [x for x in container["args"][0].splitlines() if x.startswith("if ! python3 -c ")]
+    argv = shlex.split(line.removeprefix("if ! ").removesuffix("; then"))
+    assert argv[:2] == ["python3", "-c"] and "snapshot_download(" in argv[2]
+    assert "revision=sys.argv[2]" in argv[2] and "local_dir=sys.argv[4]" in argv[2]
+    return argv[3:]
+
+
 def _run_through(kube_api: FakeKubeApi, cli: Harness, *steps: Any) -> None:
     """One callback per poll: how the Job's pod and status move between polls."""
     cli.clock.on_sleep = list(steps)
@@ -163,7 +173,15 @@ def test_sweep_runs_as_a_job_is_collected_and_deleted(
 
     assert flag(first, "--base-url") == "http://ray-llm-serve-svc.inference:8000"
     assert flag(first, "--model") == "qwen3.5-9b"
-    assert flag(first, "--tokenizer") == "Qwen/Qwen3.5-9B"
+    # The model's own tokenizer at the revision the engines serve (modelRevision, read from
+    # the RayService's engine_kwargs), downloaded first: vllm bench serve has no revision flag.
+    assert flag(first, "--tokenizer") == bench_job.TOKENIZER_DIR == "/work/tokenizer"
+    assert _tokenizer_fetch(job) == [
+        "Qwen/Qwen3.5-9B",
+        "c202236235762e1c871ad0ccb60c8ee5ba337b9a",
+        "*.json,*.txt,*.model,*.tiktoken,*.jinja",
+        "/work/tokenizer",
+    ]
     assert flag(first, "--dataset-name") == "random"
     assert (flag(first, "--random-input-len"), flag(first, "--random-output-len")) == (
         "3000",
@@ -327,6 +345,8 @@ def test_nothing_is_created_while_the_app_is_not_running(
         (["--prompts", "0"], "--prompts must be at least 1"),
         (["--concurrency", "1,1025"], "each level must be 1..1024"),
         (["--tokenizer", "not a repo"], "expected a Hugging Face repo"),
+        (["--tokenizer-revision=-main"], "expected a Hugging Face revision"),
+        (["--tokenizer-revision", "r" * 129], "expected a Hugging Face revision"),
         (["--timeout-minutes", "0"], "--timeout-minutes must be at least 1"),
         (["--price-per-hour", "0"], "--price-per-hour must be a positive number"),
     ],
@@ -427,9 +447,11 @@ def test_price_falls_back_to_the_dated_table_when_the_api_is_denied(
     )
     assert result.code == 0, result.err
     (argv,) = _script_args(_the_job(kube_api))
-    assert argv[argv.index("--tokenizer") + 1] == "Qwen/Qwen3-8B"
+    assert argv[argv.index("--tokenizer") + 1] == "/work/tokenizer"
+    # Another repo's tokenizer: its main branch unless --tokenizer-revision names one.
+    assert _tokenizer_fetch(_the_job(kube_api))[:2] == ["Qwen/Qwen3-8B", "main"]
     config = json.loads((out / "bench-meta.json").read_text())["config"]
-    assert config["tokenizer"] == "Qwen/Qwen3-8B"
+    assert (config["tokenizer"], config["tokenizerRevision"]) == ("Qwen/Qwen3-8B", "main")
     assert config["servingMode"] == "aggregated" and config["engines"] == 2
     assert config["kvBackend"] is None
     assert config["gpuPricePerHourUsd"] == pricing.ON_DEMAND_USD_PER_HOUR["g6.8xlarge"]
@@ -443,6 +465,7 @@ def test_job_manifest_is_the_commented_template_filled() -> None:
         base_url="http://s:8000",
         model="m",
         tokenizer="o/m",
+        tokenizer_revision="v1",
         concurrency=(2,),
         prompts=(16,),
         input_len=10,
@@ -519,3 +542,110 @@ def test_the_deployed_engine_profile_is_read_from_the_live_serve_config() -> Non
     )
     found = deployed_settings(render_rayservice(aggregated, image="img:1"), app)
     assert (found["servingMode"], found["requestRouter"]) == ("aggregated", "prefix-aware")
+
+
+# -- the tokenizer at the served revision ---------------------------------------------------
+
+
+def test_the_tokenizer_revision_is_the_one_the_live_engines_load() -> None:
+    """The revision comes from the RayService's engine_kwargs (what serves), not from the
+    local settings; a staged copy (no revision in the engines) falls back to the setting."""
+    from types import SimpleNamespace
+
+    from ray_pd_eks.cli.bench import deployed_settings, tokenizer_revision
+    from tests.conftest import S3_URI
+
+    app: Any = SimpleNamespace(config=DEFAULTS)
+    live = DEFAULTS.with_overrides({"modelRevision": "0123abcd" * 5})
+    deployed = deployed_settings(render_rayservice(live, image="img:1"), app)
+    assert deployed["modelRevision"] == "0123abcd" * 5 != DEFAULTS.model_revision
+    own: Any = SimpleNamespace(tokenizer=None, tokenizer_revision=None)
+    assert tokenizer_revision(own, deployed) == "0123abcd" * 5
+    named: Any = SimpleNamespace(tokenizer="Qwen/Qwen3.5-9B", tokenizer_revision=None)
+    assert tokenizer_revision(named, deployed) == "0123abcd" * 5  # the model's own repo
+    other: Any = SimpleNamespace(tokenizer="Qwen/Qwen3-8B", tokenizer_revision=None)
+    assert tokenizer_revision(other, deployed) == "main"
+    pinned: Any = SimpleNamespace(tokenizer="Qwen/Qwen3-8B", tokenizer_revision="v2.0")
+    assert tokenizer_revision(pinned, deployed) == "v2.0"
+    staged = DEFAULTS.with_overrides({"modelS3Uri": S3_URI, "modelRevision": "v9"})
+    app_staged: Any = SimpleNamespace(config=staged)
+    found = deployed_settings(render_rayservice(staged, image="img:1"), app_staged)
+    assert found["modelSource"] == "Qwen/Qwen3.5-9B" and found["modelRevision"] == "v9"
+
+
+def test_an_explicit_tokenizer_revision_is_downloaded_and_recorded(
+    kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
+) -> None:
+    def ends() -> None:
+        job = kube_api.jobs[next(iter(kube_api.jobs))]
+        pod = make_job_pod(job, state="terminated")
+        kube_api.pods.append(pod)
+        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
+        finish_job(job, succeeded=True)
+
+    cli.clock.on_sleep = [ends]
+    out = tmp_path / "rev"
+    result = cli.run("bench", "--concurrency", "1", "--out", str(out), "--tokenizer-revision", "v1")
+    assert result.code == 0, result.err
+    assert _tokenizer_fetch(_the_job(kube_api))[:2] == ["Qwen/Qwen3.5-9B", "v1"]
+    config = json.loads((out / "bench-meta.json").read_text())["config"]
+    assert (config["tokenizer"], config["tokenizerRevision"]) == ("Qwen/Qwen3.5-9B", "v1")
+
+
+def _run_script(tmp_path: Path, python_exit: int) -> tuple[int, str, list[str]]:
+    """The Job's script under bash, with stand-ins for python3 (the download) and vllm that
+    record their arguments; the script's /work paths moved under tmp_path."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for tool, code in (("python3", python_exit), ("vllm", 0)):
+        stub = bin_dir / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit {code}\n')
+        stub.chmod(0o755)
+    sweep = bench_job.Sweep(
+        base_url="http://s:8000",
+        model="m",
+        tokenizer="o/m",
+        tokenizer_revision="abc123",
+        concurrency=(1, 4),
+        prompts=(16, 32),
+        input_len=10,
+        output_len=5,
+        seed=0,
+        label="t",
+    )
+    script = sweep.script().replace("/work/", f"{tmp_path}/work/")
+    done = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        timeout=30,
+        check=False,
+    )
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return done.returncode, done.stdout, lines
+
+
+def test_a_tokenizer_that_does_not_download_fails_the_job_before_any_level(
+    tmp_path: Path,
+) -> None:
+    code, out, calls = _run_script(tmp_path, python_exit=1)
+    assert code == 1
+    assert "[bench] tokenizer o/m@abc123: download failed" in out
+    assert [c.split()[0] for c in calls] == ["python3"]  # vllm never ran
+    assert "level concurrency" not in out
+
+
+def test_the_levels_run_with_the_downloaded_tokenizer(tmp_path: Path) -> None:
+    code, out, calls = _run_script(tmp_path, python_exit=0)
+    assert f"[bench] tokenizer o/m@abc123 in {tmp_path}/work/tokenizer" in out
+    fetch, *levels = calls
+    assert fetch.startswith("python3 -c ") and fetch.endswith(
+        f" o/m abc123 *.json,*.txt,*.model,*.tiktoken,*.jinja {tmp_path}/work/tokenizer"
+    )
+    assert len(levels) == 2 and all(f"--tokenizer {tmp_path}/work/tokenizer " in c for c in levels)
+    assert code == 1  # the stand-in vllm wrote no result file: each level is reported failed
+    assert "level concurrency=4: FAILED (exit 0, no result file)" in out

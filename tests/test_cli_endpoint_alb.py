@@ -247,7 +247,10 @@ def test_certificate_not_covering_the_host_is_explained(tmp_path: Path) -> None:
         fake.close()
     assert result.code == 3
     assert result.err.startswith("error: TLS to 127.0.0.1 failed: ")
-    assert "set -c endpointDomainName=<a name the certificate covers>" in result.err
+    assert (
+        "set `ray-pd-eks settings --set endpointDomainName=<a name the certificate covers>`"
+        in result.err
+    )
     assert fake.requests == []
 
 
@@ -326,7 +329,10 @@ def test_endpoint_without_exposure_points_to_the_docs_and_makes_no_call(tmp_path
     result = h.run("endpoint")
     assert result.code == 0
     assert "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000" in result.out
-    assert "(-c endpointExposure=internal|internet-facing): docs/endpoint.md" in result.out
+    assert (
+        "(`ray-pd-eks settings --set endpointExposure=internal|internet-facing`): docs/endpoint.md"
+        in result.out
+    )
     assert h.profiles == []
 
 

@@ -56,6 +56,7 @@ ADDON_SCHEMA: dict[str, Any] = {
         "tolerations": {"type": "array"},
         "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "containerInsights": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "applicationSignals": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "otelContainerInsights": {
             "type": "object",
             "properties": {
@@ -680,7 +681,10 @@ def test_region_needs_a_dlc_registry_unless_dlc_image_is_set(
         assert line.startswith(
             f"FAIL  ray image     no AWS Deep Learning Containers registry in {region}"
         )
-        assert "set -c dlcImage=" in line and "region_availability.md" in line
+        assert (
+            "set `ray-pd-eks settings --set dlcImage=...`" in line
+            and "region_availability.md" in line
+        )
         assert result.code == 1
     else:
         assert image_lines == []
@@ -870,7 +874,7 @@ def test_reservation_in_the_configured_placement_group_passes(tmp_path: Path) ->
             {"InstanceType": "g6.12xlarge"},
             {},
             f"{RES} reserves g6.12xlarge, but gpuNodeType=g6.8xlarge; "
-            "set -c gpuNodeType=g6.12xlarge",
+            "set `ray-pd-eks settings --set gpuNodeType=g6.12xlarge`",
         ),
         (
             {"InstancePlatform": "Windows"},
@@ -885,7 +889,8 @@ def test_reservation_in_the_configured_placement_group_passes(tmp_path: Path) ->
         (
             {},
             {"gpuAz": "us-west-2a"},
-            f"gpuAz=us-west-2a but {RES} is in us-west-2c; set -c gpuAz=us-west-2c",
+            f"gpuAz=us-west-2a but {RES} is in us-west-2c; set "
+            "`ray-pd-eks settings --set gpuAz=us-west-2c`",
         ),
         (
             {"AvailableInstanceCount": 1},
@@ -898,14 +903,14 @@ def test_reservation_in_the_configured_placement_group_passes(tmp_path: Path) ->
             f"{RES} was created in cluster placement group reserved-pg, but "
             "gpuPlacementGroupName is empty (the stack creates its own placement group); only "
             "instances launched into that group can use it: "
-            "set -c gpuPlacementGroupName=reserved-pg",
+            "set `ray-pd-eks settings --set gpuPlacementGroupName=reserved-pg`",
         ),
         (
             {"PlacementGroupArn": PG_ARN + "reserved-pg"},
             {"gpuPlacementGroupName": "other-pg"},
             f"{RES} was created in cluster placement group reserved-pg, but "
             "gpuPlacementGroupName=other-pg; only instances launched into that group can use "
-            "it: set -c gpuPlacementGroupName=reserved-pg",
+            "it: set `ray-pd-eks settings --set gpuPlacementGroupName=reserved-pg`",
         ),
         (
             {},
@@ -1420,7 +1425,8 @@ def test_running_deployment_counts_the_instances_its_nodes_hold(
     if verdicts == ["FAIL"]:
         assert lines[0].endswith(
             f"{holding}, but gpuNodeCount=2 nodes need 2; stop the "
-            "instances that use it or enlarge the reservation, or lower -c gpuNodeCount"
+            "instances that use it or enlarge the reservation, or lower gpuNodeCount "
+            "(`ray-pd-eks settings --set gpuNodeCount=...`)"
         )
     if "WARN" in verdicts:
         assert lines[1].startswith(

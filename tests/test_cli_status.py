@@ -273,8 +273,8 @@ def test_rayservice_missing_is_exit_3(kube_api: FakeKubeApi, cli: Harness) -> No
     assert result.err == (
         "error: RayService 'ray-llm' not found in namespace 'inference' of cluster "
         "'ray-llm-multinode': deploy the workload stack "
-        "(`npx cdk deploy 'RayPdEks/*' --concurrency 4`) or pass "
-        "the right -c rayServiceName=... / -c namespace=...\n"
+        "(`npx cdk deploy 'RayPdEks/*' --concurrency 4`) or set the right ones: "
+        "`ray-pd-eks settings --set rayServiceName=... --set namespace=...`\n"
     )
 
 
@@ -339,8 +339,8 @@ def test_cluster_not_found_is_exit_3(tmp_path: Path) -> None:
     assert result.code == 3
     assert result.err == (
         f"error: EKS cluster 'other' not found in {REGION}: deploy it first (`npx cdk deploy "
-        "'RayPdEks/*' --concurrency 4`), or point the tool at it with -c clusterName=... / "
-        "--region\n"
+        "'RayPdEks/*' --concurrency 4`), or point the tool at it: "
+        "`ray-pd-eks settings --set clusterName=...`, or --region\n"
     )
 
 

@@ -223,7 +223,7 @@ def test_reservation_for_another_instance_type_fails_with_both_types() -> None:
     with pytest.raises(
         RuntimeError,
         match=r"reserves p5\.48xlarge, but gpuNodeType=g6\.8xlarge; set "
-        r"-c gpuNodeType=p5\.48xlarge",
+        r"`ray-pd-eks settings --set gpuNodeType=p5\.48xlarge`",
     ):
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
@@ -245,7 +245,7 @@ def test_reservation_in_another_az_than_gpu_az_fails() -> None:
     with pytest.raises(
         RuntimeError,
         match=rf"gpuAz=us-west-2a but gpuCapacityReservationId={RESERVATION_ID} is in "
-        "us-west-2c; set -c gpuAz=us-west-2c",
+        "us-west-2c; set `ray-pd-eks settings --set gpuAz=us-west-2c`",
     ):
         handler.on_event(_reserved_event(requested="us-west-2a"), None, ec2=ec2)
 
@@ -273,7 +273,7 @@ def test_reservation_in_a_placement_group_needs_its_name() -> None:
     with pytest.raises(
         RuntimeError,
         match=r"created in cluster placement group gpu-pg, but gpuPlacementGroupName is empty.*"
-        "set -c gpuPlacementGroupName=gpu-pg",
+        "set `ray-pd-eks settings --set gpuPlacementGroupName=gpu-pg`",
     ):
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
@@ -282,7 +282,8 @@ def test_reservation_in_another_placement_group_fails() -> None:
     ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
     with pytest.raises(
         RuntimeError,
-        match=r"but gpuPlacementGroupName=other-pg;.*set -c gpuPlacementGroupName=gpu-pg",
+        match=r"but gpuPlacementGroupName=other-pg;.*set `ray-pd-eks settings --set "
+        r"gpuPlacementGroupName=gpu-pg`",
     ):
         handler.on_event(_reserved_event(placement_group="other-pg"), None, ec2=ec2)
 

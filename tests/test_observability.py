@@ -403,6 +403,9 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
     # Classic Container Insights (the agent's EMF performance logs) would bill the same
     # metrics twice.
     assert values["containerInsights"] == {"enabled": False}
+    # Application Signals (on in the chart by default) would instrument workloads behind a
+    # Service with the ADOT SDK and bill requests and spans nothing here reads.
+    assert values["applicationSignals"] == {"enabled": False}
     assert values["dcgmExporter"]["enabled"] is True
     (gpu_group,) = [
         g

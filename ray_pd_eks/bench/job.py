@@ -5,6 +5,14 @@ The script runs ``vllm bench serve`` (vLLM 0.26, ``vllm/benchmarks/serve.py`` an
 each level's ``--save-result`` file to stdout between two marker lines, byte for byte, so the
 CLI can recover it from the pod's log with no shared volume and no ``exec``. The result file is
 one line of JSON (vLLM writes it with ``json.dump``), which the kubelet keeps whole in the log.
+
+The prompts are built with the model's tokenizer at the revision the engines serve
+(``modelRevision``). ``vllm bench serve`` has no revision flag (vLLM 0.26
+``vllm/benchmarks/serve.py``: ``get_tokenizer(tokenizer_id, tokenizer_mode=...,
+trust_remote_code=...)``, no ``revision``), so the script first downloads the tokenizer files at
+that revision (``huggingface_hub.snapshot_download(repo_id, revision=..., allow_patterns=...,
+local_dir=...)``, in the image) into a local folder and points ``--tokenizer`` at it; a
+download that fails ends the Job before any level runs, saying so.
 """
 
 from __future__ import annotations
@@ -23,6 +31,15 @@ CONTAINER = "bench"
 BENCH_POD_LABELS = {"app.kubernetes.io/name": "ray-pd-eks-bench"}
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods
 RESULT_DIR = "/work/results"
+TOKENIZER_DIR = "/work/tokenizer"
+# The tokenizer's files, as the model prefetch fetches them without the weights
+# (pd_constructs/model_access.py ALLOW_PATTERNS): vLLM's get_tokenizer also reads config.json.
+TOKENIZER_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
+_FETCH_TOKENIZER = (
+    "import sys; from huggingface_hub import snapshot_download; "
+    "snapshot_download(sys.argv[1], revision=sys.argv[2], allow_patterns=sys.argv[3].split(','),"
+    " local_dir=sys.argv[4])"
+)
 BEGIN = "@@ray-pd-eks-bench begin {name}@@"
 END = "@@ray-pd-eks-bench end {name}@@"
 PROGRESS_PREFIX = "[bench] "
@@ -38,6 +55,7 @@ class Sweep:
     base_url: str  # http://<rayService>-serve-svc.<namespace>:8000
     model: str  # the served name (modelId), sent in each request
     tokenizer: str  # a Hugging Face repo with the model's tokenizer (modelSource)
+    tokenizer_revision: str  # its revision: the deployed modelRevision for the model's own
     concurrency: tuple[int, ...]
     prompts: tuple[int, ...]  # per level, same order as concurrency
     input_len: int
@@ -63,7 +81,7 @@ class Sweep:
             "--model",
             self.model,
             "--tokenizer",
-            self.tokenizer,
+            TOKENIZER_DIR,  # the tokenizer at tokenizer_revision (script())
             "--dataset-name",
             "random",
             "--random-input-len",
@@ -98,9 +116,27 @@ class Sweep:
     def script(self) -> str:
         """Bash: every level in order; a level without a result file fails the Job at the end
         (after the other levels ran), and its output's tail says why."""
+        fetch = " ".join(
+            shlex.quote(a)
+            for a in (
+                "python3",
+                "-c",
+                _FETCH_TOKENIZER,
+                self.tokenizer,
+                self.tokenizer_revision,
+                ",".join(TOKENIZER_FILES),
+                TOKENIZER_DIR,
+            )
+        )
+        where = f"{self.tokenizer}@{self.tokenizer_revision}"
         lines = [
             "set -u",
             f"mkdir -p {RESULT_DIR}",
+            f"if ! {fetch}; then",
+            f"  echo {shlex.quote(f'{PROGRESS_PREFIX}tokenizer {where}: download failed')}",
+            "  exit 1",
+            "fi",
+            f"echo {shlex.quote(f'{PROGRESS_PREFIX}tokenizer {where} in {TOKENIZER_DIR}')}",
             "failed=0",
             "level() {",
             '  c="$1"; file="$2"; shift 2',

@@ -15,7 +15,7 @@ from typing import Any
 from botocore import exceptions as bce
 
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, AccessError, CliError, UsageError
-from ray_pd_eks.config import AppConfig
+from ray_pd_eks.config import AppConfig, set_hint
 
 SessionFactory = Callable[[str | None], Any]
 
@@ -199,7 +199,7 @@ class Aws:
                     raise
         raise AccessError(
             f"EKS cluster '{name}' not found in {self.region}: deploy it first "
-            f"(`{DEPLOY_COMMAND}`), or point the tool at it with -c clusterName=... / --region"
+            f"(`{DEPLOY_COMMAND}`), or point the tool at it: {set_hint('clusterName')}, or --region"
         )
 
 

@@ -26,6 +26,7 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, UsageError
 from ray_pd_eks.cli.output import duration, table
+from ray_pd_eks.config import is_hf_revision
 from ray_pd_eks.instance_types import gpu_spec
 
 NAME = "bench"
@@ -88,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ORG/NAME",
         help="Hugging Face repo whose tokenizer builds the prompts (default: modelSource; give "
         "an ungated repo with the same tokenizer when the model is gated)",
+    )
+    parser.add_argument(
+        "--tokenizer-revision",
+        metavar="REV",
+        help="the tokenizer's Hugging Face revision (default: the deployed modelRevision for "
+        "the model's own tokenizer; main for another --tokenizer)",
     )
     parser.add_argument(
         "--label",
@@ -240,6 +247,9 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
         "kvBackend": config.kv_backend if config.is_pd else None,
         "modelId": config.model_id,
         "modelSource": config.model_source,
+        # What the engines load; with modelS3Uri they load a local copy (no revision), whose
+        # tokenizer the setting's revision of modelSource stands for.
+        "modelRevision": config.model_revision,
         "maxModelLen": config.max_model_len,
         "prefillReplicas": config.prefill_replicas if config.is_pd else None,
         "decodeReplicas": config.decode_replicas if config.is_pd else None,
@@ -297,6 +307,10 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
     if _HF_REPO.match(source):  # a staged copy's local path is no use to the load generator
         settings["modelSource"] = source
     settings["maxModelLen"] = engine.get("max_model_len") or settings["maxModelLen"]
+    # vLLM's tokenizer_revision (else revision) in engine_kwargs: pd_constructs/workload.py
+    # revision_kwargs.
+    revision = engine.get("tokenizer_revision") or engine.get("revision")
+    settings["modelRevision"] = str(revision or settings["modelRevision"])
     settings |= {
         "dtype": engine.get("dtype") or settings["dtype"],
         "quantization": engine.get("quantization") or "none",
@@ -310,6 +324,16 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
         if "PrefixCacheAffinityRouter" in str(router or ""):
             settings["requestRouter"] = "prefix-aware"
     return settings
+
+
+def tokenizer_revision(args: argparse.Namespace, deployed: dict[str, Any]) -> str:
+    """The revision of the tokenizer the prompts are built with: ``--tokenizer-revision``, else
+    the revision the engines serve when the tokenizer is the model's own, else ``main``."""
+    if args.tokenizer_revision:
+        return str(args.tokenizer_revision)
+    if args.tokenizer in (None, deployed["modelSource"]):
+        return str(deployed["modelRevision"])
+    return "main"
 
 
 def profile_suffix(deployed: dict[str, Any]) -> str:
@@ -491,6 +515,11 @@ def run(app: App) -> int:
         raise UsageError("--prompts must be at least 1")
     if args.tokenizer is not None and not _HF_REPO.match(args.tokenizer):
         raise UsageError(f"--tokenizer {args.tokenizer!r}: expected a Hugging Face repo org/name")
+    if args.tokenizer_revision is not None and not is_hf_revision(args.tokenizer_revision):
+        raise UsageError(
+            f"--tokenizer-revision {args.tokenizer_revision!r}: expected a Hugging Face "
+            "revision (a commit, a tag or a branch)"
+        )
     if args.poll_interval <= 0:
         raise UsageError("--poll-interval must be a positive number of seconds")
     if args.price_per_hour is not None and args.price_per_hour <= 0:
@@ -523,10 +552,12 @@ def run(app: App) -> int:
     stamp = now.astimezone(UTC).strftime("%Y%m%d-%H%M%S")
     safe = re.sub(r"[^\w.-]+", "-", label).strip("-.") or "run"
     out: Path = args.out or Path("bench-results") / f"{safe}-{stamp}"
+    tokenizer = args.tokenizer or str(deployed["modelSource"])
     sweep = bench_job.Sweep(
         base_url=f"http://{config.ray_service_name}-serve-svc.{config.namespace}:8000",
         model=str(deployed["modelId"]),
-        tokenizer=args.tokenizer or str(deployed["modelSource"]),
+        tokenizer=tokenizer,
+        tokenizer_revision=tokenizer_revision(args, deployed),
         concurrency=levels,
         prompts=bench_job.prompts_per_level(levels, args.prompts),
         input_len=args.input_len,
@@ -565,6 +596,7 @@ def run(app: App) -> int:
             "outputLen": args.output_len,
             "seed": args.seed,
             "tokenizer": sweep.tokenizer,
+            "tokenizerRevision": sweep.tokenizer_revision,
             "concurrency": list(levels),
             "promptsPerLevel": list(sweep.prompts),
         },

@@ -110,7 +110,8 @@ class Cluster:
         raise AccessError(
             f"RayService '{config.ray_service_name}' not found in namespace '{config.namespace}' "
             f"of cluster '{config.cluster_name}': deploy the workload stack "
-            f"(`{DEPLOY_COMMAND}`) or pass the right -c rayServiceName=... / -c namespace=..."
+            f"(`{DEPLOY_COMMAND}`) or set the right ones: `{SET_COMMAND} rayServiceName=... "
+            "--set namespace=...`"
         )
 
     @contextmanager

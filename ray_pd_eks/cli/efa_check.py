@@ -17,6 +17,7 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
+from ray_pd_eks.config import set_hint
 
 NAME = "efa-check"
 HELP = "which NIXL backend each worker uses (LIBFABRIC = EFA, UCX = TCP) and EFA per node"
@@ -39,8 +40,8 @@ the command exits 0 saying there is nothing to prove."""
 
 FALLBACK_FIX = (
     'set kv_connector_extra_config.backends: ["LIBFABRIC"] in prefill_config and decode_config '
-    "(-c kvBackend=LIBFABRIC), check the EFA device plugin runs on the GPU nodes, that workers "
-    "request vpc.amazonaws.com/efa and set FI_PROVIDER=efa, then redeploy"
+    f"({set_hint('kvBackend', 'LIBFABRIC')}), check the EFA device plugin runs on the GPU "
+    "nodes, that workers request vpc.amazonaws.com/efa and set FI_PROVIDER=efa, then redeploy"
 )
 
 

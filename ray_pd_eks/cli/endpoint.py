@@ -18,7 +18,7 @@ from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.cli import alb
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.errors import EXIT_ACCESS, EXIT_OK, UsageError
-from ray_pd_eks.config import AppConfig
+from ray_pd_eks.config import AppConfig, set_hint
 
 NAME = "endpoint"
 HELP = "print the endpoint's URL, how to get a token and the curl/OpenAI lines (or --run)"
@@ -153,7 +153,7 @@ def run(app: App) -> int:
         *(f"   {line}" for line in curl_lines(config, port)),
         "",
         "For applications: an HTTPS endpoint with tokens, owned by the stack "
-        "(-c endpointExposure=internal|internet-facing): docs/endpoint.md",
+        f"({set_hint('endpointExposure', 'internal|internet-facing')}): docs/endpoint.md",
     )
     if not app.args.run:
         return EXIT_OK

@@ -7,7 +7,7 @@ the traceback too, for bug reports.
 
 from __future__ import annotations
 
-from ray_pd_eks.config import CLI_NAME
+from ray_pd_eks.config import CLI_NAME, SETTINGS_SET
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # the tool ran and found a problem (preflight FAIL, not RUNNING, no text)
@@ -22,7 +22,7 @@ DEPLOY_COMMAND = "npx cdk deploy 'RayPdEks/*' --concurrency 4"
 # `python -m ray_pd_eks` is the same tool).
 CLI = CLI_NAME
 # Settings that must stick (access, the AZ) go where every later command reads them.
-SET_COMMAND = f"{CLI} settings --set"
+SET_COMMAND = SETTINGS_SET
 ADD_ADMIN_ME_COMMAND = f"{CLI} settings --add-admin-me"
 
 EXIT_CODES_HELP = """\

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ray_pd_eks.cli.errors import AccessError
+from ray_pd_eks.config import set_hint
 
 
 @dataclass
@@ -78,8 +79,9 @@ def request(
     except ssl.SSLCertVerificationError as err:
         raise AccessError(
             f"TLS to {parts.hostname} failed: {err.verify_message}. The certificate must cover "
-            "the name you connect to: set -c endpointDomainName=<a name the certificate covers> "
-            "and point its DNS record at the load balancer (docs/endpoint.md)"
+            "the name you connect to: set "
+            f"{set_hint('endpointDomainName', '<a name the certificate covers>')} and point its "
+            "DNS record at the load balancer (docs/endpoint.md)"
         ) from None
     except (OSError, http.client.HTTPException) as err:
         raise AccessError(

@@ -32,7 +32,7 @@ from ray_pd_eks.cli.errors import (
     AccessError,
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
-from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig
+from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig, set_hint
 from ray_pd_eks.dlc_images import DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 from ray_pd_eks.monitoring import (
@@ -210,8 +210,8 @@ class Preflight:
                 FAIL,
                 "ray image",
                 f"no AWS Deep Learning Containers registry in {self.aws.region} ({DLC_DOC}): "
-                "copy the Ray LLM image into an ECR repository there and set -c dlcImage=..., "
-                "or deploy to another region",
+                "copy the Ray LLM image into an ECR repository there and set "
+                f"{set_hint('dlcImage')}, or deploy to another region",
             )
         if self.config.account and self.config.account != account:
             yield Finding(
@@ -420,7 +420,7 @@ class Preflight:
             problems.append(
                 f"gpuCapacityReservationId={rid} has {available} of {total} instances free"
                 f"{holding}, but gpuNodeCount={n} nodes need {n}; stop the instances that use "
-                "it or enlarge the reservation, or lower -c gpuNodeCount"
+                f"it or enlarge the reservation, or lower gpuNodeCount ({set_hint('gpuNodeCount')})"
             )
         for problem in problems:
             yield Finding(FAIL, "capacity reservation", problem)
@@ -650,7 +650,8 @@ class Preflight:
                     yield Finding(
                         FAIL,
                         "model in S3",
-                        f"bucket {bucket} does not exist: fix -c modelS3Uri={c.model_s3_uri}",
+                        f"bucket {bucket} does not exist: fix modelS3Uri={c.model_s3_uri} "
+                        f"({set_hint('modelS3Uri')})",
                     )
                     return
             region = bucket_region(location)
@@ -660,7 +661,7 @@ class Preflight:
                     "model in S3",
                     f"bucket {bucket} is in {region}, the deployment in {self.aws.region}: "
                     f"staging must be same-region; copy the model to a bucket in "
-                    f"{self.aws.region} and point -c modelS3Uri=... at it",
+                    f"{self.aws.region} and point modelS3Uri at it ({set_hint('modelS3Uri')})",
                 )
                 return
             with self.aws.errors("s3:ListObjectsV2"):
@@ -690,7 +691,8 @@ class Preflight:
                 FAIL,
                 "model in S3",
                 f"{uri} has no {' and no '.join(missing)} directly under it ({found}): point "
-                "-c modelS3Uri=... at the folder holding the model's config.json and weights",
+                "modelS3Uri at the folder holding the model's config.json and weights "
+                f"({set_hint('modelS3Uri')})",
             )
             return
         size = sum(int(o.get("Size", 0)) for o in objects) / GIB

@@ -13,6 +13,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from ray_pd_eks import cross_stack
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import same_name_other_path, same_principal
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_OK, UsageError
@@ -169,6 +170,7 @@ def _write(app: App) -> int:
     except SettingsFileError as err:
         raise UsageError(str(err)) from None
     allow_empty = app.args.allow_empty
+    before = _config_or_none(apply_local(context, json.loads(json.dumps(local)), files))
     changes = []
     for key, raw in parse_overrides(app.args.set_pairs, "--set").items():
         value = _json_value(_parse(key, raw))
@@ -212,13 +214,31 @@ def _write(app: App) -> int:
     if app.args.add_admin_me:
         changes.append(_add_me(app, local, current(ADMINS), context))
     try:
-        AppConfig.from_context(apply_local(context, local, files))
+        after = AppConfig.from_context(apply_local(context, local, files))
     except ConfigError as err:
         raise UsageError(f"{path} not changed:\n{err}") from None
     path.write_text(json.dumps(local, indent=2) + "\n", encoding="utf-8")
     app.print(*(f"{LOCAL_SETTINGS_FILE}: {line}" for line in changes))
-    app.print(f"Every later command reads it; apply it with `{DEPLOY_COMMAND}`.")
+    removed = cross_stack.removed_references(before, after) if before else []
+    if not removed:
+        app.print(f"Every later command reads it; apply it with `{DEPLOY_COMMAND}`.")
+        return EXIT_OK
+    app.print(
+        "Every later command reads it. It removes what one stack passes to another ("
+        + "; ".join(f"{r.exporter} to {r.importer}: {r.what}" for r in removed)
+        + "): on stacks deployed with the old value, deploy the importing stacks first "
+        "(docs/lifecycle.md, Turning a feature off on a deployed stack):",
+        *(f"  {command}" for command in cross_stack.ordered_deploy(removed)),
+    )
     return EXIT_OK
+
+
+def _config_or_none(context: dict[str, Any]) -> AppConfig | None:
+    """The configuration before the change, or None when it was invalid."""
+    try:
+        return AppConfig.from_context(context)
+    except ConfigError:
+        return None
 
 
 def _empty_set_message(key: str, raw: str) -> str:

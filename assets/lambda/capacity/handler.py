@@ -37,6 +37,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pd_lambda import props as props_helpers
 from pd_lambda import rollback
 from pd_lambda.rollback import ROLLBACK_STATUS
+from pd_lambda.settings_hint import set_hint
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -424,8 +425,9 @@ def judge(props: Props, failures: list[Failure], now: float) -> None:
         )
     raise CapacityError(
         f"No {props.instance_type} capacity in {props.availability_zone} {lasted}. "
-        "Fixes: -c gpuCapacityReservationId=cr-... (an On-Demand Capacity Reservation in that "
-        "AZ), another -c gpuAz=..., or another -c gpuNodeType=...; then redeploy."
+        f"Fixes: {set_hint('gpuCapacityReservationId', 'cr-...')} (an On-Demand Capacity "
+        f"Reservation in that AZ), another AZ ({set_hint('gpuAz')}) or another type "
+        f"({set_hint('gpuNodeType')}); then redeploy."
     )
 
 

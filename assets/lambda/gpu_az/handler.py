@@ -36,6 +36,7 @@ import boto3
 from botocore.exceptions import ClientError
 from pd_lambda import rollback
 from pd_lambda.rollback import ROLLBACK_STATUS
+from pd_lambda.settings_hint import set_hint
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -69,7 +70,7 @@ def choose_az(offered: list[str], instance_type: str, requested: str, previous: 
         if requested not in offered:
             raise RuntimeError(
                 f"gpuAz={requested} does not offer {instance_type}; "
-                f"use one of {', '.join(offered)} (-c gpuAz=...) or leave gpuAz empty"
+                f"use one of {', '.join(offered)} ({set_hint('gpuAz')}) or leave gpuAz empty"
             )
         return requested
     if previous in offered:
@@ -120,14 +121,15 @@ def reservation_problems(
     if state != "active":
         out.append(
             f"{setting} is in state '{state}', not 'active'; nodes can only launch into an "
-            "active reservation: use an active one (-c gpuCapacityReservationId=cr-...) or "
-            "leave gpuCapacityReservationId empty"
+            "active reservation: use an active one "
+            f"({set_hint('gpuCapacityReservationId', 'cr-...')}) or leave "
+            "gpuCapacityReservationId empty"
         )
     reserved_type = reservation.get("InstanceType", "")
     if reserved_type != instance_type:
         out.append(
             f"{setting} reserves {reserved_type}, but gpuNodeType={instance_type}; set "
-            f"-c gpuNodeType={reserved_type} or use a reservation for {instance_type}"
+            f"{set_hint('gpuNodeType', reserved_type)} or use a reservation for {instance_type}"
         )
     platform = reservation.get("InstancePlatform", "")
     if platform != NODE_PLATFORM:
@@ -144,8 +146,8 @@ def reservation_problems(
     az = reservation.get("AvailabilityZone", "")
     if requested_az and requested_az != az:
         out.append(
-            f"gpuAz={requested_az} but {setting} is in {az}; set -c gpuAz={az} or leave gpuAz "
-            "empty (the reservation's AZ is then used)"
+            f"gpuAz={requested_az} but {setting} is in {az}; set {set_hint('gpuAz', az)} or "
+            "leave gpuAz empty (the reservation's AZ is then used)"
         )
     available = int(reservation.get("AvailableInstanceCount", 0))
     total = int(reservation.get("TotalInstanceCount", 0))
@@ -158,7 +160,7 @@ def reservation_problems(
         out.append(
             f"{setting} has {available} of {total} instances free, but gpuNodeCount="
             f"{instance_count} nodes need {instance_count}; stop the instances that use it "
-            "or enlarge the reservation, or lower -c gpuNodeCount"
+            f"or enlarge the reservation, or lower gpuNodeCount ({set_hint('gpuNodeCount')})"
         )
     reserved_group = placement_group_of(reservation)
     if reserved_group and reserved_group != placement_group:
@@ -170,7 +172,7 @@ def reservation_problems(
         out.append(
             f"{setting} was created in cluster placement group {reserved_group}, but "
             f"{configured}; only instances launched into that group can use it: set "
-            f"-c gpuPlacementGroupName={reserved_group}"
+            f"{set_hint('gpuPlacementGroupName', reserved_group)}"
         )
     if placement_group and not reserved_group:
         out.append(

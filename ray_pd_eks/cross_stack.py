@@ -1,0 +1,166 @@
+"""Cross-stack references that only some settings create, in one table (STYLE 19).
+
+CDK turns a value one stack passes to another into an export of the first and an
+``Fn::ImportValue`` in the second. CloudFormation refuses to delete an export while another
+stack imports it, and ``cdk deploy`` updates the exporting stack first (it is a dependency of
+the importing one). So a change that removes such a reference (turning observability or the
+endpoint off, an internet-facing endpoint made internal, ...) fails once on a deployed stage:
+the exporter's update stops at "Export ... cannot be deleted as it is in use by ...", and rolls
+back. ``stack.export_value`` cannot carry the export over, because the exported resource goes
+too. The way through is to update the importing stacks first (``--exclusively``), then the rest:
+:func:`ordered_deploy` says how, and ``ray-pd-eks settings`` prints it when a change needs it
+(docs/lifecycle.md, "Turning a feature off on a deployed stack").
+
+Every export the stacks create is either in this table or made by every configuration;
+tests/test_cross_stack.py checks that two ways against the synthesized templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ray_pd_eks.config import AppConfig
+
+STAGE_ID = "RayPdEks"  # app.py's Stage; its stacks are selected as 'RayPdEks/<stack>'
+# Every stack, in deploy order (stacks/stage.py RayPdEksStage.stacks).
+STACKS = ("Network", "Cluster", "GpuNodes", "Workload", "Readiness")
+DEPLOY_ALL = f"npx cdk deploy '{STAGE_ID}/*' --concurrency 4"
+
+
+def _endpoint_probe(c: AppConfig) -> bool:
+    """The deploy's chat completion through the load balancer (pd_constructs/endpoint_probe.py
+    probe_skip_reason): with an endpoint, unless tokens come from an existing identity
+    provider."""
+    return c.endpoint_exposed and not (c.endpoint_auth == "jwt" and not c.endpoint_uses_cognito)
+
+
+CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
+    "observability=cloudwatch, KV probe on": lambda c: (
+        c.observability_enabled and c.kv_probe_interval_minutes > 0
+    ),
+    "endpoint probe": _endpoint_probe,
+    "endpoint probe, internal": lambda c: _endpoint_probe(c) and c.endpoint_exposure == "internal",
+    "endpoint probe, internet-facing": lambda c: (
+        _endpoint_probe(c) and c.endpoint_exposure == "internet-facing"
+    ),
+    "endpoint probe, Cognito": lambda c: _endpoint_probe(c) and c.endpoint_uses_cognito,
+    "endpointExposure=internet-facing": lambda c: c.endpoint_exposure == "internet-facing",
+}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Exports of ``exporter`` that ``importer`` imports under ``when``. ``resource`` is the
+    start of the exported resource's logical id (an export is named
+    ``ExportsOutput<Ref|FnGetAtt><logical id>...``)."""
+
+    exporter: str
+    importer: str
+    resource: str
+    what: str
+    when: str
+
+    def __post_init__(self) -> None:
+        if self.when not in CONDITIONS:
+            raise ValueError(f"reference {self.resource}: condition {self.when!r} unknown")
+        if STACKS.index(self.exporter) >= STACKS.index(self.importer):
+            raise ValueError(
+                f"reference {self.resource}: {self.exporter} deploys after its importer"
+            )
+
+    def applies(self, config: AppConfig) -> bool:
+        return CONDITIONS[self.when](config)
+
+
+REFERENCES: tuple[Reference, ...] = (
+    Reference(
+        "Workload",
+        "Readiness",
+        "ObservabilityAlarmTopic",
+        "the alarm topic, for the KV probe's alarms",
+        "observability=cloudwatch, KV probe on",
+    ),
+    Reference(
+        "Cluster",
+        "Workload",
+        "ProvidersEndpointProbeFunctionServiceRole",
+        "the endpoint probe's role, for its Cognito read",
+        "endpoint probe",
+    ),
+    Reference(
+        "Cluster",
+        "Workload",
+        "ProvidersEndpointProbeSecurityGroup",
+        "the endpoint probe's security group, admitted by the ALB",
+        "endpoint probe, internal",
+    ),
+    Reference(
+        "Cluster",
+        "Workload",
+        "EgressEip",
+        "the NAT gateway's address, admitted by the ALB",
+        "endpoint probe, internet-facing",
+    ),
+    Reference(
+        "Cluster",
+        "Readiness",
+        "ProvidersEndpointProbeProviderframeworkonEvent",
+        "the endpoint probe's Provider",
+        "endpoint probe",
+    ),
+    Reference(
+        "Workload",
+        "Readiness",
+        "ApplicationEndpointLoadBalancer",
+        "the ALB's DNS name, that the probe calls",
+        "endpoint probe",
+    ),
+    Reference(
+        "Workload",
+        "Readiness",
+        "ApplicationEndpointTokenIssuerUserPool",
+        "the Cognito pool, client and domain the probe gets its token from",
+        "endpoint probe, Cognito",
+    ),
+    Reference(
+        "Network",
+        "Workload",
+        "NetworkVpcPublicSubnet2",
+        "the second public subnet, for the internet-facing ALB",
+        "endpointExposure=internet-facing",
+    ),
+)
+
+# Rows no configuration of the tests' session synthesizes (with why); the others are checked
+# two ways on every test run.
+NOT_SYNTHESIZED_IN_TESTS = {
+    "EgressEip": "needs an internet-facing endpoint with the stack's Cognito pool; the session's "
+    "internet-facing endpoint uses an existing identity provider (one more synth costs ~15 s)",
+}
+
+
+def removed_references(before: AppConfig, after: AppConfig) -> list[Reference]:
+    """The references ``before`` makes and ``after`` does not: what a deploy of ``after``
+    over a stage deployed with ``before`` cannot remove in the usual order."""
+    return [r for r in REFERENCES if r.applies(before) and not r.applies(after)]
+
+
+def ordered_deploy(removed: list[Reference]) -> list[str]:
+    """The commands that deploy such a change: each importing stack alone, the last to deploy
+    first, so that it stops importing before its exporter drops the export; then every stack.
+    Empty when nothing is removed."""
+    if not removed:
+        return []
+    importers = sorted({r.importer for r in removed}, key=STACKS.index, reverse=True)
+    return [
+        *(f"npx cdk deploy '{STAGE_ID}/{stack}' --exclusively" for stack in importers),
+        DEPLOY_ALL,
+    ]
+
+
+def markdown() -> str:
+    """The table as docs/lifecycle.md shows it."""
+    lines = ["| exported by | imported by | what | while |", "|---|---|---|---|"]
+    lines += [f"| {r.exporter} | {r.importer} | {r.what} | {r.when} |" for r in REFERENCES]
+    return "\n".join(lines) + "\n"
