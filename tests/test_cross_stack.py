@@ -24,7 +24,7 @@ from tests.cli_fixtures import Harness
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 from tests.synth import ROOT, Synthesized
 
-APPS = ("default_app", "variant_app", "token_app")
+APPS = ("default_app", "variant_app", "token_app", "public_cognito_app")
 _EXPORT = re.compile(r"^ExportsOutput(?:Ref|FnGetAtt)(\w+)$")
 
 
@@ -59,14 +59,19 @@ def _rows_of(key: tuple[str, str]) -> list[Reference]:
 
 @pytest.fixture(scope="module")
 def always(
-    default_app: Synthesized, variant_app: Synthesized, token_app: Synthesized
+    default_app: Synthesized,
+    variant_app: Synthesized,
+    token_app: Synthesized,
+    public_cognito_app: Synthesized,
 ) -> set[tuple[str, str]]:
     """The exports no row names: every configuration makes them."""
     per_app = [
         {key for key in _exports(app) if not _rows_of(key)}
-        for app in (default_app, variant_app, token_app)
+        for app in (default_app, variant_app, token_app, public_cognito_app)
     ]
-    assert per_app[0] == per_app[1] == per_app[2], "an export no row names differs per setting"
+    assert all(found == per_app[0] for found in per_app), (
+        "an export no row names differs per setting"
+    )
     return per_app[0]
 
 
@@ -105,11 +110,14 @@ def test_every_row_that_applies_is_exported_and_imported(
 
 
 def test_what_the_session_checks_and_what_it_cannot(
-    default_app: Synthesized, variant_app: Synthesized, token_app: Synthesized
+    default_app: Synthesized,
+    variant_app: Synthesized,
+    token_app: Synthesized,
+    public_cognito_app: Synthesized,
 ) -> None:
     """Every row applies in some configuration of the session, but the ones listed as not
     synthesized (each with its reason), which apply in none."""
-    configs = (default_app.config, variant_app.config, token_app.config)
+    configs = (default_app.config, variant_app.config, token_app.config, public_cognito_app.config)
     unchecked = {r.resource for r in REFERENCES if not any(r.applies(c) for c in configs)}
     assert unchecked == set(cross_stack.NOT_SYNTHESIZED_IN_TESTS)
 
@@ -160,6 +168,8 @@ def test_the_endpoint_probe_condition_is_the_probes(overrides: dict[str, Any]) -
                 "ProvidersEndpointProbeProviderframeworkonEvent",
                 "ApplicationEndpointLoadBalancer",
                 "ApplicationEndpointTokenIssuerUserPool",
+                "NetworkVpcLoadBalancerSubnet1Subnet",
+                "NetworkVpcLoadBalancerSubnet2Subnet",
             ],
             [
                 "npx cdk deploy 'RayPdEks/Readiness' --exclusively",
