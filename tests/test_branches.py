@@ -103,9 +103,7 @@ def unschedulable(name: str, *, head: bool = False, since_ago: float, seen_ago: 
     last seen ``seen_ago`` seconds before NOW."""
     pod = make_pod(name, node_type="head" if head else "worker", unschedulable_message=NO_ROOM)
     _retime(pod, ("status", "conditions", "0", "lastTransitionTime"), since_ago)
-    event = make_event(name, "FailedScheduling", NO_ROOM)
-    event["lastTimestamp"] = event["firstTimestamp"] = at(seen_ago)
-    event["metadata"]["creationTimestamp"] = at(seen_ago)
+    event = make_event(name, "FailedScheduling", NO_ROOM, now=NOW_DT, ago=seen_ago)
     return [pod, event]
 
 
@@ -512,9 +510,9 @@ def test_quantity_counts_only_whole_device_counts(value: Any, count: int) -> Non
 
 def test_a_stuck_pod_quotes_its_latest_event_whatever_else_is_listed() -> None:
     pod, event = unschedulable(WORKER_POD_A, since_ago=300, seen_ago=30)
-    older = make_event(WORKER_POD_A, "FailedScheduling", "0/3 nodes are available: older")
-    older["lastTimestamp"] = older["firstTimestamp"] = at(200)
-    older["metadata"]["creationTimestamp"] = at(200)
+    older = make_event(
+        WORKER_POD_A, "FailedScheduling", "0/3 nodes are available: older", now=NOW_DT, ago=200
+    )
     # Listed first: a RayCluster's own event, and a crash-looping pod on its way out.
     cluster_event = object_warning("FailedToCreateWorkerPod", count=2, seen_ago=5)
     leaving = make_pod(

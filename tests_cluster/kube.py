@@ -164,6 +164,38 @@ class Cluster:
         return bool(result["status"].get("allowed"))
 
 
+def https_call(
+    url: str,
+    ca_pem: bytes,
+    token: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
+    """One request with a bearer token, as the app's KubeClient sends it (JSON in, JSON out);
+    returns the status and the body, decoded when it is JSON (else the text). For asking the
+    real API server and the fake one the same question (test_fake_vs_real.py)."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    host, port = url.removeprefix("https://").rsplit(":", 1)
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=30)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = content_type
+    try:
+        connection.request(method, path, body=data, headers=headers)
+        response = connection.getresponse()
+        raw = response.read()
+    finally:
+        connection.close()
+    try:
+        return response.status, json.loads(raw)
+    except ValueError:
+        return response.status, raw.decode(errors="replace")
+
+
 def wait_until(
     what: str, condition: Callable[[], Any], *, timeout_s: float = 60, every_s: float = 0.5
 ) -> Any:
