@@ -663,6 +663,35 @@ def test_an_upgrade_reads_both_clusters_and_the_ready_condition() -> None:
     assert state.cluster_names == (RAY_CLUSTER, RAY_CLUSTER + "-next")
 
 
+def test_a_first_deploy_reads_the_app_of_the_pending_cluster() -> None:
+    """KubeRay promotes the first Ray cluster only once Serve on it is ready: until then the
+    app's status (here DEPLOY_FAILED, a terminal verdict) is the pending cluster's."""
+    rs = rayservice(
+        ready=False,
+        app_status="DEPLOY_FAILED",
+        app_message="ImportError: no module named vllm",
+        first_deploy=True,
+    )
+    assert "activeServiceStatus" not in rs["status"]
+    state = checks.rayservice_state(rs, "qwen")
+    assert (state.app_status, state.app_message) == (
+        "DEPLOY_FAILED",
+        "ImportError: no module named vllm",
+    )
+    assert (state.active_cluster, state.pending_cluster) == ("", RAY_CLUSTER)
+    assert {d.status for d in state.deployments} == {"UPDATING"}
+
+
+def test_an_upgrade_reads_the_app_of_the_active_cluster_not_the_pending_one() -> None:
+    rs = rayservice(ready=True, app_status="RUNNING")
+    rs["status"]["pendingServiceStatus"] = {
+        "rayClusterName": RAY_CLUSTER + "-next",
+        "applicationStatuses": {"qwen": {"status": "DEPLOYING", "message": "starting"}},
+    }
+    state = checks.rayservice_state(rs, "qwen")
+    assert (state.app_status, state.app_message) == ("RUNNING", "")
+
+
 def test_a_terminal_condition_quotes_kuberays_message_when_it_has_one() -> None:
     with_message = checks.rayservice_state(
         rayservice(ready=False, extra_conditions=[condition("ValidationFailed")]), "qwen"

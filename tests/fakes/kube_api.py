@@ -530,6 +530,7 @@ def make_rayservice(
     cluster: str = RAY_CLUSTER,
     generation: int = 1,
     observed_generation: int | None = 1,
+    first_deploy: bool = False,
 ) -> dict[str, Any]:
     """A RayService with KubeRay v1.7 status.
 
@@ -537,6 +538,14 @@ def make_rayservice(
     None leaves out the app. ``deployments`` maps deployment name → status (default: PD
     deployments all HEALTHY when RUNNING, UPDATING otherwise). Only fields of the ray.io/v1
     schema (tests/test_workload.py validates this fake against the CRD's closed schema).
+
+    ``first_deploy``: the RayService's first Ray cluster before KubeRay promoted it. KubeRay
+    creates every cluster as the *pending* one and promotes it to active only once Serve on it
+    is ready (v1.7.0 ``rayservice_controller.go``: ``shouldPrepareNewCluster`` names it in
+    ``pendingServiceStatus``, ``calculateStatus`` writes its apps to
+    ``pendingServiceStatus.applicationStatuses``, ``reconcilePromotionAndServingStatus``
+    promotes it; the tier's operator shows the pending cluster the same way), so the app's
+    status is there, and the active status names no cluster.
     """
     status: dict[str, Any] = {}
     conditions: list[dict[str, Any]] = list(extra_conditions or [])
@@ -590,10 +599,8 @@ def make_rayservice(
                 for dep, dep_status in deployments.items()
             },
         }
-        status["activeServiceStatus"] = {
-            "rayClusterName": cluster,
-            "applicationStatuses": {app: app_json},
-        }
+        where = "pendingServiceStatus" if first_deploy else "activeServiceStatus"
+        status[where] = {"rayClusterName": cluster, "applicationStatuses": {app: app_json}}
     elif ready is not None:
         status["pendingServiceStatus"] = {"rayClusterName": cluster}
     return {
@@ -1194,7 +1201,10 @@ class FakeKubeApi:
             make_pod(WORKER_POD_B, node=GPU_NODE_B, ip=WORKER_IP_B),
         ]
         if index == 1:
-            self.rayservice = make_rayservice(ready=False, app_status="DEPLOYING")
+            # Serve deploys on the first cluster, which KubeRay promotes only once it is ready.
+            self.rayservice = make_rayservice(
+                ready=False, app_status="DEPLOYING", first_deploy=True
+            )
             return
         self.rayservice = make_rayservice(ready=True, app_status="RUNNING")
         self.serve_applications = make_pd_serve_applications()
