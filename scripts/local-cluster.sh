@@ -71,7 +71,7 @@ build_kubernetes() {
   [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] &&
     [ -x "$K8S_BIN/kube-scheduler" ] && return 0
   need_go
-  say "building Kubernetes $KUBERNETES_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler; the first run takes about 15 minutes on 2 cores)"
+  say "building Kubernetes $KUBERNETES_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler; the first run took 19 minutes on 2 busy cores)"
   local tmp="$K8S_BIN.tmp.$$"
   mkdir -p "$tmp"
   # One `go build` for the three servers, so they share the compile cache; -trimpath and
