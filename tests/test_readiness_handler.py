@@ -695,6 +695,22 @@ def test_unschedulable_just_after_nodes_turned_ready_is_pending(
     assert pending_check(caplog) == "rayservice"
 
 
+def test_deploy_failed_on_the_first_cluster_fails_at_once(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """The first deploy's Serve app fails on the cluster KubeRay has not promoted yet (the app
+    is in pendingServiceStatus): the deploy fails then, not at the readiness time-out."""
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = make_rayservice(
+        ready=False,
+        app_status="DEPLOY_FAILED",
+        app_message="ImportError: no module named vllm",
+        first_deploy=True,
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "Serve app qwen is DEPLOY_FAILED: ImportError: no module named vllm" in message
+
+
 def test_initializing_timeout_fails_at_once(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
     kube_api.set_stage("deploying")
     kube_api.rayservice = make_rayservice(

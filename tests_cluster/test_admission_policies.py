@@ -127,10 +127,10 @@ def test_every_policy_has_both_kinds_of_case() -> None:
     }
     # The app's own policies have their case table in tests/admission_cases.py (run against
     # this API server by test_admission_cases_real.py); the sample's is CASES above.
-    from tests_cluster.test_admission_cases_real import CREATES
+    from tests_cluster.test_admission_cases_real import CREATES, UPDATES
 
     kinds = {(c.policy, c.refuse) for c in CASES}
-    for app_case in CREATES:
+    for app_case in (*CREATES, *UPDATES):
         judged = app_case.refused_by if not app_case.admit else ""
         if judged:
             kinds.add((judged, True))
@@ -141,7 +141,7 @@ def test_every_policy_has_both_kinds_of_case() -> None:
         namespace = name.split(".", 1)[1] if "." in name else None
         if any(
             c.admit and c.request.resource == resource and namespace in (None, c.request.namespace)
-            for c in CREATES
+            for c in (*CREATES, *UPDATES)
         ):
             kinds.add((name, False))
     missing = [

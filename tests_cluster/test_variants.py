@@ -4,12 +4,18 @@ real scheduler's placement on nodes shaped like ours."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from pd_constructs.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
-from tests_cluster import variants
+from pd_constructs.workload import (
+    CLUSTER_SPEC_ANNOTATION,
+    cluster_spec_hash,
+    head_service_account_name,
+)
+from tests import rbac
+from tests_cluster import authz, variants
 from tests_cluster.conftest import Applied, Deployer, events, pods
 from tests_cluster.kube import Cluster, wait_until
 
@@ -202,6 +208,136 @@ def test_autoscaler_sidecar_is_on_the_head_exactly_when_decode_autoscales(
     (head,) = _ray_pods(cluster, variant)["head"]
     containers = [c["name"] for c in head["spec"]["containers"]]
     assert ("autoscaler" in containers) == config.decode_autoscales, containers
+
+
+# KubeRay's Role for the autoscaler, bound to the head pod's account when autoscaling is on:
+# its rules as ray-operator/controllers/ray/common/rbac.go BuildRole writes them (v1.6.1, the
+# operator the tier runs, and v1.7.0, the product's: the same three rules).
+KUBERAY_AUTOSCALER_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "patch"]},
+]
+
+
+def autoscaler_requests(namespace: str, raycluster: str, head_pod: str) -> list[rbac.Attributes]:
+    """What Ray 2.58's autoscaler asks of the Kubernetes API, the one KubeRay runs when
+    ``autoscalerOptions.version`` is unset (v1; ray 2.58.0 wheel,
+    ``ray/autoscaler/_private/kuberay/``): ``autoscaling_config.py`` GETs the RayCluster;
+    ``node_provider.py``'s ``get_node_data`` GETs it again, GETs the head pod (its
+    resourceVersion, ``RAY_HEAD_POD_NAME``) and LISTs the pods labelled
+    ``ray.io/cluster=<cluster>``; ``submit_scale_request`` PATCHes the RayCluster (replicas,
+    ``workersToDelete``). All in the cluster's namespace, through the in-cluster token."""
+    return [
+        authz.attrs("get", "rayclusters", raycluster, namespace, group="ray.io"),
+        authz.attrs("patch", "rayclusters", raycluster, namespace, group="ray.io"),
+        authz.attrs("get", "pods", head_pod, namespace),
+        authz.attrs("list", "pods", namespace=namespace),
+    ]
+
+
+def autoscaler_beyond_its_requests(
+    namespace: str, raycluster: str, worker_pod: str
+) -> dict[rbac.Attributes, str]:
+    """What KubeRay's Role grants that Ray 2.58's v1 autoscaler never asks, and why it is
+    left so: the Role is KubeRay's (created per RayCluster, no setting narrows it)."""
+    return {
+        authz.attrs("watch", "pods", namespace=namespace): "read-only",
+        authz.attrs("patch", "pods", worker_pod, namespace): (
+            "the v2 autoscaler's pod annotations; the ray-pods admission policy refuses an "
+            "image change by anyone but the operator"
+        ),
+        authz.attrs("patch", "pods", worker_pod, namespace, sub="resize"): (
+            "the v2 autoscaler's in-place resize (ippr_provider.py)"
+        ),
+        authz.attrs("get", "rayclusters", raycluster + "x", namespace, group="ray.io"): (
+            "no resourceNames in the Role: the namespace holds only this RayService's clusters"
+        ),
+        authz.attrs("patch", "rayclusters", raycluster + "x", namespace, group="ray.io"): (
+            "no resourceNames; the rayclusters admission policy lets others change replicas only"
+        ),
+    }
+
+
+def autoscaler_must_not(
+    namespace: str, account: str, raycluster: str, head_pod: str, rayservice: str
+) -> list[rbac.Attributes]:
+    """Neighbours of the autoscaler's requests that its account must be denied."""
+    other = "default"
+    return [
+        *(
+            rbac.Attributes(a.verb, a.api_group, a.resource, a.subresource, a.name, other)
+            for a in autoscaler_requests(namespace, raycluster, head_pod)
+        ),
+        authz.attrs("get", "secrets", f"{rayservice}-ray-token", namespace),
+        authz.attrs("list", "secrets", namespace=namespace),
+        authz.attrs("create", "pods", head_pod, namespace, sub="exec"),
+        authz.attrs("create", "pods", head_pod, namespace, sub="portforward"),
+        authz.attrs("get", "pods", head_pod, namespace, sub="log"),
+        authz.attrs("patch", "pods", head_pod, namespace, sub="ephemeralcontainers"),
+        authz.attrs("delete", "pods", head_pod, namespace),
+        authz.attrs("update", "pods", head_pod, namespace),
+        authz.attrs("create", "rayclusters", namespace=namespace, group="ray.io"),
+        authz.attrs("delete", "rayclusters", raycluster, namespace, group="ray.io"),
+        authz.attrs("update", "rayclusters", raycluster, namespace, group="ray.io"),
+        authz.attrs("patch", "rayclusters", raycluster, namespace, group="ray.io", sub="status"),
+        authz.attrs("get", "rayservices", rayservice, namespace, group="ray.io"),
+        authz.attrs("patch", "rayservices", rayservice, namespace, group="ray.io"),
+        authz.attrs("list", "nodes"),
+        *authz.escalations(namespace, account),
+    ]
+
+
+def test_the_head_account_holds_the_autoscaler_role_exactly_when_decode_autoscales(
+    cluster: Cluster, variant: str
+) -> None:
+    """KubeRay's autoscaler sidecar runs as the head pod's account. When decode scales, that
+    account (``<rayService>-ray-head``, the workers' never) is bound to KubeRay's Role, exactly
+    its three rules; the real authorizer allows every request Ray 2.58's autoscaler makes and
+    what the Role grants beyond them (each listed, with why), and denies the neighbours: other
+    namespaces, Secrets, exec, logs, debug containers, creating or deleting pods and
+    RayClusters, the RayService, nodes and every escalation. Otherwise the head's account may
+    do none of it. tests/rbac.py, over every RBAC object the server holds, answers alike."""
+    config = _config(variant)
+    ns, rs = config.namespace, config.ray_service_name
+    account = head_service_account_name(config)
+    raycluster = _raycluster(cluster, variant)["metadata"]["name"]
+    ray_pods = _ray_pods(cluster, variant)
+    (head,) = ray_pods["head"]
+    assert head["spec"].get("serviceAccountName", "default") == account
+    worker_accounts = {p["spec"].get("serviceAccountName", "default") for p in ray_pods["worker"]}
+    if config.decode_autoscales:
+        assert account not in worker_accounts, worker_accounts
+
+        def bound() -> dict[str, Any] | None:
+            listed = cluster.kubectl(
+                "get", "rolebinding", raycluster, "-n", ns, "--ignore-not-found", "-o", "json"
+            ).stdout
+            return json.loads(listed) if listed.strip() else None
+
+        binding = wait_until("KubeRay's autoscaler RoleBinding", bound, timeout_s=30)
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": ns}
+        ], binding["subjects"]
+        assert binding["roleRef"]["name"] == raycluster
+        role = cluster.get("role", raycluster, "-n", ns)
+        assert role["rules"] == KUBERAY_AUTOSCALER_RULES, role["rules"]
+    needs = autoscaler_requests(ns, raycluster, head["metadata"]["name"])
+    beyond = autoscaler_beyond_its_requests(
+        ns, raycluster, ray_pods["worker"][0]["metadata"]["name"]
+    )
+    must_not = autoscaler_must_not(ns, account, raycluster, head["metadata"]["name"], rs)
+    subject = authz.service_account(ns, account)
+    real, differ = authz.disagreements(
+        cluster, authz.live_authorizer(cluster), subject, [*needs, *beyond, *must_not]
+    )
+    assert not differ, f"tests/rbac.py disagrees with the real authorizer: {differ}"
+    allowed = {str(a) for a, yes in real.items() if yes}
+    expected = {str(a) for a in (*needs, *beyond)} if config.decode_autoscales else set()
+    assert allowed == expected, (
+        f"allowed but not expected: {sorted(allowed - expected)}; "
+        f"expected but denied: {sorted(expected - allowed)}"
+    )
 
 
 def _node(cluster: Cluster, name: str) -> dict[str, Any]:

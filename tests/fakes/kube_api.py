@@ -27,8 +27,10 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   ``warmup_pods`` (built with ``make_daemonset``/``make_warmup_pod``); while
   ``warmup_daemonsets`` is None (the default, and what ``set_stage`` leaves) both answer 404;
 * the benchmark's Job: ``POST /apis/batch/v1/namespaces/{ns}/jobs`` (201, 409 when the name is
-  taken), ``GET``/``DELETE`` ``.../jobs/{name}`` (404 when missing; ``propagationPolicy``
-  Background/Foreground removes the Job's pods, as the garbage collector would), and
+  taken, 422 for a name that is no DNS subdomain or longer than the 63 bytes of the Job
+  controller's pod label), ``GET``/``DELETE`` ``.../jobs/{name}`` (404 when missing;
+  ``propagationPolicy`` Background/Foreground removes the Job's pods, as the garbage collector
+  would, and Background answers the ``Status`` of an object deleted at once), and
   ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` from ``pod_logs`` (400 while the container
   waits to start). The Job controller's part is the test's: ``make_job_pod`` and
   ``finish_job``;
@@ -51,7 +53,12 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   anything else answers 503 "no endpoints available", as a real API server does before a
   Service has ready endpoints.
 
-Requests without ``Authorization: Bearer k8s-aws-v1.…`` get 401, as EKS would.
+Requests without ``Authorization: Bearer k8s-aws-v1.…`` get 401, as EKS would. Every error is
+the API server's ``Status`` body (``metadata``, ``details`` naming the object); an injected 403
+is worded for the request and ``user`` as RBAC's denial is. The RayService's conditions carry
+KubeRay's messages; the scheduler's events have the events.k8s.io shape (``eventTime``, no
+``count``), the kubelet's and the controllers' the core/v1 one. tests_cluster/test_fake_vs_real.py
+holds these answers to the real API server's.
 """
 
 from __future__ import annotations
@@ -375,6 +382,21 @@ def make_warmup_pod(
     }
 
 
+# Reasons of the events kube-scheduler records. It records through the events.k8s.io/v1 API
+# (client-go tools/events), which the core/v1 API returns with ``eventTime`` and no
+# ``firstTimestamp``/``lastTimestamp``/``count`` (as the tier's real scheduler shows).
+SCHEDULER_REASONS = ("FailedScheduling", "Scheduled")
+# Who records an event about each kind, through the core/v1 recorder (client-go
+# tools/record) unless SCHEDULER_REASONS say otherwise.
+_RECORDERS = {
+    "Pod": "kubelet",
+    "RayCluster": "raycluster-controller",
+    "RayService": "rayservice-controller",
+    "Job": "job-controller",
+}
+Recorder = Literal["core", "events"]
+
+
 def make_event(
     pod: str,
     reason: str,
@@ -384,9 +406,12 @@ def make_event(
     ago: float = 5.0,
     namespace: str = NAMESPACE,
     count: int = 1,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """A core/v1 Event about a pod, last seen ``ago`` seconds ago; with ``count`` > 1 the
-    kubelet's aggregation: first seen a minute per repeat earlier."""
+    """An Event about a pod, last seen ``ago`` seconds before ``now`` (default: now); with
+    ``count`` > 1 aggregated: first seen a minute per repeat earlier. The scheduler's reasons
+    (SCHEDULER_REASONS) come in the shape its events.k8s.io recorder leaves, the kubelet's in
+    the core/v1 shape."""
     return make_object_event(
         "Pod",
         pod,
@@ -396,7 +421,16 @@ def make_event(
         ago=ago,
         namespace=namespace,
         count=count,
+        now=now,
+        recorder="events" if reason in SCHEDULER_REASONS else "core",
+        component="default-scheduler" if reason in SCHEDULER_REASONS else "",
     )
+
+
+def micro_ts(value: datetime | None = None, *, ago: float = 0.0) -> str:
+    """A MicroTime (``eventTime``, ``series.lastObservedTime``) as Kubernetes writes it."""
+    moment = (value or datetime.now(UTC)) - timedelta(seconds=ago)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def make_object_event(
@@ -411,31 +445,78 @@ def make_object_event(
     count: int = 1,
     first_ago: float | None = None,
     api_version: str = "",
+    now: datetime | None = None,
+    recorder: Recorder = "core",
+    component: str = "",
 ) -> dict[str, Any]:
-    """A core/v1 Event about any object (``Pod``, ``RayCluster``, ``RayService``), last seen
-    ``ago`` seconds ago and first seen ``first_ago`` seconds ago (default: a minute earlier per
-    repeat), as the API server returns it after the recorder's aggregation."""
+    """An Event about any object (``Pod``, ``RayCluster``, ``RayService``, ``Job``), last seen
+    ``ago`` seconds before ``now`` and first seen ``first_ago`` seconds before it (default: a
+    minute earlier per repeat), as the core/v1 API returns it after the recorder's aggregation.
+
+    ``recorder="core"`` (client-go tools/record: the kubelet, the controller manager's
+    controllers, KubeRay 1.6): ``count``, ``firstTimestamp``, ``lastTimestamp``,
+    ``source.component``. ``recorder="events"`` (client-go tools/events, the events.k8s.io/v1
+    API: kube-scheduler, KubeRay 1.7's ``mgr.GetEventRecorder``): ``eventTime`` (the first
+    sighting), no count or core timestamps, and from the first repeat on a ``series`` with its
+    count and last sighting (``recordToSink`` writes count 2 at once, later counts every 30
+    minutes). tests_cluster/test_fake_vs_real.py compares both shapes with the real ones."""
     first = ago + 60 * (count - 1) if first_ago is None else first_ago
     involved: dict[str, Any] = {"kind": kind, "name": name, "namespace": namespace}
     if kind != "Pod":
         involved["apiVersion"] = api_version or "ray.io/v1"
-    return {
+    else:
+        involved["apiVersion"] = "v1"
+    reporter = component or _RECORDERS.get(kind, "")
+    event: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {
             "name": f"{name}.{abs(hash((reason, message))):x}",
             "namespace": namespace,
-            "creationTimestamp": ts(ago=first),
+            "creationTimestamp": ts(now, ago=first),
         },
         "involvedObject": involved,
         "reason": reason,
         "message": message,
         "type": event_type,
-        "count": count,
-        "firstTimestamp": ts(ago=first),
-        "lastTimestamp": ts(ago=ago),
-        "source": {"component": "kubelet" if kind == "Pod" else "raycluster-controller"},
+        "reportingComponent": reporter,
     }
+    if recorder == "core":
+        event |= {
+            "count": count,
+            "eventTime": None,
+            "firstTimestamp": ts(now, ago=first),
+            "lastTimestamp": ts(now, ago=ago),
+            "reportingInstance": "",
+            "source": {"component": reporter},
+        }
+        return event
+    event |= {
+        "eventTime": micro_ts(now, ago=first),
+        "firstTimestamp": None,
+        "lastTimestamp": None,
+        "reportingInstance": f"{reporter}-ip-10-0-0-5",
+        "source": {},
+    }
+    if count > 1:
+        event["series"] = {"count": count, "lastObservedTime": micro_ts(now, ago=ago)}
+    return event
+
+
+# The conditions' messages KubeRay writes (v1.7.0 ``rayservice_controller.go``
+# ``calculateConditions`` and ``markFailedOnInitializingTimeout``; the same in v1.6.1, whose
+# Initializing status tests_cluster/test_fake_vs_real.py compares with this fake's).
+_INITIALIZING = "RayService is initializing"
+_READY_MESSAGES = {
+    "Initializing": _INITIALIZING,
+    "InitializingTimeout": (
+        "RayService failed to become ready within the configured timeout of 30m0s. "
+        "Time spent initializing: 30m1s"
+    ),
+    "NonZeroServeEndpoints": "Number of serve endpoints is greater than 0",
+    "ZeroServeEndpoints": "Number of serve endpoints dropped to 0",
+}
+_NO_PENDING = "Active Ray cluster exists and no pending Ray cluster"
 
 
 def make_rayservice(
@@ -452,6 +533,7 @@ def make_rayservice(
     cluster: str = RAY_CLUSTER,
     generation: int = 1,
     observed_generation: int | None = 1,
+    first_deploy: bool = False,
 ) -> dict[str, Any]:
     """A RayService with KubeRay v1.7 status.
 
@@ -459,23 +541,47 @@ def make_rayservice(
     None leaves out the app. ``deployments`` maps deployment name → status (default: PD
     deployments all HEALTHY when RUNNING, UPDATING otherwise). Only fields of the ray.io/v1
     schema (tests/test_workload.py validates this fake against the CRD's closed schema).
+
+    ``first_deploy``: the RayService's first Ray cluster before KubeRay promoted it. KubeRay
+    creates every cluster as the *pending* one and promotes it to active only once Serve on it
+    is ready (v1.7.0 ``rayservice_controller.go``: ``shouldPrepareNewCluster`` names it in
+    ``pendingServiceStatus``, ``calculateStatus`` writes its apps to
+    ``pendingServiceStatus.applicationStatuses``, ``reconcilePromotionAndServingStatus``
+    promotes it; the tier's operator shows the pending cluster the same way), so the app's
+    status is there, and the active status names no cluster.
     """
     status: dict[str, Any] = {}
     conditions: list[dict[str, Any]] = list(extra_conditions or [])
+    seen = generation if observed_generation is None else observed_generation
     if ready is not None:
+        reason = ready_reason or ("NonZeroServeEndpoints" if ready else "Initializing")
         conditions.insert(
             0,
             {
                 "type": "Ready",
                 "status": "True" if ready else "False",
-                "reason": ready_reason or ("NonZeroServeEndpoints" if ready else "Initializing"),
-                "message": "",
+                "reason": reason,
+                "message": _READY_MESSAGES.get(reason, ""),
                 "lastTransitionTime": ts(ago=120),
-                "observedGeneration": generation
-                if observed_generation is None
-                else observed_generation,
+                "observedGeneration": seen,
             },
         )
+        # KubeRay sets UpgradeInProgress beside Ready: False/Initializing while initializing
+        # (kept so when initializing times out), False/NoPendingCluster once a cluster is
+        # active.
+        if not any(c.get("type") == "UpgradeInProgress" for c in conditions):
+            initializing = reason in ("Initializing", "InitializingTimeout")
+            conditions.insert(
+                1,
+                {
+                    "type": "UpgradeInProgress",
+                    "status": "False",
+                    "reason": "Initializing" if initializing else "NoPendingCluster",
+                    "message": _INITIALIZING if initializing else _NO_PENDING,
+                    "lastTransitionTime": ts(ago=120),
+                    "observedGeneration": seen,
+                },
+            )
     if conditions:
         status["conditions"] = conditions
     if observed_generation is not None:
@@ -496,10 +602,8 @@ def make_rayservice(
                 for dep, dep_status in deployments.items()
             },
         }
-        status["activeServiceStatus"] = {
-            "rayClusterName": cluster,
-            "applicationStatuses": {app: app_json},
-        }
+        where = "pendingServiceStatus" if first_deploy else "activeServiceStatus"
+        status[where] = {"rayClusterName": cluster, "applicationStatuses": {app: app_json}}
     elif ready is not None:
         status["pendingServiceStatus"] = {"rayClusterName": cluster}
     return {
@@ -749,16 +853,62 @@ def make_secret(
     return secret
 
 
-def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
-    """A Kubernetes ``Status`` object, the body of every API error."""
-    return {
+def status_body(
+    code: int, reason: str, message: str, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Kubernetes ``Status`` object, the body of every API error, as the API server writes
+    it (``metadata: {}``; ``details`` when the error names an object: apimachinery
+    ``errors.go``). tests_cluster/test_fake_vs_real.py holds these bodies to the real ones."""
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
+        "metadata": {},
         "status": "Failure",
         "message": message,
         "reason": reason,
         "code": code,
     }
+    if details is not None:
+        body["details"] = dict(details)
+    return body
+
+
+def status_details(resource: str, name: str = "", group: str = "", **more: Any) -> dict[str, Any]:
+    """``Status.details`` of an error about one resource: ``kind`` is the resource (plural),
+    ``name`` and ``group`` only when set (they are ``omitempty``)."""
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    details.update(more)
+    return details
+
+
+def _qualified(resource: str, group: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def forbidden_body(user: str, method: str, path: str, query: Mapping[str, str]) -> dict[str, Any]:
+    """The API server's 403 for a request RBAC denies ``user``: the message and details it
+    builds from the request's attributes (apiserver ``responsewriters/errors.go``
+    ``forbiddenMessage``, apimachinery ``NewForbidden``), e.g. ``nodes is forbidden: User "u"
+    cannot list resource "nodes" in API group "" at the cluster scope``."""
+    from tests import rbac  # the request attributes as the API server derives them
+
+    a = rbac.attributes(method, path, dict(query))
+    if not a.resource_request:
+        message = f'forbidden: User "{user}" cannot {a.verb} path "{a.path}"'
+        return status_body(403, "Forbidden", message, {})
+    resource = a.resource + (f"/{a.subresource}" if a.subresource else "")
+    where = f'in the namespace "{a.namespace}"' if a.namespace else "at the cluster scope"
+    why = (
+        f'User "{user}" cannot {a.verb} resource "{resource}" in API group "{a.api_group}" {where}'
+    )
+    what = _qualified(a.resource, a.api_group) + (f' "{a.name}"' if a.name else "")
+    details = status_details(a.resource, a.name, a.api_group)
+    return status_body(403, "Forbidden", f"{what} is forbidden: {why}", details)
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -861,6 +1011,11 @@ class FakeKubeApi:
         self.kv_failed_per_chat = 0
         self.nixl_metrics: dict[str, dict[str, float]] = {}
         self.requests: list[RecordedRequest] = []
+        # Who the bearer token authenticates as (EKS names an access entry's assumed role so):
+        # the user an injected 403 names.
+        self.user = (
+            "arn:aws:sts::111111111111:assumed-role/ReadinessIsCompleteServiceRole/readiness"
+        )
         self._proxy: dict[tuple[str, int, str, str], ProxyResponse] = {}
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
@@ -1069,7 +1224,10 @@ class FakeKubeApi:
             make_pod(WORKER_POD_B, node=GPU_NODE_B, ip=WORKER_IP_B),
         ]
         if index == 1:
-            self.rayservice = make_rayservice(ready=False, app_status="DEPLOYING")
+            # Serve deploys on the first cluster, which KubeRay promotes only once it is ready.
+            self.rayservice = make_rayservice(
+                ready=False, app_status="DEPLOYING", first_deploy=True
+            )
             return
         self.rayservice = make_rayservice(ready=True, app_status="RUNNING")
         self.serve_applications = make_pd_serve_applications()
@@ -1125,15 +1283,20 @@ class FakeKubeApi:
             return self._create_job(body)
         if path.startswith(jobs + "/") and method in ("GET", "DELETE"):
             name = path[len(jobs) + 1 :]
+            policy = query.get("propagationPolicy")
             with self._lock:
                 job = self.jobs.get(name)
                 if job is not None and method == "DELETE":
                     del self.jobs[name]
-                    if query.get("propagationPolicy") in ("Background", "Foreground"):
+                    if policy in ("Background", "Foreground"):
                         # The garbage collector removes the Job's pods.
                         self.pods = [p for p in self.pods if not _owned_by(p, name)]
             if job is None:
-                return _not_found(f'jobs.batch "{name}" not found')
+                return _not_found("jobs", name, "batch")
+            if method == "DELETE" and policy == "Background":
+                # Deleted at once: the API server answers a Status, not the object.
+                uid = job["metadata"].get("uid", "")
+                return _json(200, _deleted(status_details("jobs", name, "batch", uid=uid)))
             return _json(200, job)
         pod_path = re.match(rf"^/api/v1/namespaces/{re.escape(ns)}/pods/([^/:]+)$", path)
         if method == "DELETE" and pod_path:
@@ -1144,7 +1307,7 @@ class FakeKubeApi:
                 self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
                 self.nixl_metrics.pop(name, None)
             if not found:
-                return _not_found(f'pods "{name}" not found')
+                return _not_found("pods", name)
             return _json(200, found[0])
         log = _LOG_RE.match(path)
         if method == "GET" and log and log.group(1) == ns:
@@ -1168,12 +1331,12 @@ class FakeKubeApi:
             f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{self.rayservice_name}"
         ):
             if self.rayservice is None:
-                return _not_found(f'rayservices.ray.io "{self.rayservice_name}" not found')
+                return _not_found("rayservices", self.rayservice_name, "ray.io")
             return _json(200, self.rayservice)
         rayservice_path = f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{self.rayservice_name}"
         if method == "DELETE" and path == rayservice_path:
             if self.rayservice is None:
-                return _not_found(f'rayservices.ray.io "{self.rayservice_name}" not found')
+                return _not_found("rayservices", self.rayservice_name, "ray.io")
             metadata = self.rayservice.setdefault("metadata", {})
             metadata.setdefault("deletionTimestamp", ts())
             metadata["finalizers"] = ["foregroundDeletion"]
@@ -1181,7 +1344,7 @@ class FakeKubeApi:
         if method == "GET" and path.startswith(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/"):
             name = path.rsplit("/", 1)[1]
             if name not in self.rayclusters:
-                return _not_found(f'rayclusters.ray.io "{name}" not found')
+                return _not_found("rayclusters", name, "ray.io")
             return _json(200, self.rayclusters[name])
         pod_proxy = _POD_PROXY_RE.match(path)
         if pod_proxy and pod_proxy.group(1) == ns and method == "GET":
@@ -1199,7 +1362,7 @@ class FakeKubeApi:
                 headers or {},
                 body,
             )
-        return _not_found("the server could not find the requested resource")
+        return _no_route()
 
     def _create_job(self, body: bytes) -> ProxyResponse:
         job = json.loads(body or b"{}")
@@ -1212,11 +1375,19 @@ class FakeKubeApi:
                 400,
                 status_body(400, "BadRequest", "the namespace of the object does not match"),
             )
+        invalid = _invalid_job(name)
+        if invalid is not None:
+            return _json(422, invalid)
         with self._lock:
             if name in self.jobs:
                 return _json(
                     409,
-                    status_body(409, "AlreadyExists", f'jobs.batch "{name}" already exists'),
+                    status_body(
+                        409,
+                        "AlreadyExists",
+                        f'jobs.batch "{name}" already exists',
+                        status_details("jobs", name, "batch"),
+                    ),
                 )
             meta.update(
                 namespace=self.namespace,
@@ -1231,7 +1402,7 @@ class FakeKubeApi:
     def _pod_log(self, name: str, query: dict[str, str]) -> ProxyResponse:
         pod = next((p for p in self.pods if p["metadata"]["name"] == name), None)
         if pod is None:
-            return _not_found(f'pods "{name}" not found')
+            return _not_found("pods", name)
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         container = query.get("container") or (statuses[0]["name"] if statuses else "")
         state: dict[str, Any] = next((c["state"] for c in statuses if c["name"] == container), {})
@@ -1251,7 +1422,7 @@ class FakeKubeApi:
         with self._lock:
             current = self.secrets.get(name)
             if current is None:
-                return _not_found(f'secrets "{name}" not found')
+                return _not_found("secrets", name)
             if method == "GET":
                 return _json(200, current)
             patch = json.loads(body or b"{}")
@@ -1262,7 +1433,9 @@ class FakeKubeApi:
                     f'Operation cannot be fulfilled on secrets "{name}": the object has been '
                     "modified; please apply your changes to the latest version and try again"
                 )
-                return _json(409, status_body(409, "Conflict", message))
+                return _json(
+                    409, status_body(409, "Conflict", message, status_details("secrets", name))
+                )
             updated = json.loads(json.dumps(current))
             for key, value in (patch.get("data") or {}).items():
                 data = updated.setdefault("data", {})
@@ -1276,7 +1449,7 @@ class FakeKubeApi:
 
     def _pod_metrics(self, pod: str, port: int, rest: str) -> ProxyResponse:
         if not any(p["metadata"]["name"] == pod for p in self.pods):
-            return _not_found(f'pods "{pod}" not found')
+            return _not_found("pods", pod)
         with self._lock:
             counters = self.nixl_metrics.get(pod)
         if port != 8080 or rest != "metrics" or counters is None:
@@ -1326,7 +1499,7 @@ class FakeKubeApi:
             # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
             # is ready; without one the real API server's proxy answers 404 for the Service
             # (tests_cluster/test_fake_vs_real.py compares the two).
-            return _not_found(f'services "{service}" not found')
+            return _not_found("services", service)
         if service == self.head_service and port == 8265 and self.ray_token is not None:
             # Ray's token middleware (http_token_authentication.py) in front of every route.
             given = next((v for k, v in headers.items() if k.lower() == "x-ray-authorization"), "")
@@ -1572,8 +1745,59 @@ def _json(status: int, body: Any) -> ProxyResponse:
     return ProxyResponse(status, json.dumps(body).encode())
 
 
-def _not_found(message: str) -> ProxyResponse:
-    return _json(404, status_body(404, "NotFound", message))
+def _not_found(resource: str, name: str, group: str = "") -> ProxyResponse:
+    """404 for one named object, as the API server words it: ``pods "x" not found``."""
+    message = f'{_qualified(resource, group)} "{name}" not found'
+    return _json(404, status_body(404, "NotFound", message, status_details(resource, name, group)))
+
+
+def _deleted(details: Mapping[str, Any]) -> dict[str, Any]:
+    """The API server's answer to a DELETE that removed the object at once."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": dict(details),
+    }
+
+
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def _invalid_job(name: str) -> dict[str, Any] | None:
+    """The 422 the API server answers for a Job whose name it refuses, or None. Two of its
+    rules, as the real one words them: the name is an RFC 1123 subdomain, and at most 63 bytes
+    because the Job controller's ``job-name`` and ``batch.kubernetes.io/job-name`` labels on
+    the pod template carry it (both refused, under one message)."""
+    if not _DNS1123_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+        field, why = "metadata.name", _SUBDOMAIN_RULE
+        causes = 1
+    elif len(name) > 63:
+        field, why = "spec.template.labels", "must be no more than 63 bytes"
+        causes = 2
+    else:
+        return None
+    error = f'Invalid value: "{name}": {why}'
+    details = status_details(
+        "Job",
+        name,
+        "batch",
+        causes=[{"reason": "FieldValueInvalid", "message": error, "field": field}] * causes,
+    )
+    message = f'Job.batch "{name}" is invalid: {field}: {error}'
+    return status_body(422, "Invalid", message, details)
+
+
+def _no_route() -> ProxyResponse:
+    return _json(
+        404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+    )
 
 
 class _TlsServer(http.server.ThreadingHTTPServer):
@@ -1640,14 +1864,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if isinstance(fault, int):
-            reasons = {401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests"}
-            message = {
-                401: "Unauthorized",
-                403: (
-                    'nodes is forbidden: User "readiness" cannot list resource "nodes" in API '
-                    'group "" at the cluster scope'
-                ),
-            }.get(fault, f"injected fault {fault}")
+            if fault == 403:
+                # Worded for this request and ``api.user``, as RBAC's denial is.
+                self._send(_json(403, forbidden_body(api.user, self.command, split.path, query)))
+                return
+            reasons = {401: "Unauthorized", 429: "TooManyRequests"}
+            message = "Unauthorized" if fault == 401 else f"injected fault {fault}"
             self._send(
                 _json(fault, status_body(fault, reasons.get(fault, "InternalError"), message))
             )

@@ -333,7 +333,13 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
         c.get("type") == "UpgradeInProgress" and c.get("status") == "True" for c in conditions
     )
     active = status.get("activeServiceStatus") or {}
-    app = _get(active, "applicationStatuses", app_name) or {}
+    pending = status.get("pendingServiceStatus") or {}
+    # KubeRay creates every Ray cluster as the pending one and promotes it once Serve on it is
+    # ready (v1.7.0 rayservice_controller.go, reconcilePromotionAndServingStatus): until the
+    # first promotion the app's status (DEPLOYING, DEPLOY_FAILED...) is the pending cluster's.
+    # Once a cluster is active, its app is the one that serves.
+    serving = active if active.get("rayClusterName") else pending
+    app = _get(serving, "applicationStatuses", app_name) or {}
     deployments = tuple(
         DeploymentState(
             name=name,

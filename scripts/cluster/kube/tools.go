@@ -1,7 +1,10 @@
 //go:build tools
 
-// Package localcluster names the commands scripts/local-cluster.sh builds, so that `go mod tidy`
-// keeps every module they need in go.mod and go.sum. It is never compiled (build tag "tools").
+// Package localcluster names the commands of k8s.io/kubernetes the tier needs, so that `go mod
+// tidy` keeps every module they need in go.mod and go.sum. It is never compiled (build tag
+// "tools"). scripts/local-cluster.sh builds the three servers; kubectl stays listed so that the
+// module graph (and so the servers' dependency versions) is the one they were first built with,
+// though the tier now takes the upstream kubectl from the pinned kubectl layer package.
 package localcluster
 
 import (
