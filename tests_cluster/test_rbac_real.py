@@ -133,6 +133,7 @@ def _bench_job(config: Any) -> dict[str, Any]:
         base_url=f"http://{config.ray_service_name}-serve-svc.{config.namespace}:8000",
         model="qwen3.5-9b",
         tokenizer="Qwen/Qwen3.5-9B",
+        tokenizer_revision=config.model_revision,
         concurrency=(1, 4),
         prompts=(8, 32),
         input_len=1024,
