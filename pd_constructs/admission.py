@@ -30,6 +30,10 @@ DAEMONSET_CONTROLLER_USERS = (
     "system:serviceaccount:kube-system:daemon-set-controller",
     "system:kube-controller-manager",
 )
+# Who binds pods to nodes: kube-scheduler's user, the subject of Kubernetes' bootstrap
+# ClusterRoleBinding system:kube-scheduler (the only binder here: no Fargate profile, no
+# second scheduler).
+SCHEDULER_USER = "system:kube-scheduler"
 WORKER_GROUP = "gpu-workers"  # assets/manifests/rayservice.yaml, workerGroupSpecs[0].groupName
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"  # the observability add-on's agents
 
@@ -88,8 +92,9 @@ def render_warmup_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
 
 
 def gpu_namespaces(config: AppConfig) -> list[str]:
-    """Namespaces whose pods may request GPUs or EFA and tolerate the GPU taint: ours, the
-    system's (device plugins, node agents, the Cluster Autoscaler) and the CloudWatch agents'."""
+    """Namespaces whose pods may request GPUs or EFA, tolerate the GPU taint, name their node
+    and be bound by anyone: ours, the system's (device plugins, node agents, the Cluster
+    Autoscaler) and the CloudWatch agents'."""
     namespaces = [config.namespace, WARMUP_NAMESPACE, "kube-system"]
     if config.observability_enabled:
         namespaces.append(CLOUDWATCH_NAMESPACE)
@@ -100,6 +105,6 @@ def render_gpu_node_policy(config: AppConfig) -> list[dict[str, Any]]:
     return list(
         render(
             "manifests/admission/gpu-nodes.yaml",
-            {"EXEMPT_NAMESPACES": gpu_namespaces(config)},
+            {"EXEMPT_NAMESPACES": gpu_namespaces(config), "SCHEDULER": SCHEDULER_USER},
         )
     )

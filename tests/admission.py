@@ -37,7 +37,7 @@ def compile_cel(expression: str) -> Any:
 @dataclass(frozen=True)
 class Request:
     operation: str  # CREATE | UPDATE
-    resource: str  # plural, e.g. pods, rayclusters
+    resource: str  # plural, e.g. pods, rayclusters, bindings
     group: str  # "" for core
     namespace: str
     username: str
@@ -83,6 +83,7 @@ def _activation(request: Request) -> dict[str, Any]:
             {
                 "operation": request.operation,
                 "namespace": request.namespace,
+                "resource": {"group": request.group, "resource": request.resource},
                 "subResource": request.subresource,
                 "userInfo": {"username": request.username},
             }

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.admission import OPERATOR_USER
+from pd_constructs.admission import CLOUDWATCH_NAMESPACE, OPERATOR_USER, gpu_namespaces
 from pd_constructs.namespaces import WARMUP_NAMESPACE
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.admission import compile_cel, decide
-from tests.admission_cases import AdmissionCase, admission_objects, cases
-from tests.synth import Synthesized, resolve
+from tests.admission_cases import AdmissionCase, admission_objects, binding_cases, cases
+from tests.synth import ROOT, Synthesized, resolve
 
 PRIVILEGED = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
 # UCX (no IPC_LOCK), weights staged from S3 (init containers), decode autoscaling (the head's
@@ -112,7 +112,11 @@ def test_the_policies_name_the_operator_and_the_cache_they_allow() -> None:
 
 
 def _cases() -> list[tuple[str, AppConfig, AdmissionCase]]:
-    return [(f"{label}: {c.name}", cfg, c) for label, cfg in CONFIGS.items() for c in cases(cfg)]
+    return [
+        (f"{label}: {c.name}", cfg, c)
+        for label, cfg in CONFIGS.items()
+        for c in [*cases(cfg), *binding_cases(cfg)]
+    ]
 
 
 @pytest.mark.parametrize(
@@ -159,3 +163,96 @@ def test_policies_are_applied_before_the_pods_they_judge(default_app: Synthesize
     warm_policy = holders[f"ValidatingAdmissionPolicy/ray-pd-eks-warmup-pods.{WARMUP_NAMESPACE}"]
     assert holders["ValidatingAdmissionPolicy/ray-pd-eks-gpu-nodes"] == warm_policy
     assert depends(holders["DaemonSet/model-prefetch"], warm_policy)
+
+
+# -- what runs on a GPU node ------------------------------------------------------------------
+
+
+def _tolerates_gpu_taint(spec: dict[str, Any]) -> bool:
+    """What the GPU-node policy counts as tolerating the taint (assets/.../gpu-nodes.yaml)."""
+    return any(
+        not t.get("key") or t["key"] == "nvidia.com/gpu" for t in spec.get("tolerations") or []
+    )
+
+
+def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "RayService":
+        cluster = spec["rayClusterConfig"]
+        groups = [cluster["headGroupSpec"], *cluster.get("workerGroupSpecs", [])]
+        return [g["template"]["spec"] for g in groups]
+    template = spec.get("template") or (spec.get("jobTemplate") or {}).get("spec", {}).get(
+        "template"
+    )
+    return [template["spec"]] if template else []
+
+
+def _values(value: Any) -> dict[str, Any]:
+    """Helm values as the chart resource holds them: JSON, maybe joined with intrinsics (the
+    EFA plugin's registry), which stand in as a string here."""
+    if isinstance(value, dict) and "Fn::Join" in value:
+        value = "".join(p if isinstance(p, str) else "TOKEN" for p in value["Fn::Join"][1])
+    return dict(json.loads(value or "{}"))
+
+
+def _gpu_tenants(app: Synthesized) -> dict[str, set[str]]:
+    """Namespace -> what the app ships there that may run on a GPU node (tolerates the GPU
+    taint): the manifests' pod templates, the Helm charts' values, the CloudWatch add-on's."""
+    found: dict[str, set[str]] = {}
+    for template in app.templates.values():
+        for r in template["Resources"].values():
+            props = r.get("Properties", {})
+            if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
+                for obj in json.loads(resolve(props["Manifest"])):
+                    if any(_tolerates_gpu_taint(s) for s in _pod_specs(obj)):
+                        namespace = obj["metadata"].get("namespace", "default")
+                        found.setdefault(namespace, set()).add(obj["metadata"]["name"])
+            elif r["Type"] == "Custom::AWSCDK-EKS-HelmChart":
+                if _tolerates_gpu_taint(_values(props.get("Values"))):
+                    found.setdefault(props["Namespace"], set()).add(props["Chart"])
+            elif r["Type"] == "AWS::EKS::Addon" and _tolerates_gpu_taint(
+                json.loads(props.get("ConfigurationValues") or "{}")
+            ):
+                # An add-on installs into its own namespace (KeyError: say which for a new one).
+                namespace = {"amazon-cloudwatch-observability": CLOUDWATCH_NAMESPACE}
+                found.setdefault(namespace[props["AddonName"]], set()).add(props["AddonName"])
+    return found
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app"])
+def test_what_may_run_on_gpu_nodes_is_exactly_the_exempt_namespaces(
+    app_name: str, request: pytest.FixtureRequest
+) -> None:
+    app: Synthesized = request.getfixturevalue(app_name)
+    tenants = _gpu_tenants(app)
+    # Both ways: everything the app puts on GPU nodes is in a namespace the policy exempts, and
+    # every namespace it exempts holds something that must run there.
+    assert sorted(tenants) == sorted(gpu_namespaces(app.config)), tenants
+    assert app.config.ray_service_name in tenants[app.config.namespace]
+    assert {"image-prepull", "model-prefetch"} <= tenants[WARMUP_NAMESPACE]
+    assert {"aws-efa-k8s-device-plugin", "nvidia-device-plugin"} <= tenants["kube-system"]
+
+
+def test_the_gpu_node_policy_is_applied_early_in_the_workload_stack(
+    default_app: Synthesized,
+) -> None:
+    """Where the GPU-node policy is (the header of gpu-nodes.yaml says so): the warm-up's
+    AdmissionPolicies manifest of the workload stack, waiting for nothing in that stack, so it
+    is applied as soon as the stack starts; the stack deploys beside GpuNodes, not before."""
+    template = default_app.templates["Workload"]["Resources"]
+    (holder,) = [
+        logical_id
+        for logical_id, r in template.items()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+        and any(
+            o["metadata"]["name"] == "ray-pd-eks-gpu-nodes"
+            for o in json.loads(resolve(r["Properties"]["Manifest"]))
+        )
+    ]
+    assert holder.startswith("WarmupAdmissionPolicies")
+    assert "DependsOn" not in template[holder]
+    stacks = {s.node.id: s for s in default_app.stage.stacks}
+    assert "GpuNodes" not in {d.node.id for d in stacks["Workload"].dependencies}
+    header = (ROOT / "assets/manifests/admission/gpu-nodes.yaml").read_text()
+    assert "Deployed by the workload stack" in header
+    assert "beside the GPU node stack, not before it" in header
