@@ -65,6 +65,14 @@ def render_ray_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
     )
 
 
+# The worker-group fields of a RayCluster that KubeRay's autoscaler changes (Ray 2.58,
+# ray/autoscaler/_private/kuberay/node_provider.py: worker_replica_patch replaces
+# /spec/workerGroupSpecs/<i>/replicas, worker_delete_patch /spec/workerGroupSpecs/<i>/
+# scaleStrategy; v2's KubeRayProvider sends the same patches). Everything else of a RayCluster
+# is frozen for anyone but the operator (assets/manifests/admission/rayclusters.yaml).
+AUTOSCALED_GROUP_FIELDS = ("replicas", "scaleStrategy")
+
+
 def render_raycluster_policy(config: AppConfig) -> list[dict[str, Any]]:
     return list(
         render(
@@ -73,6 +81,8 @@ def render_raycluster_policy(config: AppConfig) -> list[dict[str, Any]]:
                 "NAMESPACE": config.namespace,
                 "RAY_SERVICE": config.ray_service_name,
                 "OPERATOR": OPERATOR_USER,
+                "AUTOSCALED": _cel_list(list(AUTOSCALED_GROUP_FIELDS)),
+                "AUTOSCALED_TEXT": " and ".join(AUTOSCALED_GROUP_FIELDS),
             },
         )
     )

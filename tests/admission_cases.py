@@ -363,8 +363,20 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     def head_node(c: dict) -> None:
         c["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"role": "gpu-worker"}
 
+    def suspend(c: dict) -> None:
+        c["spec"]["suspend"] = True
+
+    def group_resources(c: dict) -> None:
+        c["spec"]["workerGroupSpecs"][0]["resources"] = {"GPU": "8"}
+
+    def overwrite_command(c: dict) -> None:
+        c["metadata"]["annotations"] = {"ray.io/overwrite-container-cmd": "true"}
+
     for name, change in (
         ("adds a worker group", add_group),
+        ("suspends the RayCluster", suspend),
+        ("changes the worker group's Ray resources", group_resources),
+        ("annotates the RayCluster (ray.io/overwrite-container-cmd)", overwrite_command),
         ("changes the worker group's image", group_image),
         ("changes the worker group's security context", group_security),
         ("adds a volume to the worker group", group_volume),

@@ -7,16 +7,29 @@ cluster integration tier is the authority and can run the same table.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
+import yaml
 
-from pd_constructs.admission import CLOUDWATCH_NAMESPACE, OPERATOR_USER, gpu_namespaces
+from pd_constructs.admission import (
+    AUTOSCALED_GROUP_FIELDS,
+    CLOUDWATCH_NAMESPACE,
+    OPERATOR_USER,
+    gpu_namespaces,
+)
 from pd_constructs.namespaces import WARMUP_NAMESPACE
 from ray_pd_eks.config import DEFAULTS, AppConfig
-from tests.admission import compile_cel, decide
-from tests.admission_cases import AdmissionCase, admission_objects, binding_cases, cases
+from tests.admission import Request, compile_cel, decide
+from tests.admission_cases import (
+    AdmissionCase,
+    admission_objects,
+    binding_cases,
+    cases,
+    raycluster,
+)
 from tests.synth import ROOT, Synthesized, resolve
 
 PRIVILEGED = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
@@ -256,3 +269,94 @@ def test_the_gpu_node_policy_is_applied_early_in_the_workload_stack(
     header = (ROOT / "assets/manifests/admission/gpu-nodes.yaml").read_text()
     assert "Deployed by the workload stack" in header
     assert "beside the GPU node stack, not before it" in header
+
+
+# -- the RayCluster policy against the pinned CRD --------------------------------------------
+
+CRD = ROOT / "tests/schemas/kuberay-v1.7.0/ray.io_rayservices.yaml"
+
+
+def _raycluster_spec_schema() -> dict[str, Any]:
+    """RayClusterSpec as the pinned CRD has it (the RayService's rayClusterConfig is the spec
+    KubeRay copies into the RayCluster)."""
+    crd = yaml.safe_load(CRD.read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    spec = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    return dict(spec["rayClusterConfig"])
+
+
+def _changed(schema: dict[str, Any], value: Any) -> Any:
+    """A value of ``schema``'s type that differs from ``value`` (None: absent)."""
+    kind = schema.get("type")
+    if kind == "boolean":
+        return not value
+    if kind == "integer":
+        return (value or 0) + 1
+    if kind == "array":
+        return [*(value or []), value[0] if value else "changed"]
+    if kind == "object":
+        return {**(value or {}), "changed": "yes"}
+    return f"{value}-changed" if value else "changed"
+
+
+def _field_cases() -> list[tuple[str, str, str]]:
+    """(level, field, change|remove) for every spec and worker-group field of the CRD; a field
+    is removed only where the rendered RayCluster has it."""
+    schema = _raycluster_spec_schema()
+    group = schema["properties"]["workerGroupSpecs"]["items"]["properties"]
+    rendered = raycluster(VARIANT)["spec"]
+    fields = [("spec", f, rendered) for f in sorted(schema["properties"])]
+    fields += [("group", f, rendered["workerGroupSpecs"][0]) for f in sorted(group)]
+    return [
+        (level, field, op)
+        for level, field, holder in fields
+        if field != "workerGroupSpecs" or level == "group"
+        for op in ("change", "remove")
+        if op == "change" or field in holder
+    ]
+
+
+def test_the_autoscaled_fields_are_the_crds_and_hold_only_what_the_autoscaler_writes() -> None:
+    group = _raycluster_spec_schema()["properties"]["workerGroupSpecs"]["items"]["properties"]
+    assert set(AUTOSCALED_GROUP_FIELDS) <= set(group)
+    assert group["replicas"]["type"] == "integer"
+    # The autoscaler replaces scaleStrategy whole with {workersToDelete: [...]}: a field a newer
+    # CRD adds inside it would be writable by the autoscaler's account. Look before allowing it.
+    assert sorted(group["scaleStrategy"]["properties"]) == ["workersToDelete"]
+
+
+@pytest.mark.parametrize(("level", "field", "op"), _field_cases(), ids=lambda v: str(v))
+def test_the_autoscalers_account_may_change_no_field_of_the_crd_but_the_autoscaled(
+    level: str, field: str, op: str
+) -> None:
+    """Every field of the pinned CRD's RayClusterSpec and worker groups, changed (or added) or
+    removed by the head's account (the autoscaler's token): refused, unless it is one the
+    autoscaler patches; the operator may change it. A field a newer CRD adds gets a case here
+    by itself."""
+    config = VARIANT  # decode autoscales: the head's account exists
+    ours = raycluster(config)
+    schema = _raycluster_spec_schema()
+    new = copy.deepcopy(ours)
+    if level == "spec":
+        holder, field_schema = new["spec"], schema["properties"][field]
+    else:
+        holder = new["spec"]["workerGroupSpecs"][0]
+        items = schema["properties"]["workerGroupSpecs"]["items"]["properties"]
+        field_schema = items[field]
+    if op == "remove":
+        del holder[field]
+    else:
+        holder[field] = _changed(field_schema, holder.get(field))
+    head_sa = f"system:serviceaccount:{config.namespace}:{config.ray_service_name}-ray-head"
+    objects = admission_objects(config)
+    refused = decide(
+        objects, Request("UPDATE", "rayclusters", "ray.io", config.namespace, head_sa, new, ours)
+    )
+    if level == "group" and field in AUTOSCALED_GROUP_FIELDS:
+        assert refused == {}, refused
+    else:
+        assert list(refused) == [f"ray-pd-eks-rayclusters.{config.namespace}"], refused
+    by_operator = Request(
+        "UPDATE", "rayclusters", "ray.io", config.namespace, OPERATOR_USER, new, ours
+    )
+    assert decide(objects, by_operator) == {}
