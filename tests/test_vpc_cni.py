@@ -145,13 +145,13 @@ def _subnets_by_block(app: Synthesized) -> dict[str, set[str]]:
 
 def _subnet_refs(resource: Any) -> set[str]:
     """The subnets a statement's Resource names (subnet/<id> joined from a reference)."""
-    found = set()
+    found: set[str] = set()
     for arn in resource if isinstance(resource, list) else [resource]:
         parts = arn["Fn::Join"][1] if isinstance(arn, dict) else [arn]
         text = "".join(p for p in parts if isinstance(p, str))
         if ":subnet/" in text:
             (ref,) = [p for p in parts if isinstance(p, dict)][-1:]
-            found.add(ref.get("Fn::ImportValue", ref.get("Ref")))
+            found.add(str(ref.get("Fn::ImportValue", ref.get("Ref"))))
     return found
 
 
