@@ -532,11 +532,12 @@ def gpu_node_cases(config: AppConfig) -> list[AdmissionCase]:
         ),
         True,
     )
+    # What the kubelet sends (NodeRestriction lets a node create only such pods, bound to it).
+    mirror = _plain_pod("default", nodeName=GPU_NODE)
+    mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "0123456789abcdef"}
     case(
         "a node creates the mirror pod of its static pod in namespace default",
-        _pod_request(
-            "CREATE", "default", f"system:node:{GPU_NODE}", _plain_pod("default", nodeName=GPU_NODE)
-        ),
+        _pod_request("CREATE", "default", f"system:node:{GPU_NODE}", mirror),
         True,
     )
     case(
