@@ -33,6 +33,10 @@ DAEMONSET_CONTROLLER_USERS = (
     "system:serviceaccount:kube-system:daemon-set-controller",
     "system:kube-controller-manager",
 )
+# Who binds pods to nodes: kube-scheduler's user, the subject of Kubernetes' bootstrap
+# ClusterRoleBinding system:kube-scheduler (the only binder here: no Fargate profile, no
+# second scheduler).
+SCHEDULER_USER = "system:kube-scheduler"
 WORKER_GROUP = "gpu-workers"  # assets/manifests/rayservice.yaml, workerGroupSpecs[0].groupName
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"  # the observability add-on's agents
 
@@ -64,6 +68,14 @@ def render_ray_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
     )
 
 
+# The worker-group fields of a RayCluster that KubeRay's autoscaler changes (Ray 2.58,
+# ray/autoscaler/_private/kuberay/node_provider.py: worker_replica_patch replaces
+# /spec/workerGroupSpecs/<i>/replicas, worker_delete_patch /spec/workerGroupSpecs/<i>/
+# scaleStrategy; v2's KubeRayProvider sends the same patches). Everything else of a RayCluster
+# is frozen for anyone but the operator (assets/manifests/admission/rayclusters.yaml).
+AUTOSCALED_GROUP_FIELDS = ("replicas", "scaleStrategy")
+
+
 def render_raycluster_policy(config: AppConfig) -> list[dict[str, Any]]:
     return list(
         render(
@@ -72,6 +84,8 @@ def render_raycluster_policy(config: AppConfig) -> list[dict[str, Any]]:
                 "NAMESPACE": config.namespace,
                 "RAY_SERVICE": config.ray_service_name,
                 "OPERATOR": OPERATOR_USER,
+                "AUTOSCALED": _cel_list(list(AUTOSCALED_GROUP_FIELDS)),
+                "AUTOSCALED_TEXT": " and ".join(AUTOSCALED_GROUP_FIELDS),
             },
         )
     )
@@ -91,8 +105,9 @@ def render_warmup_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
 
 
 def gpu_namespaces(config: AppConfig) -> list[str]:
-    """Namespaces whose pods may request GPUs or EFA and tolerate the GPU taint: ours, the
-    system's (device plugins, node agents, the Cluster Autoscaler) and the CloudWatch agents'."""
+    """Namespaces whose pods may request GPUs or EFA, tolerate the GPU taint, name their node
+    and be bound by anyone: ours, the system's (device plugins, node agents, the Cluster
+    Autoscaler) and the CloudWatch agents'."""
     namespaces = [config.namespace, WARMUP_NAMESPACE, "kube-system"]
     if config.observability_enabled:
         namespaces.append(CLOUDWATCH_NAMESPACE)
@@ -103,6 +118,6 @@ def render_gpu_node_policy(config: AppConfig) -> list[dict[str, Any]]:
     return list(
         render(
             "manifests/admission/gpu-nodes.yaml",
-            {"EXEMPT_NAMESPACES": gpu_namespaces(config)},
+            {"EXEMPT_NAMESPACES": gpu_namespaces(config), "SCHEDULER": SCHEDULER_USER},
         )
     )

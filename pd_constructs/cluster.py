@@ -208,6 +208,7 @@ class PdCluster(Construct):
             description="kubectl provider to the Kubernetes API",
         )
         _own_kubectl_log_groups(self.cluster, log_retention_days, log_removal_policy)
+        _kubectl_functions_in(self.cluster, vpc.private_subnets)
         for i, arn in enumerate(admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{i}",
@@ -269,6 +270,28 @@ def _own_kubectl_log_groups(
         if isinstance(child, logs.CfnLogGroup):
             child.retention_in_days = retention_days
             child.apply_removal_policy(removal_policy)
+
+
+def _kubectl_functions_in(cluster: eks.Cluster, subnets: Sequence[ec2.ISubnet]) -> None:
+    """Put the kubectl provider's functions (its handler and its Provider framework's
+    on-event function) in ``subnets``.
+
+    aws-cdk-lib 2.275.0 ignores ``KubectlProviderOptions.private_subnets`` when the endpoint
+    has private access: ``Cluster`` then hands the provider the private subnets of its own
+    ``vpc_subnets`` (aws-eks-v2 ``cluster.js``: ``kubectlSubnets = privateSubnets``, computed
+    by ``selectPrivateSubnets``), here the control plane's isolated /28s, which must hold
+    nothing but the control plane's interfaces (:mod:`ray_pd_eks.vpc_layout`): the
+    NetworkPolicies admit those addresses as the API server, and EKS needs their free
+    addresses for an upgrade. So the functions' ``VpcConfig.SubnetIds`` are overridden."""
+    ids = [s.subnet_id for s in subnets]
+    for child in cluster.node.find_child("KubectlProvider").node.find_all():
+        if isinstance(child, lambda_.CfnFunction) and child.vpc_config is not None:
+            child.add_property_override("VpcConfig.SubnetIds", ids)
+    # aws-cdk-lib warns about the isolated subnets it chose; the override above replaces them.
+    Annotations.of(cluster).acknowledge_warning(
+        "@aws-cdk/aws-eks:isolatedSubnetsForKubectlPrivateSubnets",
+        "the kubectl provider's functions are moved to the private subnets (NAT egress)",
+    )
 
 
 def _kubectl_handler(cluster: eks.Cluster) -> lambda_.IFunction:

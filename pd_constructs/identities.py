@@ -162,9 +162,13 @@ ROLES: tuple[Role, ...] = (
         "vpc-cni",
         ("Cluster/VpcCni/Role/Resource",),
         "aws-node (VPC CNI) through Pod Identity: network interfaces and addresses of this VPC, "
-        "attached to this cluster's nodes only (pd_constructs/vpc_cni.py `cni_statements`)",
+        "created only in the node subnets (the GPU subnet's by a policy of the GPU stack), "
+        "attached to this cluster's nodes only (pd_constructs/vpc_cni.py `cni_statements`, "
+        "`CniSubnetAccess`)",
         (PODS,),
-        actions=_policy_actions(cni_statements(vpc_id="vpc-0", cluster_name="c")),
+        actions=_policy_actions(
+            cni_statements(vpc_id="vpc-0", cluster_name="c", subnet_ids=["subnet-0"])
+        ),
         service_accounts=("addon vpc-cni/aws-node",),
     ),
     Role(

@@ -12,17 +12,22 @@ removes the add-on with the cluster instead of leaving an unmanaged DaemonSet be
 
 The role does not carry ``AmazonEKS_CNI_Policy`` (every network interface of the region) but
 :func:`cni_statements`, the CNI project's "scope-down IAM policy per EKS cluster" for IPv4
-(aws/amazon-vpc-cni-k8s ``docs/iam-policy.md``) narrowed further: every network-interface
-write is conditioned on this cluster's VPC (``ec2:Vpc``; the sample's cluster-name tag is
-set only when the CNI knows ``CLUSTER_NAME``), the instance side on the tag our launch
-templates put on every node (:data:`NODE_TAG`), and ARNs on this account and region. Root
-on a node (which reaches these credentials) can then manage network interfaces of this VPC
-and attach them to this cluster's nodes, not those of any other VPC or instance.
+(aws/amazon-vpc-cni-k8s ``docs/iam-policy.md``) narrowed further: new interfaces only in the
+node subnets (the private ones here, the GPU subnet through :class:`CniSubnetAccess` in its
+own stack), every network-interface write conditioned on this cluster's VPC (``ec2:Vpc``; the
+sample's cluster-name tag is set only when the CNI knows ``CLUSTER_NAME``), the instance side
+on the tag our launch templates put on every node (:data:`NODE_TAG`), and ARNs on this account
+and region. Root on a node (which reaches these credentials) can then create interfaces in the
+node subnets and manage network interfaces of this VPC and attach them to this cluster's nodes,
+not those of any other VPC or instance, and not in the control plane's subnets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Aws
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -60,18 +65,46 @@ def _ec2_arn(resource: str) -> str:
     return f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:{resource}"
 
 
-def cni_statements(*, vpc_id: str, cluster_name: str) -> list[iam.PolicyStatement]:
-    """What ``aws-node`` may do in EC2: describe, and change network interfaces of ``vpc_id``
-    and their attachment to the nodes tagged with ``cluster_name`` only."""
-    in_vpc = {"ArnEquals": {"ec2:Vpc": _ec2_arn(f"vpc/{vpc_id}")}}
+def _in_vpc(vpc_id: str) -> dict[str, dict[str, str]]:
+    return {"ArnEquals": {"ec2:Vpc": _ec2_arn(f"vpc/{vpc_id}")}}
+
+
+def subnet_arn(subnet_id: str) -> str:
+    return _ec2_arn(f"subnet/{subnet_id}")
+
+
+def create_in_subnets(
+    *, vpc_id: str, subnet_ids: Sequence[str], sid: str = "CreateInterfaceInNodeSubnets"
+) -> iam.PolicyStatement:
+    """``ec2:CreateNetworkInterface`` in exactly these subnets (the node subnets: the CNI
+    creates a node's extra interfaces in the subnet of its primary one), not in every subnet
+    of the VPC: not in the control plane's /28s, whose addresses the NetworkPolicies admit as
+    the API server (:mod:`ray_pd_eks.vpc_layout`), nor in the public ones."""
+    return iam.PolicyStatement(
+        sid=sid,
+        actions=["ec2:CreateNetworkInterface"],
+        resources=[subnet_arn(i) for i in subnet_ids],
+        conditions=_in_vpc(vpc_id),
+    )
+
+
+def cni_statements(
+    *, vpc_id: str, cluster_name: str, subnet_ids: Sequence[str]
+) -> list[iam.PolicyStatement]:
+    """What ``aws-node`` may do in EC2: describe, create interfaces in ``subnet_ids`` (the
+    GPU subnet is added by its own stack: :class:`CniSubnetAccess`), and change network
+    interfaces of ``vpc_id`` and their attachment to the nodes tagged with ``cluster_name``
+    only."""
+    in_vpc = _in_vpc(vpc_id)
     return [
         iam.PolicyStatement(sid="Describe", actions=list(DESCRIBE_ACTIONS), resources=["*"]),
-        # An interface can only be created in a subnet (and with security groups) of the VPC;
+        # An interface can only be created in a node subnet, with security groups of the VPC;
         # the new interface itself has no VPC to condition on before it exists.
+        create_in_subnets(vpc_id=vpc_id, subnet_ids=subnet_ids),
         iam.PolicyStatement(
-            sid="CreateInterfaceInVpc",
+            sid="CreateInterfaceWithVpcGroups",
             actions=["ec2:CreateNetworkInterface"],
-            resources=[_ec2_arn("subnet/*"), _ec2_arn("security-group/*")],
+            resources=[_ec2_arn("security-group/*")],
             conditions=in_vpc,
         ),
         iam.PolicyStatement(
@@ -114,6 +147,35 @@ def cni_statements(*, vpc_id: str, cluster_name: str) -> list[iam.PolicyStatemen
 CONFIGURATION_VALUES = {"enableNetworkPolicy": "true"}
 
 
+class CniSubnetAccess(Construct):
+    """Lets the CNI's role create interfaces in ``subnets`` too: a policy of the stack that
+    owns those subnets (the GPU subnet, created with its node group in the GPU stack, after
+    the role exists), attached to ``role``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        role: iam.IRole,
+        vpc_id: str,
+        subnets: Sequence[ec2.ISubnet],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.policy = iam.Policy(
+            self,
+            "Resource",
+            statements=[
+                create_in_subnets(
+                    vpc_id=vpc_id,
+                    subnet_ids=[s.subnet_id for s in subnets],
+                    sid="CreateInterfaceInGpuSubnet",
+                )
+            ],
+        )
+        role.attach_inline_policy(self.policy)
+
+
 class VpcCniAddon(Construct):
     """The ``vpc-cni`` add-on at ``addon_version`` with network policies enforced; the primary
     child ``Resource`` is the ``eks.Addon``, ``role`` the CNI's own IAM role.
@@ -132,6 +194,7 @@ class VpcCniAddon(Construct):
         cluster: eks.Cluster,
         addon_version: str,
         cluster_name: str,
+        node_subnets: Sequence[ec2.ISubnet],
     ) -> None:
         super().__init__(scope, construct_id)
         # With the configured name (a literal) the trust names the cluster's ARN without a
@@ -143,20 +206,24 @@ class VpcCniAddon(Construct):
             assumed_by=pod_identity_principal(trusted),
             description="VPC CNI (aws-node) through EKS Pod Identity, scoped to this VPC",
         )
-        for statement in cni_statements(vpc_id=cluster.vpc.vpc_id, cluster_name=cluster_name):
+        for statement in cni_statements(
+            vpc_id=cluster.vpc.vpc_id,
+            cluster_name=cluster_name,
+            subnet_ids=[s.subnet_id for s in node_subnets],
+        ):
             self.role.add_to_principal_policy(statement)
         acknowledge(
             self.role,
             "AwsSolutions-IAM5",
             "EC2 Describe calls take no resource scope; every write is scoped to this account "
             "and region and conditioned on this VPC (ec2:Vpc) or this cluster's node tag; a "
-            "new interface's ARN cannot be known before it exists (its subnet must be in the "
-            "VPC).",
+            "new interface's ARN cannot be known before it exists (it is created only in the "
+            "node subnets, named by ARN).",
             findings=[
                 "Resource::*",
                 *(
                     f"Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:{r}/*"
-                    for r in ("subnet", "security-group", "network-interface", "instance")
+                    for r in ("security-group", "network-interface", "instance")
                 ),
             ],
         )

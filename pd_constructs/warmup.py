@@ -1,8 +1,8 @@
 """Node warm-up: pull the Ray LLM image and fill the model cache as soon as each node joins.
 
-Created in the cluster stack with nothing but the cluster to wait for (not the node groups,
-not the device plugins, and never the KubeRay operator or the RayService, which come later in
-the workload stack), so the ~20 GB image pull and the weights download run while the rest of
+Created in the workload stack with nothing but the cluster to wait for (not the node
+groups, not the device plugins, and never the KubeRay operator or the RayService, which come
+later in that stack), so the ~20 GB image pull and the weights download run while the rest of
 the deploy proceeds. Rendering is pure, like :mod:`pd_constructs.workload`.
 """
 

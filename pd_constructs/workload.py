@@ -62,6 +62,14 @@ def render_namespace(config: AppConfig) -> dict[str, Any]:
     )
 
 
+def kuberay_operator_overrides(config: AppConfig) -> dict[str, Any]:
+    """The operator's Helm values that depend on settings: it watches, and has rights in, the
+    Ray namespace only (``singleNamespaceInstall`` in assets/helm-values/kuberay-operator.yaml;
+    ``watchNamespace`` is read by the chart's templates, though its values.yaml has it only as
+    a comment)."""
+    return {"watchNamespace": [config.namespace]}
+
+
 def placement_group_config(config: AppConfig) -> dict[str, Any]:
     """The Ray placement group of one engine replica: one GPU bundle per tensor-parallel rank,
     ``STRICT_PACK`` so all of them land on one node (one Ray worker pod). Ray Serve LLM 2.58
@@ -548,6 +556,7 @@ class PdWorkload(Construct):
             "KubeRayOperator",
             cluster=cluster,
             release=kuberay_operator(config.kuberay_version),
+            overrides=kuberay_operator_overrides(config),
         )
         self.operator.node.add_dependency(self.namespace)
         self.network_policies = eks.KubernetesManifest(

@@ -90,6 +90,8 @@ class ClusterStack(AppStack):
             cluster=self.cluster,
             addon_version=config.vpc_cni_addon_version,
             cluster_name=config.cluster_name,
+            # The system nodes' subnets; the GPU subnet's access comes with it (GpuNodes).
+            node_subnets=vpc.private_subnets,
         )
 
         # The functions, roles and Providers of the later stacks' waiters (readiness check,

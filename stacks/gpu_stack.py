@@ -13,6 +13,7 @@ from typing import Unpack
 
 from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from pd_constructs.capacity import GpuCapacityWatch
@@ -35,6 +36,7 @@ from pd_constructs.network import (
     GpuSubnet,
     gpu_subnet_blocks,
 )
+from pd_constructs.vpc_cni import CniSubnetAccess
 from stacks.app_stack import InClusterStack, InClusterStackProps
 
 
@@ -47,6 +49,7 @@ class GpuNodesStack(InClusterStack):
         vpc: ec2.IVpc,
         gpu_route_table_id: str,
         gpu_az_chooser: GpuAvailabilityZoneProvider,
+        cni_role: iam.IRole,
         **props: Unpack[InClusterStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
@@ -71,6 +74,18 @@ class GpuNodesStack(InClusterStack):
             availability_zone=self.gpu_az.az_name,
             cidr_block=self.gpu_az.subnet_cidr,
             route_table_id=gpu_route_table_id,
+        )
+        # The VPC CNI's role may create interfaces in the node subnets only: this one is known
+        # here (pd_constructs/vpc_cni.py). Not a dependency of the node group (half a minute on
+        # the deploy's critical path): the policy exists seconds after the subnet, minutes
+        # before a node of the group boots, and aws-node's first pods take addresses of the
+        # primary interface (AssignPrivateIpAddresses), its extra interfaces come later.
+        self.cni_subnet_access = CniSubnetAccess(
+            self,
+            "CniGpuSubnet",
+            role=cni_role,
+            vpc_id=vpc.vpc_id,
+            subnets=[self.gpu_subnet.subnet],
         )
         self.nodegroup_name = gpu_nodegroup_name(
             config.gpu_nodegroup_name,

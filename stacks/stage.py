@@ -67,6 +67,7 @@ class RayPdEksStage(Stage):
             cluster=self.cluster.cluster,
             providers=self.cluster.providers,
             gpu_az_chooser=self.cluster.gpu_az_chooser,
+            cni_role=self.cluster.vpc_cni.role,
             description="ray-pd-eks: GPU AZ and subnet, EFA GPU node group, device plugins",
         )
         self.workload = WorkloadStack(

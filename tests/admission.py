@@ -21,6 +21,7 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.evaluation import CELEvalError
 
 _ENV = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
@@ -37,7 +38,7 @@ def compile_cel(expression: str) -> Any:
 @dataclass(frozen=True)
 class Request:
     operation: str  # CREATE | UPDATE
-    resource: str  # plural, e.g. pods, rayclusters
+    resource: str  # plural, e.g. pods, rayclusters, bindings
     group: str  # "" for core
     namespace: str
     username: str
@@ -83,6 +84,7 @@ def _activation(request: Request) -> dict[str, Any]:
             {
                 "operation": request.operation,
                 "namespace": request.namespace,
+                "resource": {"group": request.group, "resource": request.resource},
                 "subResource": request.subresource,
                 "userInfo": {"username": request.username},
             }
@@ -102,12 +104,20 @@ def refusals(policy: Mapping[str, Any], request: Request) -> list[str]:
     variables: dict[str, Any] = {}
     for variable in spec.get("variables") or []:
         activation["variables"] = celtypes.MapType(variables)
-        value = compile_cel(variable["expression"]).evaluate(activation)
+        try:
+            value = compile_cel(variable["expression"]).evaluate(activation)
+        except CELEvalError as error:
+            # An error stays an error value: only the validations that use it fail (the API
+            # server evaluates variables lazily, and fails a validation that errors).
+            value = error
         variables[celtypes.StringType(variable["name"])] = value
     activation["variables"] = celtypes.MapType(variables)
     failed = []
     for validation in spec["validations"]:
-        result = compile_cel(validation["expression"]).evaluate(activation)
+        try:
+            result = compile_cel(validation["expression"]).evaluate(activation)
+        except CELEvalError:
+            result = None  # failurePolicy Fail: an error refuses
         if not _true(result):
             failed.append(validation.get("message") or validation.get("messageExpression", ""))
     return failed

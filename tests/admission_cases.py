@@ -22,13 +22,15 @@ from pd_constructs.admission import (
     CLOUDWATCH_NAMESPACE,
     DAEMONSET_CONTROLLER_USERS,
     OPERATOR_USER,
+    SCHEDULER_USER,
     WORKER_GROUP,
     render_gpu_node_policy,
     render_ray_pod_policy,
     render_raycluster_policy,
     render_warmup_pod_policy,
 )
-from pd_constructs.namespaces import WARMUP_NAMESPACE
+from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
+from pd_constructs.templates import load_yaml
 from pd_constructs.warmup import render_image_prepull, render_model_prefetch
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import AppConfig
@@ -177,7 +179,6 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     ray_pods_policy = f"ray-pd-eks-ray-pods.{ns}"
     clusters_policy = f"ray-pd-eks-rayclusters.{ns}"
     warmup_policy = f"ray-pd-eks-warmup-pods.{WARMUP_NAMESPACE}"
-    gpu_policy = "ray-pd-eks-gpu-nodes"
     out: list[AdmissionCase] = []
 
     def case(name: str, request: Request, admit: bool, refused_by: str = "") -> None:
@@ -362,8 +363,20 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     def head_node(c: dict) -> None:
         c["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"role": "gpu-worker"}
 
+    def suspend(c: dict) -> None:
+        c["spec"]["suspend"] = True
+
+    def group_resources(c: dict) -> None:
+        c["spec"]["workerGroupSpecs"][0]["resources"] = {"GPU": "8"}
+
+    def overwrite_command(c: dict) -> None:
+        c["metadata"]["annotations"] = {"ray.io/overwrite-container-cmd": "true"}
+
     for name, change in (
         ("adds a worker group", add_group),
+        ("suspends the RayCluster", suspend),
+        ("changes the worker group's Ray resources", group_resources),
+        ("annotates the RayCluster (ray.io/overwrite-container-cmd)", overwrite_command),
         ("changes the worker group's image", group_image),
         ("changes the worker group's security context", group_security),
         ("adds a volume to the worker group", group_volume),
@@ -416,6 +429,49 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     )
 
     # -- GPU nodes: only our namespaces ------------------------------------------------------
+    out.extend(gpu_node_cases(config))
+    return out
+
+
+GPU_NODE = "ip-10-0-192-10.us-west-2.compute.internal"  # a GPU node's name (its private DNS)
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _pinned_to(node: str) -> dict[str, Any]:
+    """The node affinity the DaemonSet controller gives each daemon pod instead of nodeName
+    (kubernetes pkg/controller/daemon/util, ReplaceDaemonSetPodNodeNameNodeAffinity)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+def _daemon_pod(namespace: str, values_file: str) -> dict[str, Any]:
+    """A device plugin's pod as the DaemonSet controller creates it on a GPU node: the node
+    selection and tolerations of our values file, pinned to the node by affinity."""
+    values = load_yaml(f"helm-values/{values_file}")
+    return _plain_pod(
+        namespace,
+        nodeSelector=values["nodeSelector"],
+        tolerations=values["tolerations"],
+        affinity=_pinned_to(GPU_NODE),
+    )
+
+
+def gpu_node_cases(config: AppConfig) -> list[AdmissionCase]:
+    """The cluster-wide GPU-node policy: what a pod outside our namespaces may not do to reach
+    a GPU node (tolerate its taint at CREATE or by UPDATE, request a GPU or EFA, name its node),
+    and what must still be admitted (the pods that run on GPU nodes today, in their
+    namespaces; a daemon pod pinned by affinity; a node's mirror pod)."""
+    gpu_policy = "ray-pd-eks-gpu-nodes"
+    controller = DAEMONSET_CONTROLLER_USERS[0]
+    out: list[AdmissionCase] = []
+
+    def case(name: str, request: Request, admit: bool, refused_by: str = "") -> None:
+        out.append(AdmissionCase(name, request, admit, refused_by))
+
     gpu_request = {"resources": {"limits": {"nvidia.com/gpu": 1}}}
     # Extended resources must carry a limit (the API server refuses a request alone, before
     # admission: found against the real one); requests then default to the limits.
@@ -432,39 +488,77 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     for name, spec in (
         ("requests a GPU", container(gpu_request)),
         ("requests an EFA interface", container(efa_request)),
+        ("tolerates the GPU taint", {"tolerations": [GPU_TOLERATION]}),
         (
-            "tolerates the GPU taint",
-            {
-                "tolerations": [
-                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-                ]
-            },
+            "tolerates the GPU taint by value",
+            {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true"}]},
         ),
         ("tolerates every taint", {"tolerations": [{"operator": "Exists"}]}),
+        ("tolerates every taint (empty key)", {"tolerations": [{"key": "", "operator": "Exists"}]}),
+        ("names a GPU node (spec.nodeName)", {"nodeName": GPU_NODE}),
     ):
-        pod = _plain_pod("default", **spec)
         case(
             f"a pod in namespace default {name}",
-            _pod_request("CREATE", "default", ADMIN, pod),
+            _pod_request("CREATE", "default", ADMIN, _plain_pod("default", **spec)),
             False,
             gpu_policy,
         )
+    case(
+        "the KubeRay operator creates a pod in its own namespace that names a GPU node",
+        _pod_request(
+            "CREATE",
+            OPERATOR_NAMESPACE,
+            OPERATOR_USER,
+            _plain_pod(OPERATOR_NAMESPACE, nodeName=GPU_NODE),
+        ),
+        False,
+        gpu_policy,
+    )
     case(
         "a plain pod in namespace default",
         _pod_request("CREATE", "default", ADMIN, _plain_pod("default")),
         True,
     )
     case(
-        "a device plugin in kube-system tolerates the GPU taint",
+        "a pod in namespace default tolerates another taint",
         _pod_request(
             "CREATE",
-            "kube-system",
-            controller,
+            "default",
+            ADMIN,
             _plain_pod(
-                "kube-system",
-                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "default",
+                tolerations=[{"key": "example.com/dedicated", "operator": "Exists"}],
             ),
         ),
+        True,
+    )
+    # What the kubelet sends (NodeRestriction lets a node create only such pods, bound to it).
+    mirror = _plain_pod("default", nodeName=GPU_NODE)
+    mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "0123456789abcdef"}
+    case(
+        "a node creates the mirror pod of its static pod in namespace default",
+        _pod_request("CREATE", "default", f"system:node:{GPU_NODE}", mirror),
+        True,
+    )
+    case(
+        "the DaemonSet controller creates a daemon pod in namespace default, pinned by affinity",
+        _pod_request(
+            "CREATE", "default", controller, _plain_pod("default", affinity=_pinned_to(GPU_NODE))
+        ),
+        True,
+    )
+    # What runs on a GPU node today, each in its namespace (docs/security.md).
+    for values_file in ("nvidia-device-plugin.yaml", "efa-device-plugin.yaml"):
+        case(
+            f"the DaemonSet controller creates the {values_file[:-5]} pod on a GPU node",
+            _pod_request(
+                "CREATE", "kube-system", controller, _daemon_pod("kube-system", values_file)
+            ),
+            True,
+        )
+    case(
+        "a pod in kube-system names a GPU node (kube-system is trusted)",
+        _pod_request("CREATE", "kube-system", ADMIN, _plain_pod("kube-system", nodeName=GPU_NODE)),
         True,
     )
     if config.observability_enabled:
@@ -474,8 +568,124 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
                 "CREATE",
                 CLOUDWATCH_NAMESPACE,
                 controller,
-                _plain_pod(CLOUDWATCH_NAMESPACE, tolerations=[{"operator": "Exists"}]),
+                _plain_pod(
+                    CLOUDWATCH_NAMESPACE,
+                    tolerations=[{"operator": "Exists"}],
+                    affinity=_pinned_to(GPU_NODE),
+                ),
             ),
             True,
         )
+    else:
+        case(
+            "without observability a pod in amazon-cloudwatch tolerates every taint",
+            _pod_request(
+                "CREATE",
+                CLOUDWATCH_NAMESPACE,
+                controller,
+                _plain_pod(CLOUDWATCH_NAMESPACE, tolerations=[{"operator": "Exists"}]),
+            ),
+            False,
+            gpu_policy,
+        )
+
+    # UPDATE: Kubernetes lets an update add tolerations to a pod (and nothing else of these).
+    plain = _plain_pod("default")
+    for name, toleration in (
+        ("the GPU taint", GPU_TOLERATION),
+        ("every taint", {"operator": "Exists"}),
+    ):
+        case(
+            f"an update adds a toleration of {name} to a pod in namespace default",
+            _pod_request(
+                "UPDATE",
+                "default",
+                ADMIN,
+                _with(plain, lambda p, t=toleration: p["spec"].update(tolerations=[t])),
+                plain,
+            ),
+            False,
+            gpu_policy,
+        )
+    other = {"key": "example.com/dedicated", "operator": "Exists"}
+    case(
+        "an update adds another toleration to a pod in namespace default",
+        _pod_request(
+            "UPDATE",
+            "default",
+            ADMIN,
+            _with(plain, lambda p: p["spec"].update(tolerations=[other])),
+            plain,
+        ),
+        True,
+    )
+    # A pod that tolerated the taint before the policy existed keeps its toleration.
+    older = _plain_pod("default", tolerations=[GPU_TOLERATION])
+    case(
+        "an update labels a pod in namespace default that already tolerates the GPU taint",
+        _pod_request(
+            "UPDATE",
+            "default",
+            ADMIN,
+            _with(older, lambda p: p["metadata"].update(labels={"example.com/touched": "yes"})),
+            older,
+        ),
+        True,
+    )
+    worker = ray_pods(config)["worker"]
+    case(
+        "an update adds a toleration of every taint to a GPU worker (our namespace)",
+        _pod_request(
+            "UPDATE",
+            config.namespace,
+            OPERATOR_USER,
+            _with(worker, lambda p: p["spec"]["tolerations"].append({"operator": "Exists"})),
+            worker,
+        ),
+        True,
+    )
+    return out
+
+
+def _binding(namespace: str, pod: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod, "namespace": namespace},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def binding_cases(config: AppConfig) -> list[AdmissionCase]:
+    """Binding a pending pod to a node, through ``pods/binding`` and the older ``bindings``
+    resource: outside our namespaces only the scheduler may. Kept apart from :func:`cases`: a
+    dry-run Binding needs an existing pending pod and ``create`` on bindings, which the cluster
+    tier's CREATE run does not set up."""
+    gpu_policy = "ray-pd-eks-gpu-nodes"
+    names = {SCHEDULER_USER: "the scheduler", ADMIN: "an admin", OPERATOR_USER: "the operator"}
+    out: list[AdmissionCase] = []
+    for label, resource, sub in (("pods/binding", "pods", "binding"), ("bindings", "bindings", "")):
+        for user, namespace, admit in (
+            (SCHEDULER_USER, "default", True),
+            (ADMIN, "default", False),
+            (OPERATOR_USER, OPERATOR_NAMESPACE, False),
+            (ADMIN, config.namespace, True),
+        ):
+            out.append(
+                AdmissionCase(
+                    f"{names[user]} binds a pod in {namespace} to a GPU node ({label})",
+                    Request(
+                        "CREATE",
+                        resource,
+                        "",
+                        namespace,
+                        user,
+                        _binding(namespace, "app", GPU_NODE),
+                        None,
+                        sub,
+                    ),
+                    admit,
+                    "" if admit else gpu_policy,
+                )
+            )
     return out

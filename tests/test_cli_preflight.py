@@ -65,6 +65,10 @@ ADDON_SCHEMA: dict[str, Any] = {
             },
         },
         "dcgmExporter": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "kubeStateMetrics": {
+            "type": "object",
+            "properties": {"nodeSelector": {"type": "object"}, "tolerations": {"type": "array"}},
+        },
     },
 }
 

@@ -282,6 +282,74 @@ def test_internal_albs_subnets_route_to_the_nat_gateway_only(default_app: Synthe
     ]
 
 
+def _paths_to(value: Any, wanted: set[str], path: str = "") -> list[str]:
+    """The paths inside ``value`` where a reference to one of ``wanted`` (logical ids or export
+    names) appears."""
+    if isinstance(value, dict):
+        ref = value.get("Ref", value.get("Fn::ImportValue"))
+        if isinstance(ref, str) and ref in wanted:
+            return [path]
+        return [p for k, v in value.items() for p in _paths_to(v, wanted, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _paths_to(v, wanted, f"{path}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("name", ["default_app", "variant_app"])
+def test_only_the_control_plane_uses_its_subnets(name: str, request: pytest.FixtureRequest) -> None:
+    """No function, node, load balancer, endpoint or network interface but the EKS control
+    plane's takes an address from the control plane's /28s (ray_pd_eks/vpc_layout.py): the
+    NetworkPolicies admit those addresses as the API server, and EKS needs their free
+    addresses for an upgrade. aws-cdk-lib put the kubectl provider's functions there."""
+    app: Synthesized = request.getfixturevalue(name)
+    layout = vpc_layout(app.config.vpc_cidr)
+    network = app.templates["Network"]
+    subnets = {
+        logical_id
+        for logical_id, r in network["Resources"].items()
+        if r["Type"] == "AWS::EC2::Subnet" and r["Properties"]["CidrBlock"] in layout.control_plane
+    }
+    assert len(subnets) == 2
+    exports = {
+        o["Export"]["Name"]
+        for o in network.get("Outputs", {}).values()
+        if isinstance(o.get("Value"), dict) and o["Value"].get("Ref") in subnets
+    }
+    users = {}
+    for stack, template in app.templates.items():
+        for logical_id, r in template["Resources"].items():
+            found = _paths_to(r.get("Properties", {}), subnets | exports)
+            if found:
+                users[(stack, logical_id)] = (r["Type"], found)
+    # Besides the subnets' own route table associations, only the cluster's VPC config.
+    assert {t for t, _ in users.values()} == {
+        "AWS::EKS::Cluster",
+        "AWS::EC2::SubnetRouteTableAssociation",
+    }
+    for rtype, paths in users.values():
+        if rtype == "AWS::EKS::Cluster":
+            assert paths == [".ResourcesVpcConfig.SubnetIds[0]", ".ResourcesVpcConfig.SubnetIds[1]"]
+    # The kubectl provider's two functions run in the private subnets, with NAT egress.
+    private = {
+        logical_id
+        for logical_id, r in network["Resources"].items()
+        if r["Type"] == "AWS::EC2::Subnet" and r["Properties"]["CidrBlock"] in layout.private
+    }
+    private_exports = {
+        o["Export"]["Name"]
+        for o in network.get("Outputs", {}).values()
+        if isinstance(o.get("Value"), dict) and o["Value"].get("Ref") in private
+    }
+    kubectl = [
+        r["Properties"]["VpcConfig"]["SubnetIds"]
+        for logical_id, r in app.templates["Cluster"]["Resources"].items()
+        if r["Type"] == "AWS::Lambda::Function" and logical_id.startswith("ClusterKubectlProvider")
+    ]
+    assert len(kubectl) == 2
+    for ids in kubectl:
+        assert sorted(i["Fn::ImportValue"] for i in ids) == sorted(private_exports)
+
+
 def test_gpu_route_table_routes_to_the_nat_and_the_gpu_subnet_uses_it(
     default_app: Synthesized,
 ) -> None:

@@ -423,6 +423,32 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
         assert any(_tolerates(t, k8s_taint) for t in values["tolerations"]), taint
 
 
+def test_kube_state_metrics_stays_off_the_gpu_nodes(default_app: Synthesized) -> None:
+    """kube-state-metrics reads Secrets cluster-wide: on the system nodes only, where no GPU
+    worker's root reaches its token (docs/security.md)."""
+    (addon,) = [
+        a
+        for a in default_app.resources("Workload", "AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == ADDON_NAME
+    ]
+    values = json.loads(addon["Properties"]["ConfigurationValues"])
+    ksm = values["kubeStateMetrics"]
+    # Its own empty list replaces the root's "every taint" (the chart's tolerations helper).
+    assert ksm["tolerations"] == []
+    assert any(
+        _tolerates(t, {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"})
+        for t in values["tolerations"]
+    )
+    (system,) = [
+        g["Properties"]
+        for stack in default_app.templates
+        for g in default_app.resources(stack, "AWS::EKS::Nodegroup").values()
+        if not g["Properties"].get("Taints")
+    ]
+    assert ksm["nodeSelector"] == {"role": "system"}
+    assert system["Labels"]["role"] == "system"
+
+
 def test_toleration_rule_is_kubernetes_rule() -> None:
     gpu = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
     assert _tolerates({"operator": "Exists"}, gpu)

@@ -248,7 +248,7 @@ def _autoscaler_statements(app: Synthesized) -> list[dict[str, Any]]:
     role = association["RoleArn"]["Fn::GetAtt"][0]
     statements: list[dict[str, Any]] = []
     for policy in app.resources("GpuNodes", "AWS::IAM::Policy").values():
-        if [r["Ref"] for r in policy["Properties"]["Roles"]] == [role]:
+        if [r.get("Ref") for r in policy["Properties"]["Roles"]] == [role]:
             statements += policy["Properties"]["PolicyDocument"]["Statement"]
     return statements
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from ray_pd_eks.vpc_layout import vpc_layout
 from tests.synth import Synthesized
 
 CNI_POLICY = "AmazonEKS_CNI_Policy"
@@ -102,14 +105,82 @@ def _stack_dependencies(app: Synthesized, stack: str) -> set[str]:
 
 
 def _cni_statements(app: Synthesized) -> dict[str, dict[str, Any]]:
+    """The CNI role's statements: its own policy's (Cluster stack) and the one the GPU stack
+    attaches to it by its exported name."""
     _, addon = _addon(app, "vpc-cni")
     (association,) = addon["Properties"]["PodIdentityAssociations"]
     role_id = association["RoleArn"]["Fn::GetAtt"][0]
+    exports = {
+        o["Export"]["Name"]
+        for o in app.templates["Cluster"].get("Outputs", {}).values()
+        if o.get("Value") == {"Ref": role_id}
+    }
     statements = []
-    for policy in app.resources("Cluster", "AWS::IAM::Policy").values():
-        if {r["Ref"] for r in policy["Properties"]["Roles"]} == {role_id}:
-            statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    for stack in ("Cluster", "GpuNodes"):
+        for policy in app.resources(stack, "AWS::IAM::Policy").values():
+            roles = [r.get("Ref", r.get("Fn::ImportValue")) for r in policy["Properties"]["Roles"]]
+            if set(roles) <= {role_id, *exports} and roles:
+                statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
     return {s["Sid"]: s for s in statements}
+
+
+def _subnets_by_block(app: Synthesized) -> dict[str, set[str]]:
+    """Export name (or the GPU stack's logical id) of each subnet, by its block of the layout."""
+    layout = vpc_layout(app.config.vpc_cidr)
+    network = app.templates["Network"]
+    by_id = {
+        logical_id: r["Properties"]["CidrBlock"]
+        for logical_id, r in network["Resources"].items()
+        if r["Type"] == "AWS::EC2::Subnet"
+    }
+    out: dict[str, set[str]] = {"private": set(), "public": set(), "control_plane": set()}
+    for o in network.get("Outputs", {}).values():
+        ref = o["Value"].get("Ref") if isinstance(o.get("Value"), dict) else None
+        for block in out:
+            if by_id.get(ref) in getattr(layout, block):
+                out[block].add(o["Export"]["Name"])
+    out["gpu"] = set(app.resources("GpuNodes", "AWS::EC2::Subnet"))
+    return out
+
+
+def _subnet_refs(resource: Any) -> set[str]:
+    """The subnets a statement's Resource names (subnet/<id> joined from a reference)."""
+    found: set[str] = set()
+    for arn in resource if isinstance(resource, list) else [resource]:
+        parts = arn["Fn::Join"][1] if isinstance(arn, dict) else [arn]
+        text = "".join(p for p in parts if isinstance(p, str))
+        if ":subnet/" in text:
+            (ref,) = [p for p in parts if isinstance(p, dict)][-1:]
+            found.add(str(ref.get("Fn::ImportValue", ref.get("Ref"))))
+    return found
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app"])
+def test_cni_creates_interfaces_only_in_the_node_subnets(
+    app_name: str, request: pytest.FixtureRequest
+) -> None:
+    """Not in every subnet of the VPC: the control plane's /28s (whose addresses the
+    NetworkPolicies admit as the API server) and the public subnets are out of reach."""
+    app: Synthesized = request.getfixturevalue(app_name)
+    by_sid = _cni_statements(app)
+    creating = {sid: s for sid, s in by_sid.items() if "ec2:CreateNetworkInterface" in _actions(s)}
+    assert set(creating) == {
+        "CreateInterfaceInNodeSubnets",
+        "CreateInterfaceInGpuSubnet",
+        "CreateInterfaceWithVpcGroups",
+        "CreateInterface",
+    }
+    blocks = _subnets_by_block(app)
+    assert _subnet_refs(creating["CreateInterfaceInNodeSubnets"]["Resource"]) == blocks["private"]
+    assert _subnet_refs(creating["CreateInterfaceInGpuSubnet"]["Resource"]) == blocks["gpu"]
+    for sid, statement in by_sid.items():
+        assert ":subnet/*" not in json.dumps(statement["Resource"]), sid
+        if sid not in ("CreateInterfaceInNodeSubnets", "CreateInterfaceInGpuSubnet"):
+            assert not _subnet_refs(statement["Resource"]), sid
+    assert len(blocks["private"]) == 2 and len(blocks["control_plane"]) == 2
+    assert creating["CreateInterfaceInGpuSubnet"]["Condition"].keys() == {"ArnEquals"}
+    # The interface's own ARN and the security groups stay as they were.
+    assert creating["CreateInterfaceWithVpcGroups"]["Resource"] == _ec2_arn("security-group/*")
 
 
 def _actions(statement: dict[str, Any]) -> set[str]:
@@ -135,7 +206,13 @@ def test_cni_writes_only_network_interfaces_of_this_vpc_and_nodes_of_this_cluste
         "ec2:ModifyNetworkInterfaceAttribute",
         "ec2:UnassignPrivateIpAddresses",
     }
-    for sid in ("CreateInterfaceInVpc", "ManageInterfacesInVpc", "SecurityGroupsInVpc"):
+    for sid in (
+        "CreateInterfaceInNodeSubnets",
+        "CreateInterfaceInGpuSubnet",
+        "CreateInterfaceWithVpcGroups",
+        "ManageInterfacesInVpc",
+        "SecurityGroupsInVpc",
+    ):
         assert by_sid[sid]["Condition"].keys() == vpc_condition.keys(), sid
         vpc = json.dumps(by_sid[sid]["Condition"]["ArnEquals"]["ec2:Vpc"])
         assert ":vpc/" in vpc, vpc
@@ -152,7 +229,7 @@ def test_cni_writes_only_network_interfaces_of_this_vpc_and_nodes_of_this_cluste
     assert by_sid["TagNewInterface"]["Condition"] == {
         "StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}
     }
-    # The only unconditioned write creates an interface, which also needs a subnet of the VPC.
+    # The only unconditioned write creates an interface, which also needs a node subnet.
     unconditioned = [s for s in by_sid.values() if "Condition" not in s]
     assert {s["Sid"] for s in unconditioned} == {"Describe", "CreateInterface"}
     assert by_sid["Describe"]["Resource"] == "*"
@@ -181,3 +258,20 @@ class _Any:
 
 
 _ANY = _Any()
+
+
+def _ec2_arn(resource: str) -> dict[str, Any]:
+    return {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":ec2:",
+                {"Ref": "AWS::Region"},
+                ":",
+                {"Ref": "AWS::AccountId"},
+                f":{resource}",
+            ],
+        ]
+    }

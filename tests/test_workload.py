@@ -95,6 +95,30 @@ def test_kuberay_operator_chart_pinned_on_system_nodes(default_app: Synthesized)
     assert values["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
 
 
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app"])
+def test_kuberay_operator_has_rights_in_the_ray_namespace_only(
+    app_name: str, request: pytest.FixtureRequest, reference_dir: Path
+) -> None:
+    """No ClusterRole: the chart's Role and RoleBinding in the Ray namespace, and the operator
+    started with --watch-namespace <it> (chart 1.7.0 templates; docs/testing.md has the flag)."""
+    app: Synthesized = request.getfixturevalue(app_name)
+    (chart,) = [
+        r["Properties"]
+        for r in app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").values()
+        if r["Properties"]["Chart"] == "kuberay-operator"
+    ]
+    values = json.loads(chart["Values"])
+    assert values["singleNamespaceInstall"] is True
+    assert values["watchNamespace"] == [app.config.namespace]
+    # The chart's defaults keep the namespaced Role on (crNamespacedRbacEnable) and RBAC on.
+    defaults = yaml.safe_load(
+        (reference_dir / "kuberay-v1.7.0/kuberay-operator-values.yaml").read_text()
+    )
+    assert defaults["singleNamespaceInstall"] is False  # so ours is what turns it on
+    assert defaults["rbacEnable"] is True and defaults["crNamespacedRbacEnable"] is True
+    assert "rbacEnable" not in values and "crNamespacedRbacEnable" not in values
+
+
 def test_objects_are_created_in_order_namespace_operator_rayservice(
     default_app: Synthesized,
 ) -> None:
@@ -570,6 +594,7 @@ def test_rayservice_has_the_fields_we_rely_on(rs: dict[str, Any]) -> None:
 
 def test_our_helm_values_use_only_keys_the_charts_know(reference_dir: Path) -> None:
     from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, kuberay_operator
+    from pd_constructs.workload import kuberay_operator_overrides
 
     def unknown(ours: Any, ref: Any, prefix: str = "") -> set[str]:
         """Keys of ours missing from the chart's values; free-form maps (``{}`` in the chart,
@@ -590,6 +615,13 @@ def test_our_helm_values_use_only_keys_the_charts_know(reference_dir: Path) -> N
     for release, reference in pairs:
         ref = yaml.safe_load((reference_dir / reference).read_text())
         assert not unknown(release.values(), ref), release.chart
+    # With the overrides from code: watchNamespace is the one key the KubeRay chart's values.yaml
+    # has only as a comment (`# watchNamespace:`), read by templates/deployment.yaml and
+    # multiple_namespaces_role.yaml at v1.7.0.
+    ref = yaml.safe_load((reference_dir / pairs[2][1]).read_text())
+    merged = kuberay_operator("1.7.0").values(kuberay_operator_overrides(DEFAULTS))
+    assert unknown(merged, ref) == {"watchNamespace"}
+    assert "# watchNamespace:" in (reference_dir / pairs[2][1]).read_text()
 
 
 def test_efa_gpu_types_are_ones_the_efa_plugin_supports(reference_dir: Path) -> None:
