@@ -80,12 +80,14 @@ def _activation(request: Request) -> dict[str, Any]:
             if request.old_object is not None
             else celtypes.NullType()
         ),
+        # As the API server builds it: no `subResource` key for a request on the object itself
+        # (the cluster tier found a policy that read it unguarded).
         "request": celpy.json_to_cel(
             {
                 "operation": request.operation,
                 "namespace": request.namespace,
                 "resource": {"group": request.group, "resource": request.resource},
-                "subResource": request.subresource,
+                **({"subResource": request.subresource} if request.subresource else {}),
                 "userInfo": {"username": request.username},
             }
         ),
