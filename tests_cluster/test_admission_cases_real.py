@@ -25,6 +25,7 @@ about the real identities' rights, without this group).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,7 +36,7 @@ from pd_constructs.admission import OPERATOR_USER
 from ray_pd_eks.config import AppConfig
 from tests.admission_cases import AdmissionCase, cases
 from tests_cluster import variants
-from tests_cluster.kube import Cluster
+from tests_cluster.kube import Cluster, wait_until
 from tests_cluster.test_admission_policies import policies  # noqa: F401  (fixture)
 
 GROUP = "tier:admission-cases"
@@ -162,14 +163,37 @@ def _key(case: AdmissionCase) -> str:
     return json.dumps(case.request.old_object, sort_keys=True)
 
 
+def _stored_names() -> dict[str, str]:
+    """A name per distinct old object: the table's own, with a suffix where two old objects of
+    one kind and namespace share it (the patches never touch the name)."""
+    names: dict[str, str] = {}
+    taken: set[tuple[str, str, str]] = set()
+    for case in UPDATES:
+        key = _key(case)
+        if key in names:
+            continue
+        assert case.request.old_object is not None, f"{case.name}: an UPDATE without its old object"
+        name = base = str(case.request.old_object["metadata"]["name"])
+        n = 1
+        while (case.request.resource, case.request.namespace, name) in taken:
+            n += 1
+            name = f"{base}-{n}"
+        taken.add((case.request.resource, case.request.namespace, name))
+        names[key] = name
+    return names
+
+
 def _old_name(case: AdmissionCase) -> str:
-    assert case.request.old_object is not None, f"{case.name}: an UPDATE without its old object"
-    return str(case.request.old_object["metadata"]["name"])
+    return _STORED_NAMES[_key(case)]
+
+
+_STORED_NAMES = _stored_names()
 
 
 def _stored_form(cluster: Cluster, case: AdmissionCase) -> dict[str, Any]:
     """The case's old object as the operator creates it here, kept still."""
     obj = json.loads(json.dumps(case.request.old_object))
+    obj["metadata"]["name"] = _old_name(case)
     obj["metadata"]["namespace"] = case.request.namespace
     obj["metadata"].pop("resourceVersion", None)
     if case.request.resource == "pods":
@@ -185,6 +209,65 @@ def _stored_form(cluster: Cluster, case: AdmissionCase) -> dict[str, Any]:
 _RAYSERVICE = _config().ray_service_name
 
 
+_REFUSING_BINDING = re.compile(r"ValidatingAdmissionPolicy '[^']+' with binding '([^']+)' denied")
+
+
+def _create_as_the_operator(cluster: Cluster, obj: dict[str, Any], *, dry_run: bool = False) -> Any:
+    return cluster.kubectl(
+        "create",
+        "-o",
+        "name",
+        *(["--dry-run=server"] if dry_run else []),
+        f"--as={OPERATOR_USER}",
+        f"--as-group={GROUP}",
+        "--as-group=system:authenticated",
+        "-f",
+        "-",
+        stdin=json.dumps(obj),
+        check=False,
+    )
+
+
+def _store(cluster: Cluster, obj: dict[str, Any]) -> None:
+    """Create ``obj`` as the operator. An old object one of our policies refuses today (a pod
+    outside our namespaces that already tolerates the GPU taint) stands for one made before the
+    policy existed: its binding is set to Audit for that one create, then back to what it was,
+    and the policy must refuse the same create again before the cases run."""
+    done = _create_as_the_operator(cluster, obj)
+    if done.returncode == 0:
+        return
+    found = _REFUSING_BINDING.search(done.stderr)
+    assert found, f"storing {obj['metadata']['name']}: {done.stderr.strip()}"
+    binding = found.group(1)
+    path = f"validatingadmissionpolicybinding/{binding}"
+    actions = cluster.get(path)["spec"]["validationActions"]
+
+    def with_actions(value: list[str]) -> None:
+        patch = json.dumps({"spec": {"validationActions": value}})
+        cluster.kubectl("patch", path, "--type=merge", "-p", patch)
+
+    with_actions(["Audit"])
+    last: list[str] = []
+
+    def created() -> bool:
+        done = _create_as_the_operator(cluster, obj)
+        last[:] = [done.stderr.strip()]
+        return done.returncode == 0
+
+    try:
+        wait_until(f"{binding} in Audit", created, timeout_s=30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last answer: {last}") from None
+    finally:
+        with_actions(actions)
+    refused_again = {**obj, "metadata": {**obj["metadata"], "name": "tier-refused-again"}}
+    wait_until(
+        f"{binding} refusing again",
+        lambda: _create_as_the_operator(cluster, refused_again, dry_run=True).returncode != 0,
+        timeout_s=30,
+    )
+
+
 @pytest.fixture(scope="module")
 def stored(admission: Cluster) -> Iterator[Cluster]:
     """Every distinct old object of the UPDATE cases, created as the operator creates it."""
@@ -192,17 +275,7 @@ def stored(admission: Cluster) -> Iterator[Cluster]:
     try:
         for case in {_key(c): c for c in UPDATES}.values():
             obj = _stored_form(admission, case)
-            admission.kubectl(
-                "create",
-                "-o",
-                "name",
-                f"--as={OPERATOR_USER}",
-                f"--as-group={GROUP}",
-                "--as-group=system:authenticated",
-                "-f",
-                "-",
-                stdin=json.dumps(obj),
-            )
+            _store(admission, obj)
             made.append(
                 (
                     RESOURCES[case.request.resource],
@@ -231,6 +304,16 @@ def _dry_run_update(cluster: Cluster, case: AdmissionCase) -> tuple[bool, str]:
     patch = merge_patch(request.old_object, request.object)
     assert patch, f"{case.name}: the case changes nothing"
     path = f"{_collection(case)}/{_old_name(case)}"
+    tolerations = patch.get("spec", {}).get("tolerations") if isinstance(patch, dict) else None
+    if request.resource == "pods" and tolerations is not None:
+        # A merge patch replaces a list whole, and the stored pod also holds the tolerations
+        # the API server added at its create (DefaultTolerationSeconds: not-ready,
+        # unreachable), which an update may not remove: keep the stored ones, add the case's.
+        assert request.old_object is not None
+        stored = cluster.get("pods", _old_name(case), "-n", request.namespace)
+        before = request.old_object["spec"].get("tolerations", [])
+        added = [t for t in request.object["spec"].get("tolerations", []) if t not in before]
+        patch["spec"]["tolerations"] = stored["spec"].get("tolerations", []) + added
     if request.subresource:
         path += f"/{request.subresource}"
     return _as_the_case(cluster, case, "PATCH", path, patch, "application/merge-patch+json")

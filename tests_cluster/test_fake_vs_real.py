@@ -420,7 +420,16 @@ def _refused_job(cluster: Cluster) -> dict[str, Any]:
         "metadata": {"name": "no-pods", "namespace": SCRATCH},
         "spec": {"hard": {"pods": "0"}},
     }
-    cluster.apply([quota, job("refused", SCRATCH, suspend=False)], manager="tier")
+    cluster.apply([quota], manager="tier")
+
+    # Quota admission enforces a quota only once its controller has filled in status.hard; on
+    # a busy machine that comes after the Job controller's first pod, which then runs.
+    def counted() -> bool:
+        status = cluster.get("resourcequota", "no-pods", "-n", SCRATCH).get("status", {})
+        return bool(status.get("hard", {}).get("pods") == "0")
+
+    wait_until("the quota of no pods in force", counted, timeout_s=45)
+    cluster.apply([job("refused", SCRATCH, suspend=False)], manager="tier")
     return _event(cluster, SCRATCH, "reason=FailedCreate,involvedObject.name=refused")
 
 
