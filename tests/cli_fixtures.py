@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,20 @@ def _shared_botocore() -> Any:
     return botocore.session.get_session()
 
 
+# Clients by (service, region), handed from one test to the next: creating a botocore client
+# costs about 5 ms of CPU (its event handlers are copied, its endpoint resolver and config
+# built), and the CLI tests need over a thousand. A client keeps nothing of a test but its
+# Stubber (the Stubber answers before any request is made), so a session in a later test
+# deactivates the last one and activates its own. The owner is pytest's current test: two
+# sessions of one test never share a client, and outside pytest nothing is shared.
+_POOL: dict[tuple[str, str], tuple[str, Any, Stubber]] = {}
+
+
+def _current_test() -> str:
+    """The running test's node id (PYTEST_CURRENT_TEST less its " (setup)" or " (call)")."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+
+
 class StubbedSession:
     """Stands in for ``boto3.Session``: real clients (so presigning works) with Stubbers."""
 
@@ -86,9 +101,18 @@ class StubbedSession:
 
     def stub(self, service: str) -> Stubber:
         if service not in self.stubbers:
-            client = self._session.client(service, region_name=self.region_name or REGION)
+            key = (service, self.region_name or REGION)
+            owner = _current_test()
+            pooled = _POOL.get(key)
+            if owner and pooled is not None and pooled[0] != owner:
+                client = pooled[1]
+                pooled[2].deactivate()
+            else:
+                client = self._session.client(service, region_name=key[1])
             stubber = Stubber(client)
             stubber.activate()
+            if owner and (pooled is None or pooled[0] != owner):
+                _POOL[key] = (owner, client, stubber)
             self.clients[service] = client
             self.stubbers[service] = stubber
         return self.stubbers[service]

@@ -74,6 +74,42 @@ class Synthesized:
         ]
         return inline + separate
 
+    def metadata(self, entry_type: str) -> list[tuple[str, Any]]:
+        """(construct path, data) of each metadata entry of ``entry_type`` (``aws:cdk:warning``,
+        ``aws:cdk:acknowledged-rules``, ...) that synthesis wrote for the stage's stacks into the
+        cloud assembly (``<stack>.metadata.json``, where the CDK CLI reads warnings): files read
+        once, not a jsii round trip per construct (about 1 ms each, 600 constructs an app).
+        Paths start with a slash (``/RayPdEks/Workload/...``). A Stage's own metadata is in no
+        stack's: ask ``stage.node.metadata`` for that."""
+        top = json.loads((self.outdir / "manifest.json").read_text())
+        (nested,) = [
+            a["properties"]["directoryName"]
+            for a in top["artifacts"].values()
+            if a["type"] == "cdk:cloud-assembly"
+        ]
+        directory = self.outdir / nested
+        manifest = json.loads((directory / "manifest.json").read_text())
+        found: list[tuple[str, Any]] = []
+        for artifact in manifest["artifacts"].values():
+            if artifact["type"] != "aws:cloudformation:stack":
+                continue
+            by_path: dict[str, list[dict[str, Any]]] = {}
+            for source in (
+                artifact.get("metadata") or {},
+                json.loads((directory / artifact["additionalMetadataFile"]).read_text())
+                if "additionalMetadataFile" in artifact
+                else {},
+            ):
+                for path, entries in source.items():
+                    by_path.setdefault(path, []).extend(entries)
+            found += [
+                (path, entry.get("data"))
+                for path, entries in by_path.items()
+                for entry in entries
+                if entry["type"] == entry_type
+            ]
+        return found
+
     def only(self, stack: str, rtype: str) -> dict[str, Any]:
         found = list(self.resources(stack, rtype).values())
         assert len(found) == 1, f"expected one {rtype} in {stack}, found {len(found)}"

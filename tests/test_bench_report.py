@@ -77,6 +77,14 @@ def runs(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of the numbers and exit codes: no Matplotlib figures (a third of a second of
+    CPU each set). The tests that read the plots, and the command test that checks every file
+    is written, draw them."""
+    monkeypatch.setattr(report, "write_plots", lambda summary, out: {})
+
+
 def test_fixtures_have_exactly_vllms_keys() -> None:
     for folder in ("pd", "aggregated"):
         for data in _raw(folder).values():
@@ -262,6 +270,7 @@ def test_bench_report_command_writes_everything_into_the_run_folder(
     ]
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_bench_report_comparison_exits_1_for_a_failed_level(runs: Path, tmp_path: Path) -> None:
     cli = _cli(tmp_path)
     no_out = cli.run("bench", "report", str(runs / "pd"), str(runs / "aggregated"))
@@ -275,6 +284,7 @@ def test_bench_report_comparison_exits_1_for_a_failed_level(runs: Path, tmp_path
     assert json.loads((out / "results.json").read_text())["label"] == ("pd-LIBFABRIC vs aggregated")
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_bench_report_price_override(runs: Path, tmp_path: Path) -> None:
     result = _cli(tmp_path).run("bench", "report", str(runs / "pd"), "--price-per-hour", "1.5")
     assert result.code == 0
@@ -340,6 +350,7 @@ def test_without_bench_meta_the_given_price_is_used_and_the_unknown_said(runs: P
     assert "2 x GPU node at $2.0000/h each = $4.00/h" in report.markdown(with_nodes)
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_bench_report_takes_the_gpu_node_count(runs: Path, tmp_path: Path) -> None:
     cli = _cli(tmp_path)
     folder = str(runs / "aggregated")

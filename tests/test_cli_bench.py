@@ -13,7 +13,7 @@ import yaml
 
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
-from ray_pd_eks.bench import pricing
+from ray_pd_eks.bench import pricing, report
 from ray_pd_eks.config import DEFAULTS
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes.kube_api import (
@@ -55,6 +55,13 @@ def _price_item(usd: str) -> str:
             },
         }
     )
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a sweep test of the results, not the figures: no Matplotlib (a third of a second of
+    CPU each set); the first sweep test and tests/test_bench_report.py draw and read them."""
+    monkeypatch.setattr(report, "write_plots", lambda summary, out: {})
 
 
 @pytest.fixture
@@ -302,6 +309,7 @@ def test_job_killed_without_results_reports_the_pods_ending(
     assert kube_api.jobs == {}
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_a_level_without_a_result_is_reported_failed_with_its_output(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
@@ -359,6 +367,7 @@ def test_bad_options_are_usage_errors(
     assert kube_api.requests_to(JOBS) == []
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_default_out_folder_is_named_after_a_safe_label(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,6 +429,7 @@ def test_longest_prompt_that_fits_is_accepted(kube_api: FakeKubeApi, cli: Harnes
     assert kube_api.requests_to(JOBS, "POST")
 
 
+@pytest.mark.usefixtures("no_plots")
 def test_price_falls_back_to_the_dated_table_when_the_api_is_denied(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:

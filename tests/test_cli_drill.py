@@ -165,6 +165,9 @@ def test_interval_and_timeout_at_one_are_accepted_below_refused(
     kube_api: FakeKubeApi, cli: Harness, args: tuple[str, ...], code: int
 ) -> None:
     kube_api.set_stage("serving")
+    # Each reading of the clock advances it 1 s (a request's work), so the minute runs out
+    # after a few 1-s polls rather than sixty (each poll is a dozen HTTPS requests).
+    cli.clock.tick = 1
     result = cli.run("drill", "decode-restart", "--yes", *args)
     assert result.code == code, result.out + result.err
     if code == 2:
@@ -172,6 +175,7 @@ def test_interval_and_timeout_at_one_are_accepted_below_refused(
         assert kube_api.requests_to("/pods/", "DELETE") == []
     else:
         assert "not recovered 1 min after deleting" in result.err
+        assert len(cli.clock.sleeps) > 1 and set(cli.clock.sleeps) == {1}
 
 
 def test_an_aggregated_app_has_no_drill(kube_api: FakeKubeApi, cli: Harness) -> None:

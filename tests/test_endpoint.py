@@ -529,11 +529,12 @@ def test_outputs_use_the_domain_name_when_given(token_app: Synthesized) -> None:
 
 
 def _warnings(app: Synthesized) -> list[str]:
+    """The Workload stack's synth warnings, as the assembly records them for `cdk synth`."""
+    stack = "/" + app.stage.workload.node.path
     return [
-        str(entry.data)
-        for node in app.stage.workload.node.find_all()
-        for entry in node.node.metadata
-        if entry.type == "aws:cdk:warning"
+        str(data)
+        for path, data in app.metadata("aws:cdk:warning")
+        if path == stack or path.startswith(stack + "/")
     ]
 
 

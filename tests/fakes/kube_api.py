@@ -1814,6 +1814,16 @@ class _TlsServer(http.server.ThreadingHTTPServer):
         self.context = context
         self.api = api
 
+    def shutdown(self) -> None:
+        """Stop serve_forever at once rather than at its next poll (up to 10 ms, a second over
+        the suite's 230 servers): the stop is requested, a connection wakes the loop's select,
+        and the base class waits for the loop to end. The request flag is private to
+        socketserver.BaseServer (CPython 3.11 Lib/socketserver.py, serve_forever)."""
+        self._BaseServer__shutdown_request = True
+        with contextlib.suppress(OSError):
+            socket.create_connection(("127.0.0.1", self.server_port), timeout=1).close()
+        super().shutdown()
+
     def finish_request(self, request: Any, client_address: Any) -> None:
         # TLS is wrapped per connection in its worker thread, so a client that rejects our
         # certificate (the wrong-CA test) fails its own handshake without stalling others.
