@@ -3,8 +3,8 @@
 # KV proof and handler, the capacity watch, the node-template tagger, the default security
 # group's restriction, the cross-stack deploy order, and the CLI's verdicts and drill. Not part
 # of CI (the older scope: 9 minutes on two idle cores; the 2026-12-01 additions about as long
-# again, the 2026-12-02 ones a little more); run it before resolving work that touches those
-# modules.
+# again; the NIXL log reader, endpoint and cross-stack additions after them about 30 minutes on
+# the shared machine); run it before resolving work that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #

@@ -122,7 +122,12 @@ def test_without_a_client_given_the_handler_makes_an_ec2_client(
     client, stub = _ec2()
     _expect(stub, None, None)
     made: list[str] = []
-    monkeypatch.setattr(handler.boto3, "client", lambda name: made.append(name) or client)
+
+    def make(name: str) -> Any:
+        made.append(name)
+        return client
+
+    monkeypatch.setattr(handler.boto3, "client", make)
     with stub:
         handler.on_event(_event("Create"))
     assert made == ["ec2"]

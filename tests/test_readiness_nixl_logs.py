@@ -244,7 +244,8 @@ def test_the_actor_list_keeps_only_alive_rows_with_a_pid_and_a_node(
     ]
     monkeypatch.setattr(dashboard, "_state_api", lambda path, params: {"result": rows})
     assert dashboard.alive_actor_pids() == {"n1": {1, 3}, "n2": {2}}
-    for reply in (None, [], {}, {"result": "x"}):
+    replies: list[Any] = [None, [], {}, {"result": "x"}]
+    for reply in replies:
         monkeypatch.setattr(dashboard, "_state_api", lambda path, params, r=reply: r)
         assert dashboard.alive_actor_pids() is None, reply
 
@@ -375,6 +376,49 @@ def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
     assert checks.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
 
 
+def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
+    """The whole order in one table: each rank (the replica's .out; its job's .out, newest job
+    and pid first; other .out files; the replica's .err; its job's .err and the replica's own
+    Serve log; other .err files; other replicas' logs of the role), and what is never read."""
+    replica, gpu, other = fake.PREFILL_WORKER_ID, GPU_WORKER, "7a" * 28
+    expected = [
+        f"worker-{replica}-01000000-4242.out",  # 0: the replica's own stdout
+        f"worker-{gpu}-01000000-5200.out",  # 1: its job's, the higher pid first
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{other}-03000000-5000.out",  # 2: other jobs', the newest job first
+        f"worker-{other}-02000000-6000.out",
+        "worker-zz.out",  # 2: a worker file of another naming, in listed order
+        "worker-aa.out",
+        f"worker-{other}-ffffffff-3100.out",  # 2: the nil job (an idle worker) last
+        f"worker-{replica}-01000000-4242.err",  # 3: the replica's own stderr
+        f"worker-{gpu}-01000000-5151.err",  # 4: its job's stderr ...
+        "serve/replica_qwen_PDPrefill_r1.log",  # 4: ... and the replica's Serve log
+        f"worker-{other}-02000000-6000.err",  # 5: other jobs' stderr
+        "worker-odd.err",
+        "serve/replica_qwen_PDPrefill_r2.log",  # 6: another replica of the role
+    ]
+    never = [
+        "serve/replica_qwen_PDDecode_r3.log",  # the other role
+        "serve/replica_qwen_PDPrefill_r2.txt",  # not a Serve log
+        "events/worker-odd.out",  # a skipped folder
+        "raylet.out",
+        "notes.out",
+        "notes.err",
+    ]
+    listed = expected[::-1] + never
+    for name in ("worker-zz.out", "worker-aa.out"):  # listed z before a
+        listed.remove(name)
+    listed[:0] = ["worker-zz.out", "worker-aa.out"]
+    target = checks.NixlTarget(
+        label="prefill",
+        node_id=fake.RAY_NODE_A,
+        worker_ids=(replica,),
+        role="prefill",
+        replica_log="/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log",
+    )
+    assert checks.log_files_to_read(listed, target, 50) == expected
+
+
 def test_files_are_judged_by_their_base_name() -> None:
     """The log API lists Serve's replica logs under ``serve/``."""
     target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, role="prefill")
@@ -453,6 +497,11 @@ def test_reading_stops_at_the_file_that_completes_the_evidence(
     assert set(report.sources) == {PREFILL, DECODE}
     assert report.files_read == len(kube_api.requests_to("api/v0/logs/file")) == 8
     assert report.unseen == ()
+    # Without the actor list the idle workers' .err files would be read too: not past ERR.
+    kube_api.requests.clear()
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/actors", status=500, body=b"{}")
+    read(kube_api, dashboard)
+    assert reads(kube_api) == [(n, "3000") for n in (REPLICA_OUT, OUT, REPLICA_ERR, ERR)]
 
 
 def test_a_complete_tail_needs_no_head_read(kube_api: FakeKubeApi, dashboard: Any) -> None:
@@ -481,7 +530,8 @@ def test_a_file_that_fails_to_read_is_skipped_and_the_evidence_still_complete(
     def head(node: str, name: str, **kwargs: Any) -> tuple[str, bool]:
         if name == OUT:
             raise kube.KubeApiError("head failed", status=500, reason="head boom")
-        return tuple(read_head(node, name, **kwargs))  # type: ignore[return-value]
+        text, whole = read_head(node, name, **kwargs)
+        return text, whole
 
     monkeypatch.setattr(dashboard, "read_log", tail)
     monkeypatch.setattr(dashboard, "read_log_head", head)
