@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Mutation testing of the code that decides: configuration validation, the readiness checks, the
-# KV proof and handler, the capacity watch, the node-template tagger, and the CLI's verdicts and
-# drill. Not part of CI (the older scope: 9 minutes on two idle cores; the 2026-12-01 additions
-# about as long again); run it before resolving work that touches those modules.
+# KV proof and handler, the capacity watch, the node-template tagger, the default security
+# group's restriction, the cross-stack deploy order, and the CLI's verdicts and drill. Not part
+# of CI (the older scope: 9 minutes on two idle cores; the 2026-12-01 additions about as long
+# again; the NIXL log reader, endpoint and cross-stack additions after them about 30 minutes on
+# the shared machine); run it before resolving work that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #
@@ -39,6 +41,20 @@ SCOPE=(
   'ray_pd_eks.config.x__model_access__*'
   'ray_pd_eks.config.x__endpoint_rate_limit__*'
   'ray_pd_eks.config.x__environment__*'
+  # configuration: the endpoint's rules (exposure, authentication, the identity provider's
+  # keys, endpointJwtAudienceFormat), the revision test they share, the fix every message names
+  'ray_pd_eks.config.x__endpoint__*'
+  'ray_pd_eks.config.x_is_hf_revision__*'
+  'ray_pd_eks.config.x_set_hint__*'
+  'ray_pd_eks.config.x__problem__*'
+  # the VPC's subnet plan (the internal ALB's /27s after the control plane's /28s)
+  'ray_pd_eks.vpc_layout.x_vpc_layout__*'
+  # cross-stack references: which a change removes, and what the user must deploy first
+  'ray_pd_eks.cross_stack.x__endpoint_probe__*'
+  'ray_pd_eks.cross_stack.xǁReferenceǁ__post_init____*'
+  'ray_pd_eks.cross_stack.xǁReferenceǁapplies__*'
+  'ray_pd_eks.cross_stack.x_removed_references__*'
+  'ray_pd_eks.cross_stack.x_ordered_deploy__*'
   # readiness: the pure evaluations of Kubernetes JSON
   'assets.lambda.readiness.checks.x_gpu_nodes__*'
   'assets.lambda.readiness.checks.x_rayservice_state__*'
@@ -48,6 +64,10 @@ SCOPE=(
   'assets.lambda.readiness.checks.x__is_pull_failure__*'
   'assets.lambda.readiness.checks.x_quantity__*'
   'assets.lambda.readiness.checks.x_parse_time__*'
+  # readiness: which NIXL log files to read (rotated pieces, live actors, job age)
+  'assets.lambda.readiness.checks.x_log_files_to_read__*'
+  'assets.lambda.readiness.checks.x__job_number__*'
+  'assets.lambda.readiness.checks.x_oldest_piece__*'
   # readiness: the handler's verdicts
   'assets.lambda.readiness.handler.x_terminal_failure__*'
   'assets.lambda.readiness.handler.x__object_warning_is_terminal__*'
@@ -55,6 +75,16 @@ SCOPE=(
   'assets.lambda.readiness.handler.x__chat_completion__*'
   'assets.lambda.readiness.handler.x__give_up_after__*'
   'assets.lambda.readiness.handler.x_stack_rolling_back__*'
+  # readiness: the NIXL evidence (tail, then the file's head up to a byte cap; what is unseen),
+  # the Ray dashboard's head read and actor list, and the KV probe's provider metrics
+  'assets.lambda.readiness.handler.x_read_nixl_backends__*'
+  'assets.lambda.readiness.handler.x__evidence_complete__*'
+  'assets.lambda.readiness.handler.x__completes__*'
+  'assets.lambda.readiness.handler.x_provider_metrics__*'
+  'assets.lambda.readiness.handler.x_scheduled_probe__*'
+  'assets.lambda.readiness.kube.x__read_some__*'
+  'assets.lambda.readiness.kube.xǁRayDashboardǁread_log_head__*'
+  'assets.lambda.readiness.kube.xǁRayDashboardǁalive_actor_pids__*'
   # readiness: the KV proof (probe answer, NIXL counters, transfer verdict, provider)
   'assets.lambda.readiness.kvproof.x_*'
   'assets.lambda.readiness.kvproof.xǁNixlCountersǁfrom_texts__*'
@@ -71,6 +101,12 @@ SCOPE=(
   'assets.lambda.asg_tags.handler.x__tag_specs__*'
   'assets.lambda.asg_tags.handler.x_apply__*'
   'assets.lambda.asg_tags.handler.x_on_event__*'
+  # the default security group's restriction (Create revokes, Update never fails, Delete keeps)
+  'assets.lambda.default_sg.handler.x_ingress_rule__*'
+  'assets.lambda.default_sg.handler.x_egress_rule__*'
+  'assets.lambda.default_sg.handler.x__revoke__*'
+  'assets.lambda.default_sg.handler.x_restrict__*'
+  'assets.lambda.default_sg.handler.x_on_event__*'
   # CLI verdicts
   'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'

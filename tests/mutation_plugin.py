@@ -17,6 +17,11 @@ judge those. A surviving mutant ran every judge; a mutant only another module's 
 catch counts as surviving, so this can only make the score stricter, and a survivor costs
 seconds instead of tens of seconds.
 
+Tests that need a synthesized app (the session fixtures of ``tests/conftest.py``) are dropped
+from every session of the mutation run: each forked session would synthesize anew, tens of
+seconds per mutant. The modules' handler and rule tests are offline and synth-free; what only
+a synthesized template shows (a construct's wiring) is not what these functions decide.
+
 Each mutant runs in its own pytest session (a forked child). Left alone, every session makes a
 numbered directory under the machine-wide ``pytest-of-<user>`` and, when it ends, deletes the
 oldest ones beyond three: thousands of sessions deleting each other's (and any other pytest
@@ -76,7 +81,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The tests that judge each module's mutants (module prefix -> test files).
 _JUDGES = {
-    "ray_pd_eks.config.": ("tests/test_config.py", "tests/test_limits.py", "tests/test_engine.py"),
+    "ray_pd_eks.config.": (
+        "tests/test_config.py",
+        "tests/test_limits.py",
+        "tests/test_engine.py",
+        "tests/test_endpoint_config.py",
+        "tests/test_endpoint_audience.py",
+        "tests/test_config_messages.py",
+        "tests/test_setting_hints.py",
+    ),
+    "ray_pd_eks.cross_stack.": ("tests/test_cross_stack.py",),
+    "ray_pd_eks.vpc_layout.": ("tests/test_network.py",),
     "ray_pd_eks.cli.preflight.": ("tests/test_cli_preflight.py",),
     "ray_pd_eks.cli.drill.": ("tests/test_cli_drill.py",),
     "ray_pd_eks.cli.status.": ("tests/test_cli_status.py", "tests/test_branches.py"),
@@ -85,18 +100,31 @@ _JUDGES = {
         "tests/test_kvproof.py",
         "tests/test_readiness_handler.py",
     ),
-    # `status` reads the cluster with the readiness checks and shows their verdicts.
+    # `status` reads the cluster with the readiness checks and shows their verdicts. The NIXL
+    # log reader (checks, handler, kube's head read) and the KV probe's metrics have their own.
     "assets.lambda.readiness.": (
         "tests/test_readiness_handler.py",
+        "tests/test_readiness_nixl_logs.py",
+        "tests/test_kv_probe.py",
         "tests/test_branches.py",
         "tests/test_cli_status.py",
     ),
     "assets.lambda.capacity.": ("tests/test_capacity_handler.py", "tests/test_branches.py"),
     "assets.lambda.asg_tags.": ("tests/test_node_template_tags.py",),
+    "assets.lambda.default_sg.": ("tests/test_default_sg.py",),
 }
+
+# The session fixtures that synthesize the app (tests/conftest.py). A forked mutant session
+# would synthesize again (tens of seconds each): tests that need one never run here.
+_SYNTH_FIXTURES = frozenset({"default_app", "variant_app", "token_app", "public_cognito_app"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    synthesizing = [i for i in items if _SYNTH_FIXTURES & set(getattr(i, "fixturenames", ()))]
+    if synthesizing:  # every run of this plugin: the clean run, the stats run, each mutant
+        config.hook.pytest_deselected(items=synthesizing)
+        dropped = {id(item) for item in synthesizing}
+        items[:] = [item for item in items if id(item) not in dropped]
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     if "__mutmut_" not in mutant:  # the clean run, the stats run, the forced failure
         return

@@ -220,6 +220,9 @@ def test_the_table_is_in_docs_lifecycle_md() -> None:
 def test_a_row_whose_exporter_deploys_later_is_refused() -> None:
     with pytest.raises(ValueError, match="Readiness deploys after its importer"):
         Reference("Readiness", "Workload", "X", "x", "endpoint probe")
+    with pytest.raises(ValueError, match="Workload deploys after its importer"):
+        Reference("Workload", "Workload", "X", "x", "endpoint probe")  # no stack imports itself
+    assert Reference("Cluster", "Workload", "X", "x", "endpoint probe").importer == "Workload"
     with pytest.raises(ValueError, match="condition 'sometimes' unknown"):
         Reference("Network", "Workload", "X", "x", "sometimes")
 

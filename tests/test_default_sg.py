@@ -103,6 +103,34 @@ def test_delete_leaves_the_group_alone() -> None:
     client, stub = _ec2()
     with stub:  # any EC2 call would fail: nothing is stubbed
         assert handler.on_event(_event("Delete"), ec2=client) == {"PhysicalResourceId": GROUP}
+        # The physical id CloudFormation holds is the answer, whatever the properties say.
+        event = {**_event("Delete"), "PhysicalResourceId": "sg-0aaaaaaaaaaaaaaaa"}
+        assert handler.on_event(event, ec2=client) == {"PhysicalResourceId": "sg-0aaaaaaaaaaaaaaaa"}
+
+
+def test_an_update_that_cannot_revoke_keeps_its_physical_id() -> None:
+    client, stub = _ec2()
+    stub.add_client_error("revoke_security_group_egress", "UnauthorizedOperation", "denied")
+    event = {**_event("Update"), "PhysicalResourceId": "sg-0aaaaaaaaaaaaaaaa"}
+    with stub:
+        assert handler.on_event(event, ec2=client) == {"PhysicalResourceId": "sg-0aaaaaaaaaaaaaaaa"}
+
+
+def test_without_a_client_given_the_handler_makes_an_ec2_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, stub = _ec2()
+    _expect(stub, None, None)
+    made: list[str] = []
+
+    def make(name: str) -> Any:
+        made.append(name)
+        return client
+
+    monkeypatch.setattr(handler.boto3, "client", make)
+    with stub:
+        handler.on_event(_event("Create"))
+    assert made == ["ec2"]
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,8 @@ def rejected(context: dict[str, Any], key: str = KEY) -> str:
         AppConfig.from_context(context)
     (line,) = [line for line in str(err.value).splitlines() if f"context key '{key}'" in line]
     assert f"settings --set {key}=..." in line  # names the fix
+    if key in context:
+        assert f"context key '{key}' = {json.dumps(context[key])}:" in line  # and the value
     return line
 
 

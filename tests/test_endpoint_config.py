@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -38,6 +39,14 @@ def rejected(context: dict[str, Any], key: str, why: str) -> str:
     lines = [line for line in str(err.value).splitlines() if f"context key '{key}'" in line]
     assert lines, str(err.value)
     assert any(why in line for line in lines), lines
+    if key in context:  # the line shows the value as given
+        value = context[key]
+        assert any(f"context key '{key}' = {json.dumps(value)}:" in line for line in lines) or (
+            isinstance(value, list)  # a list's line may name one of its entries
+            and any(
+                f"context key '{key}' = {json.dumps(v)}:" in line for v in value for line in lines
+            )
+        ), lines
     return lines[0]
 
 
@@ -224,6 +233,20 @@ def test_existing_identity_provider() -> None:
 def test_issuer_needs_its_jwks_url() -> None:
     context = {**PUBLIC, "endpointJwtIssuer": IDP_ISSUER, "endpointJwtAudience": "ray-llm"}
     rejected(context, "endpointJwksUri", "needs its JWKS URL")
+    rejected({**context, "endpointJwksUri": ""}, "endpointJwksUri", "needs its JWKS URL")
+
+
+def test_every_cidr_problem_is_reported_at_once() -> None:
+    """A CIDR that is not a network and one that opens the internal endpoint to the internet:
+    both lines, not only the last."""
+    context = {**INTERNAL, "endpointAllowedCidrs": ["300.0.0.0/8", "0.0.0.0/0"]}
+    with pytest.raises(ConfigError) as err:
+        AppConfig.from_context(context)
+    lines = [line for line in str(err.value).splitlines() if "'endpointAllowedCidrs'" in line]
+    assert [line.split(":", 1)[0] for line in lines] == [
+        "context key 'endpointAllowedCidrs' = \"300.0.0.0/8\"",
+        "context key 'endpointAllowedCidrs' = \"0.0.0.0/0\"",
+    ]
 
 
 def test_issuer_alone_would_accept_any_token_of_that_issuer() -> None:

@@ -173,4 +173,6 @@ def test_an_endpoint_that_is_down_fails_without_raising(
     kube_api.rayservice = None
     outcome = handler.scheduled_probe({}, None)
     assert outcome["ProbeOk"] == 0 and "not found" in outcome["Reason"]
+    # A failure is no stall, and says nothing of the provider.
+    assert outcome == {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": outcome["Reason"]}
     assert [line["ProbeOk"] for line in probe_env] == [0, 0]

@@ -5,6 +5,7 @@ the provider. Against the fake API server's Ray dashboard (``tests/fakes/kube_ap
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,10 @@ checks = lambda_code.checks()
 GPU_WORKER = fake.PREFILL_WORKER_ID[::-1]  # the vLLM GPU worker beside the prefill replica
 OUT = f"worker-{GPU_WORKER}-01000000-5151.out"
 ERR = f"worker-{GPU_WORKER}-01000000-5151.err"
+REPLICA_OUT = f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.out"
+REPLICA_ERR = f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.err"
+PREFILL = f"prefill@{fake.WORKER_IP_A}"
+DECODE = f"decode@{fake.WORKER_IP_B}"
 STATS = (
     "INFO 12-01 04:05:06 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
     "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs\n"
@@ -81,6 +86,7 @@ def test_start_up_lines_beyond_the_tail_are_read_from_the_files_beginning(
     assert report.unseen == ()
     assert (OUT, "3000") in reads(kube_api) and (OUT, "-1") in reads(kube_api)
     assert (ERR, "-1") in reads(kube_api)
+    assert report.files_read == len(kube_api.requests_to("api/v0/logs/file"))
 
 
 def test_a_tail_shorter_than_asked_is_the_whole_file_and_is_not_read_again(
@@ -93,7 +99,13 @@ def test_a_tail_shorter_than_asked_is_the_whole_file_and_is_not_read_again(
     logs[ERR] = provider_log(None)
     report = read(kube_api, dashboard)
     assert (OUT, "-1") not in reads(kube_api)
-    assert report.backends[0][1].startswith("unknown: no 'Backend ... was instantiated' line")
+    files = len(reads(kube_api))
+    assert report.backends[0][1] == (
+        f"unknown: no 'Backend ... was instantiated' line in {files} log file(s) on {PREFILL}"
+    )
+    assert report.providers[0][1] == (
+        f"unknown: no 'Discovered <n> EFA|tcp devices' line in {files} log file(s)"
+    )
     assert f"prefill@{fake.WORKER_IP_A}" not in report.unseen  # read in full: never logged
 
     kube_api.requests.clear()
@@ -144,6 +156,98 @@ def test_read_log_head_stops_once_its_condition_holds(
     )
     assert "FOUND" in text and not whole
     assert len(text) <= 2 * kube.READ_CHUNK_BYTES  # up to the chunk that held it, no further
+
+
+def test_read_log_head_asks_for_the_whole_file_as_text(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """The same query as the tail read (``read_log``), with ``lines=-1``: from offset 0."""
+    prefill_logs(kube_api)[OUT] = "z\n"
+    dashboard.read_log_head(fake.RAY_NODE_A, OUT, max_bytes=4096)
+    (request,) = kube_api.requests_to("api/v0/logs/file")
+    assert request.query == {
+        "node_id": fake.RAY_NODE_A,
+        "filename": OUT,
+        "lines": "-1",
+        "format": "text",
+    }
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_head_read_cut_inside_a_character_is_replaced_not_an_error(
+    kube_api: FakeKubeApi, dashboard: Any, stop: bool
+) -> None:
+    """The byte cap (and each chunk ``until`` sees) may end inside a UTF-8 character."""
+    prefill_logs(kube_api)[OUT] = "é" * 3000  # 2 bytes each
+    seen: list[str] = []
+
+    def until(text: str) -> bool:
+        seen.append(text)
+        return False
+
+    text, whole = dashboard.read_log_head(
+        fake.RAY_NODE_A, OUT, max_bytes=4095, until=until if stop else None
+    )
+    assert text == "é" * 2047 + "\ufffd" and not whole
+    assert seen == ([text] if stop else [])  # checked on the chunk read, decoded the same way
+
+
+@pytest.mark.parametrize("size", [kube.READ_CHUNK_BYTES + 10, kube.READ_CHUNK_BYTES + 9])
+def test_a_head_read_over_several_chunks_stops_at_max_bytes(
+    kube_api: FakeKubeApi, dashboard: Any, size: int
+) -> None:
+    prefill_logs(kube_api)[OUT] = "q" * (kube.READ_CHUNK_BYTES + 500)
+    text, whole = dashboard.read_log_head(fake.RAY_NODE_A, OUT, max_bytes=size)
+    assert text == "q" * size and not whole
+
+
+def test_the_actor_list_asks_for_alive_actors_up_to_its_limit(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """Ray's state API reads ``filter_keys``/``filter_predicates``/``filter_values`` as
+    parallel lists (``dashboard/state_api_utils.py`` ``_get_filters_from_req``); string
+    filter values are compared case-insensitively."""
+    assert dashboard.alive_actor_pids() is not None
+    (request,) = kube_api.requests_to("api/v0/actors")
+    query = dict(request.query)
+    assert query.pop("filter_values").upper() == "ALIVE"
+    assert query == {"filter_keys": "state", "filter_predicates": "=", "limit": "1000"}
+
+
+@pytest.mark.parametrize("count, cut_short", [(3, True), (2, False)])
+def test_an_actor_list_as_long_as_its_limit_may_be_cut_short(
+    kube_api: FakeKubeApi, dashboard: Any, count: int, cut_short: bool
+) -> None:
+    kube_api.ray_actors = [
+        make_ray_actor("RayWorkerWrapper", fake.RAY_NODE_A, 100 + i) for i in range(count)
+    ]
+    pids = dashboard.alive_actor_pids(limit=3)
+    assert pids is None if cut_short else pids == {fake.RAY_NODE_A: {100, 101}}
+
+
+def test_the_actor_list_keeps_only_alive_rows_with_a_pid_and_a_node(
+    dashboard: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the dashboard's filter let through: a row that is not an object, not ALIVE, or
+    lacks a positive pid or a node id names no live process."""
+    rows: list[Any] = [
+        "not a row",
+        {"state": "DEAD", "pid": 11, "node_id": "n1"},
+        {"pid": 12, "node_id": "n1"},  # no state
+        {"state": "ALIVE", "pid": 0, "node_id": "n1"},
+        {"state": "ALIVE", "pid": "13", "node_id": "n1"},
+        {"state": "ALIVE", "pid": 14, "node_id": ""},
+        {"state": "ALIVE", "pid": 15, "node_id": 7},
+        {"state": "ALIVE", "pid": 1, "node_id": "n1"},
+        {"state": "alive", "pid": 2, "node_id": "n2"},
+        {"state": "ALIVE", "pid": 3, "node_id": "n1"},
+    ]
+    monkeypatch.setattr(dashboard, "_state_api", lambda path, params: {"result": rows})
+    assert dashboard.alive_actor_pids() == {"n1": {1, 3}, "n2": {2}}
+    replies: list[Any] = [None, [], {}, {"result": "x"}]
+    for reply in replies:
+        monkeypatch.setattr(dashboard, "_state_api", lambda path, params, r=reply: r)
+        assert dashboard.alive_actor_pids() is None, reply
 
 
 # --- rotated files ---------------------------------------------------------------------------
@@ -272,6 +376,236 @@ def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
     assert checks.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
 
 
+def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
+    """The whole order in one table: each rank (the replica's .out; its job's .out, newest job
+    and pid first; other .out files; the replica's .err; its job's .err and the replica's own
+    Serve log; other .err files; other replicas' logs of the role), and what is never read."""
+    replica, gpu, other = fake.PREFILL_WORKER_ID, GPU_WORKER, "7a" * 28
+    expected = [
+        f"worker-{replica}-01000000-4242.out",  # 0: the replica's own stdout
+        f"worker-{gpu}-01000000-5200.out",  # 1: its job's, the higher pid first
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{other}-03000000-5000.out",  # 2: other jobs', the newest job first
+        f"worker-{other}-02000000-6000.out",
+        "worker-zz.out",  # 2: a worker file of another naming, in listed order
+        "worker-aa.out",
+        f"worker-{other}-ffffffff-3100.out",  # 2: the nil job (an idle worker) last
+        f"worker-{replica}-01000000-4242.err",  # 3: the replica's own stderr
+        f"worker-{gpu}-01000000-5151.err",  # 4: its job's stderr ...
+        "serve/replica_qwen_PDPrefill_r1.log",  # 4: ... and the replica's Serve log
+        f"worker-{other}-02000000-6000.err",  # 5: other jobs' stderr
+        "worker-odd.err",
+        "serve/replica_qwen_PDPrefill_r2.log",  # 6: another replica of the role
+    ]
+    never = [
+        "serve/replica_qwen_PDDecode_r3.log",  # the other role
+        "serve/replica_qwen_PDPrefill_r2.txt",  # not a Serve log
+        "events/worker-odd.out",  # a skipped folder
+        "raylet.out",
+        "notes.out",
+        "notes.err",
+    ]
+    listed = expected[::-1] + never
+    for name in ("worker-zz.out", "worker-aa.out"):  # listed z before a
+        listed.remove(name)
+    listed[:0] = ["worker-zz.out", "worker-aa.out"]
+    target = checks.NixlTarget(
+        label="prefill",
+        node_id=fake.RAY_NODE_A,
+        worker_ids=(replica,),
+        role="prefill",
+        replica_log="/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log",
+    )
+    assert checks.log_files_to_read(listed, target, 50) == expected
+
+
+def test_files_are_judged_by_their_base_name() -> None:
+    """The log API lists Serve's replica logs under ``serve/``."""
+    target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, role="prefill")
+    files = ["serve/replica_qwen_PDPrefill_abc.log", "serve/replica_qwen_PDDecode_abc.log"]
+    assert checks.log_files_to_read(files, target, 10) == files[:1]
+
+
+# --- where the reader looks, and what stops it --------------------------------------------
+
+
+def test_with_serve_replicas_the_node_list_is_not_needed(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/nodes", status=500, body=b"{}")
+    report = read(kube_api, dashboard)
+    assert [label for label, _ in report.backends] == [PREFILL, DECODE]
+    assert not kube_api.requests_to("api/v0/nodes")
+
+
+def test_without_replicas_or_worker_nodes_the_report_says_why(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    kube_api.ray_nodes = [n for n in kube_api.ray_nodes if n.get("is_head_node")]
+    report = handler.read_nixl_backends(dashboard, None, fake.APP_NAME)
+    assert (report.backends, report.reason) == ((), "the Ray dashboard lists no worker nodes")
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/nodes", status=500, body=b"{}")
+    report = handler.read_nixl_backends(dashboard, None, fake.APP_NAME)
+    assert report.backends == ()
+    assert report.reason.startswith(f"Ray dashboard not readable via {dashboard.service}: ")
+
+
+def test_a_node_whose_logs_cannot_be_listed_is_unseen_and_the_next_is_read(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    del kube_api.ray_logs[fake.RAY_NODE_A]
+    report = read(kube_api, dashboard)
+    (backend, provider), why = (
+        (dict(report.backends)[PREFILL], dict(report.providers)[PREFILL]),
+        (f"unknown: cannot list logs (node {fake.RAY_NODE_A} not found)"),
+    )
+    assert (backend, provider) == (why, why)
+    assert report.unseen == (PREFILL,)
+    assert dict(report.backends)[DECODE] == "LIBFABRIC"
+
+
+def test_an_unreadable_file_is_named_and_its_engine_unseen(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/logs/file", status=500, body=b"no")
+    report = read(kube_api, dashboard)
+    assert re.search(rf"{re.escape(OUT)} unreadable \(\S", dict(report.providers)[PREFILL])
+    assert report.unseen == (PREFILL, DECODE)
+
+
+@pytest.mark.parametrize("max_files", [1, 2])
+def test_only_max_files_files_are_read(
+    kube_api: FakeKubeApi, dashboard: Any, max_files: int
+) -> None:
+    logs = prefill_logs(kube_api)
+    for name in list(logs):
+        if name.startswith("worker-"):
+            logs[name] = stats(10)  # no evidence anywhere: every chosen file is read
+    read(kube_api, dashboard, max_files=max_files)
+    assert len({name for name, _ in reads(kube_api)}) == max_files
+
+
+def test_reading_stops_at_the_file_that_completes_the_evidence(
+    kube_api: FakeKubeApi, dashboard: Any
+) -> None:
+    """The replica's .out, its engine worker's .out (the backend line), the replica's .err,
+    the engine worker's .err (the provider line): then the next node. Short files are read
+    whole, so no head read."""
+    report = read(kube_api, dashboard)
+    assert reads(kube_api) == [(n, "3000") for n in (REPLICA_OUT, OUT, REPLICA_ERR, ERR)]
+    assert report.sources[PREFILL] == OUT
+    assert set(report.sources) == {PREFILL, DECODE}
+    assert report.files_read == len(kube_api.requests_to("api/v0/logs/file")) == 8
+    assert report.unseen == ()
+    # Without the actor list the idle workers' .err files would be read too: not past ERR.
+    kube_api.requests.clear()
+    kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/actors", status=500, body=b"{}")
+    read(kube_api, dashboard)
+    assert reads(kube_api) == [(n, "3000") for n in (REPLICA_OUT, OUT, REPLICA_ERR, ERR)]
+
+
+def test_a_complete_tail_needs_no_head_read(kube_api: FakeKubeApi, dashboard: Any) -> None:
+    logs = prefill_logs(kube_api)
+    logs[OUT] = stats(5000) + nixl_log("LIBFABRIC")
+    logs[ERR] = stats(5000) + provider_log("efa")
+    read(kube_api, dashboard)
+    assert (ERR, "-1") not in reads(kube_api)  # the backend came from OUT, the provider here
+
+
+def test_a_file_that_fails_to_read_is_skipped_and_the_evidence_still_complete(
+    kube_api: FakeKubeApi, dashboard: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed tail read, and a failed head read, each name the file; the files after it are
+    still read, and evidence found there is complete (not unseen)."""
+    logs = prefill_logs(kube_api)
+    logs[ERR] = stats(5000)  # its tail lacks the provider: a head read, which fails
+    logs[REPLICA_ERR] = provider_log("efa")
+    read_log, read_head = dashboard.read_log, dashboard.read_log_head
+
+    def tail(node: str, name: str, **kwargs: Any) -> str:
+        if name == REPLICA_OUT:
+            raise kube.KubeApiError("tail failed", status=500, reason="tail boom")
+        return str(read_log(node, name, **kwargs))
+
+    def head(node: str, name: str, **kwargs: Any) -> tuple[str, bool]:
+        if name == OUT:
+            raise kube.KubeApiError("head failed", status=500, reason="head boom")
+        text, whole = read_head(node, name, **kwargs)
+        return text, whole
+
+    monkeypatch.setattr(dashboard, "read_log", tail)
+    monkeypatch.setattr(dashboard, "read_log_head", head)
+    logs[OUT] = stats(5000) + nixl_log("LIBFABRIC")  # in the tail: no head read needed
+    report = read(kube_api, dashboard)
+    assert dict(report.backends)[PREFILL] == "LIBFABRIC"
+    assert dict(report.providers)[PREFILL] == "efa"
+    assert PREFILL not in report.unseen
+    # Now the backend line is only at OUT's start, and that head read fails.
+    logs[OUT] = nixl_log("LIBFABRIC") + stats(5000)
+    report = read(kube_api, dashboard)
+    value = dict(report.backends)[PREFILL]
+    assert f"{REPLICA_OUT} unreadable (tail boom)" in value
+    assert f"{OUT} unreadable (head boom)" in value
+    assert dict(report.providers)[PREFILL] == "efa"  # the .err files after it were read
+    assert report.unseen == (PREFILL,)
+
+
+@pytest.mark.parametrize("clock, late", [((0.0, 5.0), False), ((0.0, 5.001), True)])
+def test_the_poll_budget_ends_a_head_read_too(
+    kube_api: FakeKubeApi, dashboard: Any, clock: tuple[float, float], late: bool
+) -> None:
+    """The tail is read in time; by the head read the clock is at the deadline, or past it."""
+    logs = prefill_logs(kube_api)
+    logs[REPLICA_OUT] = nixl_log("LIBFABRIC") + stats(5000)
+    times = iter(clock)
+    report = read(kube_api, dashboard, deadline=5.0, monotonic=lambda: next(times, clock[1]))
+    assert report.out_of_budget is late
+    assert ((REPLICA_OUT, "-1") in reads(kube_api)) is not late
+    budget = "poll budget used up while reading logs"
+    assert (budget in dict(report.backends)[PREFILL]) is late
+
+
+@pytest.mark.parametrize("now, late", [(5.0, False), (5.001, True)])
+def test_the_poll_budget_ends_the_reading(
+    kube_api: FakeKubeApi, dashboard: Any, now: float, late: bool
+) -> None:
+    """Reading stops once the clock is past the deadline (at it, it still reads)."""
+    report = read(kube_api, dashboard, deadline=5.0, monotonic=lambda: now)
+    assert report.out_of_budget is late
+    assert (report.unseen == (PREFILL, DECODE)) is late
+    budget = "poll budget used up while reading logs"
+    assert (budget in dict(report.providers)[PREFILL]) is late
+    assert (dict(report.providers)[PREFILL] == "efa") is not late
+
+
+def test_a_head_read_stops_once_the_evidence_is_complete(
+    kube_api: FakeKubeApi, dashboard: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head read ends at the line that completes the evidence: UCX needs no provider, and
+    LIBFABRIC found in one file needs only the provider line from the next."""
+    sizes: dict[str, int] = {}
+    read_head = dashboard.read_log_head
+
+    def spy(node: str, name: str, **kwargs: Any) -> tuple[str, bool]:
+        text, whole = read_head(node, name, **kwargs)
+        sizes[name] = len(text)
+        return text, whole
+
+    monkeypatch.setattr(dashboard, "read_log_head", spy)
+    logs = prefill_logs(kube_api)
+    logs[OUT] = stats(3000) + nixl_log("LIBFABRIC") + stats(10_000)
+    logs[ERR] = stats(3000) + provider_log("efa") + stats(10_000)
+    report = read(kube_api, dashboard)
+    assert report.providers[0] == (PREFILL, "efa")
+    assert sizes[OUT] == handler.LOG_HEAD_BYTES  # the provider is not in this file
+    assert sizes[ERR] <= 2 * kube.READ_CHUNK_BYTES + len(STATS) * 3000
+    sizes.clear()
+    logs[OUT] = stats(3000) + nixl_log("UCX") + stats(10_000)
+    report = read(kube_api, dashboard)
+    assert report.backends[0] == (PREFILL, "UCX")
+    assert sizes[OUT] <= 2 * kube.READ_CHUNK_BYTES + len(STATS) * 3000
+
+
 # --- what the scheduled probe publishes ------------------------------------------------------
 
 
@@ -304,6 +638,10 @@ def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
             {"ProviderEfa": 0, "ProviderUnknown": 0},
         ),
         ({}, (), {}, {"ProviderUnknown": 1}),  # nothing read at all (the dashboard is down)
+        # a slow provider is proof enough, even where the engine's start was not all read
+        ({"p": "tcp"}, ("p",), None, {"ProviderEfa": 0, "ProviderUnknown": 0}),
+        ({"p": "sockets"}, ("p",), None, {"ProviderEfa": 0, "ProviderUnknown": 0}),
+        ({"p": "unknown: rotated"}, ("p",), {"p": "UCX"}, {"ProviderEfa": 0, "ProviderUnknown": 1}),
     ],
 )
 def test_provider_metrics(
