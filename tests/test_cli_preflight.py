@@ -69,6 +69,10 @@ ADDON_SCHEMA: dict[str, Any] = {
             "type": "object",
             "properties": {"nodeSelector": {"type": "object"}, "tolerations": {"type": "array"}},
         },
+        "manager": {
+            "type": "object",
+            "properties": {"nodeSelector": {"type": "object"}, "tolerations": {"type": "array"}},
+        },
     },
 }
 

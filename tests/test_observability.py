@@ -423,16 +423,20 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
         assert any(_tolerates(t, k8s_taint) for t in values["tolerations"]), taint
 
 
-def test_kube_state_metrics_stays_off_the_gpu_nodes(default_app: Synthesized) -> None:
-    """kube-state-metrics reads Secrets cluster-wide: on the system nodes only, where no GPU
-    worker's root reaches its token (docs/security.md)."""
+@pytest.mark.parametrize("component", ["kubeStateMetrics", "manager"])
+def test_the_add_ons_wide_identities_stay_off_the_gpu_nodes(
+    default_app: Synthesized, component: str
+) -> None:
+    """kube-state-metrics reads Secrets cluster-wide, and the agent operator (`manager`) may
+    create DaemonSets and Deployments in every namespace: both on the system nodes only, where
+    no GPU worker's root reaches their tokens (docs/security.md)."""
     (addon,) = [
         a
         for a in default_app.resources("Workload", "AWS::EKS::Addon").values()
         if a["Properties"]["AddonName"] == ADDON_NAME
     ]
     values = json.loads(addon["Properties"]["ConfigurationValues"])
-    ksm = values["kubeStateMetrics"]
+    ksm = values[component]
     # Its own empty list replaces the root's "every taint" (the chart's tolerations helper).
     assert ksm["tolerations"] == []
     assert any(
