@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs.eks_types import control_plane_security_group
@@ -26,6 +27,33 @@ SHARED_LAYER_ID = "SharedHandlerLayer"
 def lambda_code(folder: str) -> lambda_.Code:
     """A plain-folder asset under ``assets/lambda/`` (no bundling, so no Docker)."""
     return lambda_.Code.from_asset(str(ASSETS / "lambda" / folder), exclude=["__pycache__"])
+
+
+def handler_function(
+    scope: Construct,
+    *,
+    folder: str,
+    description: str,
+    log_retention: logs.RetentionDays,
+    log_removal_policy: RemovalPolicy,
+    timeout: Duration | None = None,
+) -> lambda_.Function:
+    """A custom resource's function ``Function`` (``handler.on_event`` in ``assets/lambda/
+    <folder>``, with the shared layer) and its log group ``Logs``, in ``scope``."""
+    log_group = logs.LogGroup(
+        scope, "Logs", retention=log_retention, removal_policy=log_removal_policy
+    )
+    return lambda_.Function(
+        scope,
+        "Function",
+        runtime=PYTHON_RUNTIME,
+        handler="handler.on_event",
+        code=lambda_code(folder),
+        layers=[shared_layer(scope)],
+        timeout=timeout or Duration.minutes(1),
+        log_group=log_group,
+        description=description,
+    )
 
 
 def shared_layer(scope: Construct) -> lambda_.ILayerVersion:

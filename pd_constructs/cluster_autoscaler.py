@@ -12,15 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CustomResource, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
+from pd_constructs._lambda import handler_function
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
@@ -214,19 +213,12 @@ class GpuNodeTemplateTags(Construct):
         if bad:
             raise ValueError(f"GpuNodeTemplateTags: {bad[0]} is not a {NODE_TEMPLATE}* tag")
         stack = Stack.of(self)
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
-        self.function = fn = lambda_.Function(
+        self.function = fn = handler_function(
             self,
-            "Function",
-            runtime=PYTHON_RUNTIME,
-            handler="handler.on_event",
-            code=lambda_code("asg_tags"),
-            layers=[shared_layer(self)],
-            timeout=Duration.minutes(1),
-            log_group=log_group,
+            folder="asg_tags",
             description="Tags the GPU Auto Scaling group for the Cluster Autoscaler",
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         nodegroup_arn = stack.format_arn(
             service="eks",
@@ -259,7 +251,7 @@ class GpuNodeTemplateTags(Construct):
         )
         # Tells CloudFormation's rollback Update (best effort, never failed) from a deploy.
         grant_describe_own_stack(fn)
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
         self.resource = CustomResource(
             self,
             "Resource",

@@ -15,12 +15,11 @@ from collections.abc import Mapping
 
 from aws_cdk import Aws, CfnMapping, CustomResource, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
+from pd_constructs._lambda import handler_function
 from pd_constructs.nag import acknowledge_basic_execution_role
 from pd_constructs.network import suppress_provider_framework
 from pd_constructs.rollback import grant_describe_own_stack
@@ -94,19 +93,13 @@ class ImageDigests(Construct):
         """``repository_arns``: ECR repositories of references whose registry is a
         CloudFormation token (``ecr_repository_arn`` cannot read those)."""
         super().__init__(scope, construct_id)
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
-        fn = lambda_.Function(
+        fn = handler_function(
             self,
-            "Function",
-            runtime=PYTHON_RUNTIME,
-            handler="handler.on_event",
-            code=lambda_code("image_digest"),
-            layers=[shared_layer(self)],
-            timeout=Duration.minutes(2),
-            log_group=log_group,
+            folder="image_digest",
             description="Pins the pods' images to digests at deploy time",
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
+            timeout=Duration.minutes(2),
         )
         repositories = sorted({a for a in map(ecr_repository_arn, images.values()) if a})
         repositories += list(repository_arns)
@@ -116,7 +109,7 @@ class ImageDigests(Construct):
             )
         # Tells CloudFormation's rollback Update (answered at once, no registry call).
         grant_describe_own_stack(fn)
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
         self.resource = CustomResource(
             self,
             "Resource",

@@ -13,7 +13,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
+from pd_constructs._lambda import PYTHON_RUNTIME, handler_function, lambda_code, shared_layer
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     acknowledge,
@@ -90,7 +90,7 @@ class GpuAvailabilityZoneProvider(Construct):
                 resources=["*"],
             )
         )
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
         self.service_token = provider.service_token
         self._describe_findings: list[str] = []
         acknowledge_basic_execution_role(fn)
@@ -355,19 +355,12 @@ class DefaultSecurityGroupRestriction(Construct):
         log_removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
-        self.function = fn = lambda_.Function(
+        self.function = fn = handler_function(
             self,
-            "Function",
-            runtime=PYTHON_RUNTIME,
-            handler="handler.on_event",
-            code=lambda_code("default_sg"),
-            layers=[shared_layer(self)],
-            timeout=Duration.minutes(1),
-            log_group=log_group,
+            folder="default_sg",
             description="Removes the rules of the VPC's default security group",
+            log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         group_arn = Stack.of(self).format_arn(
             service="ec2", resource="security-group", resource_name=default_security_group_id
@@ -378,7 +371,7 @@ class DefaultSecurityGroupRestriction(Construct):
                 resources=[group_arn],
             )
         )
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=log_group)
+        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
         self.resource = CustomResource(
             self,
             "Resource",
