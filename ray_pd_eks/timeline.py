@@ -64,7 +64,16 @@ SOCI_PULL_SPEEDUP = 284 / 133
 NVME_MBPS = 2000.0  # RAID0 of the instance-store NVMe: never the bottleneck
 GP3_BASELINE_MBPS = 125.0
 WEIGHTS_GB = 18.0
-HF_MBPS = 150.0  # Hugging Face (xet/CDN) to one node
+# Hugging Face (Xet) to one GPU node while the other downloads too, through the one NAT
+# gateway: its 5 Gbit/s before it scales (it "supports 5 Gbps of bandwidth and automatically
+# scales up to 100 Gbps", Amazon VPC User Guide, NAT gateway basics; how fast it scales is not
+# published) shared by two nodes, 2.5 Gbit/s, rounded down. Below what the pinned hf_xet
+# measured with the prefetch's buffer settings (unsloth-zoo PR 972: 17.5 Gbit/s for a 61 GB,
+# 13-shard repo, 3.2-4.8 Gbit/s for single 2.6-3.2 GB files; assets/manifests/containers/
+# prefetch-from-hf.yaml) and what a g6.8xlarge may send through a gateway (50 % of its 25
+# Gbit/s with 32 vCPUs; 5 Gbit/s per flow, and Xet opens many: EC2 User Guide, instance
+# network bandwidth). docs/deploy-timeline.md, "The model".
+HF_MBPS = 300.0
 S3_MBPS = 400.0  # S3 in-region to one node (aws s3 sync)
 PIP_INSTALL_MINUTES = 0.2  # the prefetch installs its pinned huggingface_hub
 HEAD_START = 1.0  # Ray head, GCS, dashboard and Serve controller up

@@ -86,9 +86,22 @@ def test_the_weights_download_beside_the_image_pull_not_after_it(model: Timeline
     pull = _step(model, r"^pull Ray image on the gpu-worker node")
     weights = _step(model, r"^download weights")
     assert weights.start < pull.end
-    # Both start when the GPU node joins; with SOCI parallel pull the image is the shorter
-    # of the two (Hugging Face at the modelled 150 MB/s is not).
+    # Both start when the GPU node joins (the weights after the small prefetch image and the
+    # install); at one node's share of the NAT gateway they end before the image does, so
+    # the engines wait for the image, not for Hugging Face.
     assert weights.start - pull.start <= 2 * timeline.SMALL_IMAGE_MINUTES + 1e-9
+    assert weights.end < pull.end
+    engines = _step(model, r"^vLLM engines up")
+    assert engines.after == pull.name
+
+
+def test_the_hugging_face_rate_is_one_nodes_share_of_the_nat_gateway() -> None:
+    """Two GPU nodes download at once through one NAT gateway: 5 Gbit/s before it scales
+    (Amazon VPC User Guide). The modelled rate is that share rounded down: at most half of it,
+    and within 10 % of it."""
+    share_gbps = 5.0 / 2
+    modelled_gbps = timeline.HF_MBPS * 8 / 1000
+    assert 0.9 * share_gbps < modelled_gbps <= share_gbps
 
 
 def test_the_operator_and_rayservice_do_not_wait_for_the_gpu_nodes(model: Timeline) -> None:
@@ -176,7 +189,7 @@ def test_the_gpu_image_is_pulled_with_soci_parallel_pull(model: Timeline) -> Non
 
 def test_cold_start_states_the_scale_out_figure(default_app: Synthesized) -> None:
     growth = timeline.scale_out(Deploy.from_assembly(default_app.outdir))
-    assert growth.minutes == pytest.approx(7.9, abs=0.05)
+    assert growth.minutes == pytest.approx(7.1, abs=0.05)
     names = [what for what, _, _ in growth.steps]
     assert names[0] == "node launches, boots and joins" and names[-1] == "replica serves"
     doc = (ROOT / "docs" / "cold-start.md").read_text()
@@ -208,7 +221,7 @@ def test_the_docs_and_the_readme_state_the_modelled_time(
 ) -> None:
     """One deploy time everywhere, taken from the model: change the graph, update the docs."""
     minutes = model.endpoint_minutes
-    assert minutes == pytest.approx(24.0, abs=0.01)
+    assert minutes == pytest.approx(23.16, abs=0.01)
     doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
     assert f"| this version | **{minutes:.1f} min** |" in doc
     assert f"after about **{round(minutes)} minutes**" in doc

@@ -179,6 +179,52 @@ def test_prefetch_fills_the_same_cache_from_hugging_face(default_app: Synthesize
     assert cache["hostPath"]["path"] == "/mnt/k8s-disks/0/ray-pd-eks/model-cache"
 
 
+# hf_xet's download buffer (hf-xet 1.8.0, xet_runtime/src/config/groups/reconstruction.rs):
+# SIZE plus PERFILE per active file, at most LIMIT; pinned, not derived from the container's
+# memory limit. Byte sizes as hf_xet parses them (decimal gb/mb).
+XET_BUFFER = {
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE": "2gb",
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE": "512mb",
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_LIMIT": "4gb",
+}
+XET_PROCESS_OVERHEAD = 0.6e9  # peak RSS over the buffer: 6.6 GB measured with a 6 GB buffer
+
+
+def _bytes(size: str) -> float:
+    units = {"gb": 1e9, "mb": 1e6, "gi": 2**30, "mi": 2**20}
+    return float(size[:-2]) * units[size[-2:].lower()]
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "token_app"])
+def test_prefetch_pins_the_xet_buffer_and_sizes_its_memory_limit_for_it(
+    app_name: str, request: pytest.FixtureRequest
+) -> None:
+    """The download rate the timeline models rests on these: a pinned buffer (hf-xet 1.8.0
+    would otherwise derive a quarter of the container's limit, 1.07 GB at the old 4Gi), high
+    performance mode off, and a memory limit that holds the buffer's ceiling with the
+    process's overhead. Requests stay small: they are the pod's for its whole life."""
+    app: Synthesized = request.getfixturevalue(app_name)
+    (fetch,) = [
+        c
+        for c in _pod(_daemon_set(app, "model-prefetch"))["initContainers"]
+        if c["name"] == "prefetch-model"
+    ]
+    env = _env(fetch)
+    assert {name: env.get(name) for name in XET_BUFFER} == XET_BUFFER
+    assert env["HF_XET_HIGH_PERFORMANCE"] == "0"
+    assert "max_workers=8" in fetch["args"][0]
+    size, perfile, limit = (_bytes(env[name]) for name in XET_BUFFER)
+    # A checkpoint of three shards downloads with the whole buffer; a fourth reaches the cap.
+    assert size + 3 * perfile <= limit < size + 4 * perfile
+    resources = fetch["resources"]
+    assert resources == {
+        "requests": {"cpu": "250m", "memory": "512Mi"},
+        "limits": {"memory": "6Gi"},
+    }
+    memory_limit = _bytes(resources["limits"]["memory"])
+    assert limit + XET_PROCESS_OVERHEAD <= memory_limit
+
+
 def test_without_nvme_the_cache_lives_on_the_root_volume(variant_app: Synthesized) -> None:
     volumes = {v["name"]: v for v in _workers(variant_app)["volumes"]}
     assert volumes["model-cache"]["hostPath"]["path"] == "/var/lib/ray-pd-eks/model-cache"
