@@ -27,7 +27,22 @@ from pd_constructs.model_access import (
 from pd_constructs.namespaces import WARMUP_NAMESPACE
 from pd_constructs.network_policy import render_warmup_network_policies
 from pd_constructs.templates import render
+from pd_constructs.workload import worker_resources
 from ray_pd_eks.config import AppConfig
+
+# The sandbox ("pause") image the EKS AL2023 AMIs cache at build time (awslabs/amazon-eks-ami,
+# templates/al2023/variables-default.json `pause_container_image`, AMI builds of 2026): from ECR
+# Public, which the nodes reach through the NAT gateway as they do for the prefetch image.
+# Pinned to its digest at deploy time like every other image (pd_constructs/images.py).
+PAUSE_IMAGE = "public.ecr.aws/eks-distro/kubernetes/pause:3.10"
+WARM_SPARE_PRIORITY_CLASS = "ray-pd-eks-gpu-warm-spare"
+# The Cluster Autoscaler's default --expendable-pods-priority-cutoff (cluster-autoscaler 1.35.2
+# and 1.36.1, config/flags/flags.go; not set in assets/helm-values/cluster-autoscaler.yaml).
+# A pod is expendable only *below* it (core/utils/expendable.go, IsExpendablePod), so a
+# placeholder at the cutoff still makes the autoscaler add a node, and the FAQ's
+# overprovisioning example uses exactly this value.
+CLUSTER_AUTOSCALER_EXPENDABLE_CUTOFF = -10
+WARM_SPARE_PRIORITY = CLUSTER_AUTOSCALER_EXPENDABLE_CUTOFF
 
 
 def render_warmup_namespace() -> dict[str, Any]:
@@ -79,13 +94,33 @@ def render_model_prefetch(
     )
 
 
+def render_warm_spares(config: AppConfig, *, image: str) -> list[dict[str, Any]]:
+    """The placeholders' PriorityClass and their Deployment of ``gpuWarmSpareNodes`` pause pods
+    (``image``), each asking for what a Ray GPU worker asks for (assets/manifests/
+    gpu-warm-spare.yaml says why each field is what it is)."""
+    return list(
+        render(
+            "manifests/gpu-warm-spare.yaml",
+            {
+                "NAMESPACE": WARMUP_NAMESPACE,
+                "PRIORITY_CLASS": WARM_SPARE_PRIORITY_CLASS,
+                "PRIORITY": WARM_SPARE_PRIORITY,
+                "REPLICAS": config.gpu_warm_spare_nodes,
+                "IMAGE": image,
+                "RESOURCES": worker_resources(config),
+            },
+        )
+    )
+
+
 class NodeWarmup(Construct):
     """The warm-up namespace, its default-deny NetworkPolicy, its admission policy and the
     cluster-wide GPU-node one, the pre-pull and prefetch DaemonSets and, when the prefetch
     needs AWS access, its Pod Identity service account.
     ``image`` (the Ray image), ``prefetch_image`` and ``aws_cli_image`` (default: as
     configured) and ``region`` may be CloudFormation tokens (digests resolved at deploy time,
-    the deploy region)."""
+    the deploy region). With ``gpuWarmSpareNodes`` also the warm spares' placeholders
+    (``pause_image``, required then), after the namespace and the admission policies."""
 
     def __init__(
         self,
@@ -98,6 +133,7 @@ class NodeWarmup(Construct):
         region: str,
         prefetch_image: str | None = None,
         aws_cli_image: str | None = None,
+        pause_image: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = eks.KubernetesManifest(
@@ -134,6 +170,18 @@ class NodeWarmup(Construct):
             manifest=render_warmup_network_policies(config),
         )
         self.network_policies.node.add_dependency(self.namespace)
+        self.warm_spares: eks.KubernetesManifest | None = None
+        if config.gpu_warm_spare_nodes:
+            if pause_image is None:
+                raise ValueError("NodeWarmup: gpuWarmSpareNodes needs pause_image")
+            self.warm_spares = eks.KubernetesManifest(
+                self,
+                "WarmSpares",
+                cluster=as_icluster(cluster),
+                manifest=render_warm_spares(config, image=pause_image),
+            )
+            self.warm_spares.node.add_dependency(self.namespace)
+            self.warm_spares.node.add_dependency(self.admission)
         self.service_account: ModelFetchServiceAccount | None = None
         if config.needs_model_access:
             self.service_account = ModelFetchServiceAccount(

@@ -358,6 +358,9 @@ class AppConfig:
     # installed when they differ. gpuNodeCount is the size the group is created with.
     gpu_node_min_count: int = 0
     gpu_node_max_count: int = 0
+    # Idle GPU nodes kept ready for decode scale-out (placeholder pods that a new worker
+    # preempts; docs/scaling.md, "Warm spare GPU nodes"); 0 = none. Needs both ranges above.
+    gpu_warm_spare_nodes: int = 0
     # Billions of parameters, for the model/GPU fit check; 0 = read from modelSource's name.
     model_params_billions: float = 0.0
     readiness_timeout_minutes: int = 55
@@ -918,6 +921,40 @@ def _scaling(c: AppConfig) -> list[str]:
             "that always run; raise gpuNodeMinCount or lower decodeMinReplicas"
         )
         out.append(_problem("decodeMinReplicas", c.decode_min_replicas, why))
+    return out + _warm_spares(c)
+
+
+def _warm_spares(c: AppConfig) -> list[str]:
+    """gpuWarmSpareNodes: headroom for decode scale-out, so it needs decode autoscaling and a
+    GPU node range (the Cluster Autoscaler adds the spare's node), and the spares beside the
+    replicas that always run must fit the group's maximum."""
+    spares, key = c.gpu_warm_spare_nodes, "gpuWarmSpareNodes"
+    if spares == 0:
+        return []
+    if spares < 0:
+        return [_problem(key, spares, "must be 0 (no spare) or a number of GPU nodes")]
+    out = []
+    if not c.decode_autoscales:
+        why = (
+            "warm spare nodes are headroom for decode scale-out: set decodeMaxReplicas above "
+            "decodeMinReplicas (decode autoscaling), or set gpuWarmSpareNodes=0"
+        )
+        out.append(_problem(key, spares, why))
+    if not c.gpu_nodes_autoscale:
+        why = (
+            "the Cluster Autoscaler adds a spare's node: set gpuNodeMaxCount above "
+            "gpuNodeMinCount (a GPU node range), or set gpuWarmSpareNodes=0"
+        )
+        out.append(_problem(key, spares, why))
+    if not out and c.worker_min_replicas + spares > c.gpu_node_max:
+        why = (
+            f"prefillReplicas + decodeMinReplicas + gpuWarmSpareNodes = "
+            f"{c.worker_min_replicas + spares} exceeds gpuNodeMaxCount {c.gpu_node_max}: each "
+            "spare holds a GPU node of its own beside the replicas that always run; raise "
+            f"gpuNodeMaxCount or set gpuWarmSpareNodes to at most "
+            f"{c.gpu_node_max - c.worker_min_replicas}"
+        )
+        out.append(_problem(key, spares, why))
     return out
 
 

@@ -471,6 +471,10 @@ class _Model:
 SCALE_OUT_NODE_JOIN = 3.0
 SCALE_OUT_DEVICE_PLUGINS = 0.3  # the EFA and NVIDIA plugin DaemonSets' pods on the new node
 SCALE_OUT_REPLICA_READY = 0.5  # the replica joins Serve and passes its health check
+# On a warm spare (gpuWarmSpareNodes): the scheduler preempts the placeholder (grace period 0)
+# and starts the worker pod there; the image is on the node already (pre-pull), so this is the
+# pod's sandbox, the device plugins' allocation and KubeRay's wait-gcs-ready.
+SCALE_OUT_SPARE_POD_START = 0.2
 
 
 @dataclass(frozen=True)
@@ -478,17 +482,27 @@ class ScaleOut:
     """The modelled minutes from a new GPU node's launch to its engine serving."""
 
     steps: tuple[tuple[str, float, float], ...]  # (what, start, end)
+    # With warm spares: from the worker pod's creation to its replica serving on a spare.
+    spare_steps: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def minutes(self) -> float:
         return max(end for _, _, end in self.steps)
+
+    @property
+    def spare_minutes(self) -> float | None:
+        """Minutes until a replica on a warm spare serves; None without spares."""
+        return max(end for _, _, end in self.spare_steps) if self.spare_steps else None
 
 
 def scale_out(deploy: Deploy, *, weights_in_s3: bool | None = None) -> ScaleOut:
     """The scale-out of the synthesized app: its GPU node's pull mode and disk and its weights'
     source, with the deploy's rates. The node joins; the pre-pull and prefetch DaemonSets and
     the device plugins start on it at once (they exist already), in parallel; the engine
-    starts when the image, the weights and the plugins are there. ``weights_in_s3`` models the
+    starts when the image, the weights and the plugins are there. With warm spares
+    (``gpuWarmSpareNodes``: the placeholders' Deployment is applied) also ``spare_steps``: the
+    new worker pod on a spare, which already holds the image and the weights, so only the pod
+    start, the engine start and Serve remain. ``weights_in_s3`` models the
     weights' source as given (True: staged in S3, ``modelS3Uri``; False: Hugging Face) instead
     of the app's own."""
     model = _Model(deploy, concurrency=4)
@@ -515,6 +529,19 @@ def scale_out(deploy: Deploy, *, weights_in_s3: bool | None = None) -> ScaleOut:
     mode = "SOCI parallel pull" if fast else "containerd's default pull"
     engine_start = max(joined + pull, weights_end, plugins_end)
     engine_end = engine_start + ENGINE_START
+    spare: tuple[tuple[str, float, float], ...] = ()
+    if model._applied("Deployment", "gpu-warm-spare"):
+        # The spare's node joined and warmed up long before: image and weights on its NVMe.
+        pod = SCALE_OUT_SPARE_POD_START
+        spare = (
+            ("worker pod preempts the placeholder and starts", 0.0, pod),
+            ("vLLM engine loads the weights and starts", pod, pod + ENGINE_START),
+            (
+                "replica serves",
+                pod + ENGINE_START,
+                pod + ENGINE_START + SCALE_OUT_REPLICA_READY,
+            ),
+        )
     return ScaleOut(
         (
             ("node launches, boots and joins", 0.0, joined),
@@ -523,7 +550,8 @@ def scale_out(deploy: Deploy, *, weights_in_s3: bool | None = None) -> ScaleOut:
             ("EFA and NVIDIA device plugins", joined, plugins_end),
             ("vLLM engine loads the weights and starts", engine_start, engine_end),
             ("replica serves", engine_end, engine_end + SCALE_OUT_REPLICA_READY),
-        )
+        ),
+        spare,
     )
 
 

@@ -10,7 +10,8 @@ resource with the duration model of ray_pd_eks/timeline.py (CloudFormation refer
 DependsOn and stack dependencies; the image pulls, weight downloads and engine start inside the
 cluster) and prints when the readiness check proves the endpoint, with the steps on the
 critical path, then the scale-out: a new GPU node's minutes until its engine serves (and
-with the weights staged in S3, when they are not; docs/cold-start.md). `--before`
+with the weights staged in S3, when they are not, and on a warm spare node when the app has
+them; docs/cold-start.md). `--before`
 synthesizes another commit in a temporary git worktree (sharing this checkout's .venv and
 node_modules) and models it with the same numbers.
 docs/deploy-timeline.md explains the model and shows the output.
@@ -95,6 +96,12 @@ def main() -> int:
         growth = scale_out(deploy)
         lines += ["", f"scale-out: a new GPU node serves after {growth.minutes:.1f} min"]
         lines += [f"  {start:5.1f} - {end:5.1f}  {what}" for what, start, end in growth.steps]
+        if growth.spare_minutes is not None:
+            lines += [
+                f"  on a warm spare (gpuWarmSpareNodes): serves after {growth.spare_minutes:.1f} "
+                "min (its image and weights are on the node)"
+            ]
+            lines += [f"    {s:5.1f} - {e:5.1f}  {what}" for what, s, e in growth.spare_steps]
         staged = scale_out(deploy, weights_in_s3=True)
         if staged.minutes != growth.minutes:
             lines += [f"  with the weights staged in S3 (modelS3Uri): {staged.minutes:.1f} min"]

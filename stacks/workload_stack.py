@@ -18,7 +18,7 @@ from pd_constructs.cluster import SystemNodeGroup
 from pd_constructs.endpoint import ApplicationEndpoint
 from pd_constructs.images import ImageDigests, ray_image
 from pd_constructs.observability import PdObservability
-from pd_constructs.warmup import NodeWarmup
+from pd_constructs.warmup import PAUSE_IMAGE, NodeWarmup
 from pd_constructs.workload import PdWorkload
 from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.config import AppConfig
@@ -44,15 +44,18 @@ class WorkloadStack(InClusterStack):
         # Every pod references its image by digest, resolved once here (pd_constructs/images.py):
         # the Ray pods and the pre-pull on every node run the same build.
         ray_reference, ray_repository = ray_image(self, config)
+        images = {
+            "Ray": ray_reference,
+            "AwsCli": config.aws_cli_image,
+            "Prefetch": config.prefetch_image,
+        }
+        if config.gpu_warm_spare_nodes:
+            images["Pause"] = PAUSE_IMAGE  # the warm spares' placeholders
         self.images = ImageDigests(
             self,
             "Images",
             repository_arns=(ray_repository,) if ray_repository else (),
-            images={
-                "Ray": ray_reference,
-                "AwsCli": config.aws_cli_image,
-                "Prefetch": config.prefetch_image,
-            },
+            images=images,
             log_retention=self.log_retention,
             log_removal_policy=self.log_removal_policy,
         )
@@ -68,6 +71,7 @@ class WorkloadStack(InClusterStack):
             region=Aws.REGION,
             prefetch_image=self.images.reference("Prefetch"),
             aws_cli_image=self.images.reference("AwsCli"),
+            pause_image=self.images.reference("Pause") if config.gpu_warm_spare_nodes else None,
         )
         self.workload = PdWorkload(
             self,

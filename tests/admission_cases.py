@@ -31,14 +31,16 @@ from pd_constructs.admission import (
 )
 from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
 from pd_constructs.templates import load_yaml
-from pd_constructs.warmup import render_image_prepull, render_model_prefetch
+from pd_constructs.warmup import render_image_prepull, render_model_prefetch, render_warm_spares
 from pd_constructs.workload import render_rayservice
-from ray_pd_eks.config import AppConfig
+from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.admission import Request
 
 IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
 ATTACKER_IMAGE = "attacker.example.com/shell:latest"
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+# Who creates a Deployment's pods (through its ReplicaSet), with per-controller credentials.
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
 ADMIN = "arn:aws:iam::123456789012:role/admin"  # how EKS names an access entry's user
 
 
@@ -141,9 +143,19 @@ def raycluster(config: AppConfig, owner: str | None = None) -> dict[str, Any]:
 def warmup_pods(config: AppConfig) -> dict[str, dict[str, Any]]:
     prefetch = render_model_prefetch(config, region="us-west-2")
     prepull = render_image_prepull(image=IMAGE)
+    # The warm spares' placeholder (gpuWarmSpareNodes), rendered whatever ``config`` says: with
+    # decode 1..3 on 2..4 nodes and one spare.
+    spare_config = DEFAULTS.with_overrides(
+        {"decodeMaxReplicas": 3, "gpuNodeMaxCount": 4, "gpuWarmSpareNodes": 1}
+    )
+    (_, spare) = render_warm_spares(spare_config, image="pause@sha256:" + "0" * 64)
+    # The policies do not judge priority; without the PriorityClass (the cluster tier creates
+    # only the policies) the API server's Priority plugin would refuse the pod before them.
+    del spare["spec"]["template"]["spec"]["priorityClassName"]
     return {
         "prefetch": _pod(prefetch["spec"]["template"], WARMUP_NAMESPACE, "model-prefetch-a", {}),
         "prepull": _pod(prepull["spec"]["template"], WARMUP_NAMESPACE, "image-prepull-a", {}),
+        "spare": _pod(spare["spec"]["template"], WARMUP_NAMESPACE, "gpu-warm-spare-a", {}),
     }
 
 
@@ -424,6 +436,28 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     case(
         "the DaemonSet controller creates a privileged pre-pull pod",
         _pod_request("CREATE", WARMUP_NAMESPACE, controller, _with(warm["prepull"], privileged)),
+        False,
+        warmup_policy,
+    )
+    # A warm spare's placeholder asks for GPUs and EFA and tolerates the GPU taint: admitted in
+    # the warm-up namespace (exempt from the GPU-node policy), refused anywhere else.
+    case(
+        "the ReplicaSet controller creates a warm spare's placeholder",
+        _pod_request("CREATE", WARMUP_NAMESPACE, REPLICASET_CONTROLLER, warm["spare"]),
+        True,
+    )
+    elsewhere = _with(warm["spare"], lambda p: p["metadata"].update(namespace="default"))
+    case(
+        "the ReplicaSet controller creates a copy of the placeholder in namespace default",
+        _pod_request("CREATE", "default", REPLICASET_CONTROLLER, elsewhere),
+        False,
+        "ray-pd-eks-gpu-nodes",
+    )
+    case(
+        "the ReplicaSet controller creates a privileged placeholder",
+        _pod_request(
+            "CREATE", WARMUP_NAMESPACE, REPLICASET_CONTROLLER, _with(warm["spare"], privileged)
+        ),
         False,
         warmup_policy,
     )

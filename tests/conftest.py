@@ -98,7 +98,8 @@ def default_app() -> Synthesized:
 @pytest.fixture(scope="session")
 def variant_app() -> Synthesized:
     """Every non-default branch at once: explicit env, public endpoint, admins, UCX, 3 nodes
-    scaling to 4 with decode autoscaling (the Cluster Autoscaler and KubeRay's autoscaler),
+    scaling to 4 with decode autoscaling (the Cluster Autoscaler and KubeRay's autoscaler) and
+    one warm spare GPU node,
     images and caches on the root volume, weights staged from S3, a capacity reservation in an
     existing placement group, an internal HTTPS endpoint whose tokens come from the stack's
     own Cognito pool, and no observability (the account brings its own)."""
@@ -115,6 +116,8 @@ def variant_app() -> Synthesized:
             # Decode follows the load (2..3 replicas) on a GPU node group of 3..4 nodes.
             "decodeMaxReplicas": 3,
             "gpuNodeMaxCount": 4,
+            # One warm spare GPU node (2 decode + 1 prefill + 1 spare = gpuNodeMaxCount).
+            "gpuWarmSpareNodes": 1,
             "kubernetesVersion": "1.35",
             "retainLogs": True,
             "logRetentionDays": 365,

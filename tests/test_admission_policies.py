@@ -245,6 +245,8 @@ def test_what_may_run_on_gpu_nodes_is_exactly_the_exempt_namespaces(
     assert sorted(tenants) == sorted(gpu_namespaces(app.config)), tenants
     assert app.config.ray_service_name in tenants[app.config.namespace]
     assert {"image-prepull", "model-prefetch"} <= tenants[WARMUP_NAMESPACE]
+    # The warm spares' placeholders (variant_app has one) run there too.
+    assert ("gpu-warm-spare" in tenants[WARMUP_NAMESPACE]) == bool(app.config.gpu_warm_spare_nodes)
     assert {"aws-efa-k8s-device-plugin", "nvidia-device-plugin"} <= tenants["kube-system"]
 
 

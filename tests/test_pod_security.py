@@ -35,7 +35,7 @@ def _pods(app: Synthesized) -> list[tuple[str, str, dict[str, Any]]]:
     pods = []
     for obj in _objects(app):
         ns = obj["metadata"].get("namespace", "")
-        if obj["kind"] == "DaemonSet":
+        if obj["kind"] in ("DaemonSet", "Deployment"):
             pods.append((ns, obj["metadata"]["name"], obj["spec"]["template"]))
         if obj["kind"] == "RayService":
             cluster = obj["spec"]["rayClusterConfig"]
