@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import ArnFormat, CustomResource, Duration, Stack
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -145,17 +145,19 @@ def gpu_capacity_watch_provider(
     served_stack_name: str | None,
     timeout: Duration,
     log_retention: logs.RetentionDays,
+    log_removal_policy: RemovalPolicy = EVIDENCE_REMOVAL_POLICY,
 ) -> cr.Provider:
     """The watch's functions, log groups and Provider, as children of ``home`` (``Logs``,
     ``OnEvent``, ``IsComplete``, ``Provider``, ``WaiterLogs``). ``watched`` is the node group
     name (or a ``<prefix>-*`` pattern) its policy names; ``served_stack_name`` the stack of
     the custom resource when it is not ``home``'s (None: ``home``'s own), for the rollback
-    test's DescribeStacks."""
+    test's DescribeStacks. The log groups are kept on delete (``log_removal_policy``, default
+    ``EVIDENCE_REMOVAL_POLICY``)."""
     stack = Stack.of(home)
     # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
     # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
     log_group = logs.LogGroup(
-        home, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
+        home, "Logs", retention=log_retention, removal_policy=log_removal_policy
     )
     common: dict[str, Any] = {
         "runtime": PYTHON_RUNTIME,
@@ -207,7 +209,7 @@ def gpu_capacity_watch_provider(
         timeout=timeout,
         log_group=log_group,
         log_retention=log_retention,
-        log_removal_policy=EVIDENCE_REMOVAL_POLICY,
+        log_removal_policy=log_removal_policy,
     )
     for fn in (on_event, is_complete):
         acknowledge_basic_execution_role(fn)

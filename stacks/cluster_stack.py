@@ -130,6 +130,9 @@ class ClusterStack(AppStack):
             served_stack_name=gpu_nodes_stack_name,
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             log_retention=self.log_retention,
+            # No longer failure evidence (the watch of this release is GpuNodes'): with the
+            # app's other logs, so a fresh deploy leaves nothing of it behind.
+            log_removal_policy=self.log_removal_policy,
         )
         cluster = self.cluster
         kubectl = cluster.kubectl_provider
