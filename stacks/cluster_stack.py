@@ -81,7 +81,8 @@ class ClusterStack(AppStack):
             log_retention=self.log_retention,
             log_removal_policy=self.log_removal_policy,
         )
-        # Before any node joins (the node groups' stacks deploy after this one): nodes come up
+        # Before any node joins (the system nodes' stack deploys after this one; the GPU nodes
+        # join minutes after the control plane is ACTIVE, this a minute after): nodes come up
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
         # they go before it. Beside the Pod Identity agent add-on, not after it.
         self.vpc_cni = VpcCniAddon(
@@ -90,7 +91,7 @@ class ClusterStack(AppStack):
             cluster=self.cluster,
             addon_version=config.vpc_cni_addon_version,
             cluster_name=config.cluster_name,
-            # The system nodes' subnets; the GPU subnet's access comes with it (GpuNodes).
+            # The system nodes' subnets by ARN; the GPU subnet (GpuNodes) by its tag.
             node_subnets=vpc.private_subnets,
         )
 
