@@ -15,8 +15,9 @@ The role does not carry ``AmazonEKS_CNI_Policy`` (every network interface of the
 (aws/amazon-vpc-cni-k8s ``docs/iam-policy.md``) narrowed further: new interfaces only in the
 node subnets (the private ones here by ARN, the GPU subnet of its own stack by its
 :data:`CNI_SUBNET_TAG` tag), every network-interface write conditioned on this cluster's VPC
-(``ec2:Vpc``; the sample's cluster-name tag is set only when the CNI knows ``CLUSTER_NAME``), the instance side
-on the tag our launch templates put on every node (:data:`NODE_TAG`), and ARNs on this account
+(``ec2:Vpc``; the sample's cluster-name tag is set only when the CNI knows ``CLUSTER_NAME``),
+the instance side on the tag our launch templates put on every node (:data:`NODE_TAG`), and
+ARNs on this account
 and region. Root on a node (which reaches these credentials) can then create interfaces in the
 node subnets and manage network interfaces of this VPC and attach them to this cluster's nodes,
 not those of any other VPC or instance, and not in the control plane's subnets.

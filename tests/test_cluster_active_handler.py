@@ -170,7 +170,7 @@ def test_an_older_version_keeps_waiting_on_an_update(monkeypatch: pytest.MonkeyP
 
 
 def test_versions_compare_as_numbers_not_text() -> None:
-    assert handler.version_tuple("1.100") > handler.version_tuple("1.36")  # type: ignore[operator]
+    assert handler.version_tuple("1.100") > handler.version_tuple("1.36")
     assert handler.version_tuple("1.36") == (1, 36)
     assert handler.version_tuple("latest") is None
 
@@ -180,7 +180,7 @@ def test_a_failed_cluster_fails_at_once_quoting_eks(monkeypatch: pytest.MonkeyPa
     answer["cluster"]["health"] = {
         "issues": [{"code": "Ec2SubnetInvalidConfiguration", "message": "subnet is full"}]
     }
-    with pytest.raises(handler.WaitError, match="cluster FAILED.*Ec2SubnetInvalidConfiguration"):
+    with pytest.raises(handler.WaitError, match=r"cluster FAILED.*Ec2SubnetInvalidConfiguration"):
         _poll(answer, monkeypatch=monkeypatch)
 
 

@@ -189,7 +189,7 @@ def test_a_waiter_is_scheduled_after_the_cluster_of_another_stack() -> None:
     )
     assert steps["Nodes/Wait"].start == pytest.approx(timeline.STACK_OVERHEAD)
     deploy.templates["Eks"]["Resources"]["Cluster"]["Properties"]["Name"] = "other"
-    with pytest.raises(ValueError, match="cannot schedule|waits for a cluster"):
+    with pytest.raises(ValueError, match=r"cannot schedule|waits for a cluster"):
         schedule(deploy)
 
 
