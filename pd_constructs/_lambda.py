@@ -37,17 +37,23 @@ def handler_function(
     log_retention: logs.RetentionDays,
     log_removal_policy: RemovalPolicy,
     timeout: Duration | None = None,
+    construct_id: str = "Function",
+    handler: str = "handler.on_event",
+    log_group: logs.ILogGroup | None = None,
 ) -> lambda_.Function:
-    """A custom resource's function ``Function`` (``handler.on_event`` in ``assets/lambda/
-    <folder>``, with the shared layer) and its log group ``Logs``, in ``scope``."""
-    log_group = logs.LogGroup(
-        scope, "Logs", retention=log_retention, removal_policy=log_removal_policy
-    )
+    """A custom resource's function ``construct_id`` (default ``Function``; ``handler``,
+    default ``handler.on_event``, in ``assets/lambda/<folder>``, with the shared layer) and its
+    log group ``Logs``, in ``scope``. A waiter's second function (``is_complete``) passes the
+    first one's ``log_group`` instead of getting one of its own."""
+    if log_group is None:
+        log_group = logs.LogGroup(
+            scope, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
     return lambda_.Function(
         scope,
-        "Function",
+        construct_id,
         runtime=PYTHON_RUNTIME,
-        handler="handler.on_event",
+        handler=handler,
         code=lambda_code(folder),
         layers=[shared_layer(scope)],
         timeout=timeout or Duration.minutes(1),

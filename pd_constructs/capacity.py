@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import ArnFormat, CustomResource, Duration, Stack
+from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import PYTHON_RUNTIME, lambda_code, shared_layer
@@ -96,72 +97,20 @@ class GpuCapacityWatch(Construct):
                 "GpuCapacityWatch: with provider_scope, give nodegroup_name_prefix (the "
                 "functions are created before the node group's name is known)"
             )
-        # The functions and the Provider: here, or in an earlier stack (``provider_scope``),
-        # created beside the cluster so the watch starts with the node group, not minutes
-        # after it. There the node group's name is not known yet (it follows the GPU AZ), so
-        # the policy names the configured prefix.
+        # The functions and the Provider: here (the node group's name is then known, and the
+        # policy names it), or in another stack (``provider_scope``), where the name is not
+        # known yet (it follows the GPU AZ) and the policy names the configured prefix.
         home: Construct = (
             self if provider_scope is None else Construct(provider_scope, construct_id)
         )
         self.provider_home = home
-
-        # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
-        # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
-        log_group = logs.LogGroup(
-            home, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
-        )
-        common: dict[str, Any] = {
-            "runtime": PYTHON_RUNTIME,
-            "code": lambda_code("capacity"),
-            "layers": [shared_layer(home)],
-            "log_group": log_group,
-        }
-        on_event = lambda_.Function(
+        provider = gpu_capacity_watch_provider(
             home,
-            "OnEvent",
-            handler="handler.on_event",
-            timeout=Duration.seconds(30),
-            description="GPU capacity watch: starts the watch",
-            **common,
-        )
-        # Tells CloudFormation's rollback Update (answered at once) from a deploy.
-        describe_findings: list[str] = []
-        if home is self:
-            grant_describe_own_stack(on_event)
-        else:
-            stack_arn = grant_describe_named_stack(on_event, Stack.of(self).stack_name)
-            describe_findings = [f"Resource::{nag_flatten(Stack.of(home), stack_arn)}"]
-        is_complete = lambda_.Function(
-            home,
-            "IsComplete",
-            handler="handler.is_complete",
-            timeout=HANDLER_TIMEOUT,
-            description="GPU capacity watch: one look at the node group and its launches",
-            **common,
-        )
-        watched = nodegroup_name if home is self else f"{nodegroup_name_prefix}-*"
-        nodegroup_arn = Stack.of(home).format_arn(
-            service="eks",
-            resource="nodegroup",
-            # The node group ARN ends in an id EKS assigns at creation.
-            resource_name=f"{cluster_name}/{watched}/*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        is_complete.add_to_role_policy(
-            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn])
-        )
-        is_complete.add_to_role_policy(
-            iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
-        )
-        provider = logged_waiter_provider(
-            home,
-            on_event=on_event,
-            is_complete=is_complete,
-            query_interval=QUERY_INTERVAL,
+            cluster_name=cluster_name,
+            watched=nodegroup_name if home is self else f"{nodegroup_name_prefix}-*",
+            served_stack_name=None if home is self else Stack.of(self).stack_name,
             timeout=timeout,
-            log_group=log_group,
             log_retention=log_retention,
-            log_removal_policy=EVIDENCE_REMOVAL_POLICY,
         )
         # CloudFormation refuses to change a custom resource's ServiceToken: with its
         # Provider moved to an earlier stack, the resource gets a new logical id (an upgrade
@@ -184,25 +133,101 @@ class GpuCapacityWatch(Construct):
             },
         )
 
-        for fn in (on_event, is_complete):
-            acknowledge_basic_execution_role(fn)
-        acknowledge(
-            is_complete,
-            "AwsSolutions-IAM5",
-            "autoscaling:DescribeScalingActivities has no resource-level permissions (read-only); "
-            "eks:DescribeNodegroup is limited to the one node group (or, created before it, to "
-            "the GPU node groups of the configured name prefix), whose ARN ends in an id EKS "
-            "assigns at creation (hence the trailing *).",
-            findings=["Resource::*", "Resource::" + nag_flatten(Stack.of(home), nodegroup_arn)],
-        )
-        if describe_findings:
-            acknowledge(
-                on_event,
-                "AwsSolutions-IAM5",
-                "cloudformation:DescribeStacks on the one stack that holds the watch's custom "
-                "resource (its ARN ends in an id CloudFormation assigns, hence the trailing *).",
-                findings=describe_findings,
-            )
-
     def attribute(self, name: str) -> str:
         return self.resource.get_att_string(name)
+
+
+def gpu_capacity_watch_provider(
+    home: Construct,
+    *,
+    cluster_name: str,
+    watched: str,
+    served_stack_name: str | None,
+    timeout: Duration,
+    log_retention: logs.RetentionDays,
+    log_removal_policy: RemovalPolicy = EVIDENCE_REMOVAL_POLICY,
+) -> cr.Provider:
+    """The watch's functions, log groups and Provider, as children of ``home`` (``Logs``,
+    ``OnEvent``, ``IsComplete``, ``Provider``, ``WaiterLogs``). ``watched`` is the node group
+    name (or a ``<prefix>-*`` pattern) its policy names; ``served_stack_name`` the stack of
+    the custom resource when it is not ``home``'s (None: ``home``'s own), for the rollback
+    test's DescribeStacks. The log groups are kept on delete (``log_removal_policy``, default
+    ``EVIDENCE_REMOVAL_POLICY``)."""
+    stack = Stack.of(home)
+    # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
+    # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
+    log_group = logs.LogGroup(
+        home, "Logs", retention=log_retention, removal_policy=log_removal_policy
+    )
+    common: dict[str, Any] = {
+        "runtime": PYTHON_RUNTIME,
+        "code": lambda_code("capacity"),
+        "layers": [shared_layer(home)],
+        "log_group": log_group,
+    }
+    on_event = lambda_.Function(
+        home,
+        "OnEvent",
+        handler="handler.on_event",
+        timeout=Duration.seconds(30),
+        description="GPU capacity watch: starts the watch",
+        **common,
+    )
+    # Tells CloudFormation's rollback Update (answered at once) from a deploy.
+    describe_findings: list[str] = []
+    if served_stack_name is None:
+        grant_describe_own_stack(on_event)
+    else:
+        stack_arn = grant_describe_named_stack(on_event, served_stack_name)
+        describe_findings = [f"Resource::{nag_flatten(stack, stack_arn)}"]
+    is_complete = lambda_.Function(
+        home,
+        "IsComplete",
+        handler="handler.is_complete",
+        timeout=HANDLER_TIMEOUT,
+        description="GPU capacity watch: one look at the node group and its launches",
+        **common,
+    )
+    nodegroup_arn = stack.format_arn(
+        service="eks",
+        resource="nodegroup",
+        # The node group ARN ends in an id EKS assigns at creation.
+        resource_name=f"{cluster_name}/{watched}/*",
+        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+    )
+    is_complete.add_to_role_policy(
+        iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn])
+    )
+    is_complete.add_to_role_policy(
+        iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
+    )
+    provider = logged_waiter_provider(
+        home,
+        on_event=on_event,
+        is_complete=is_complete,
+        query_interval=QUERY_INTERVAL,
+        timeout=timeout,
+        log_group=log_group,
+        log_retention=log_retention,
+        log_removal_policy=log_removal_policy,
+    )
+    for fn in (on_event, is_complete):
+        acknowledge_basic_execution_role(fn)
+    acknowledge(
+        is_complete,
+        "AwsSolutions-IAM5",
+        "autoscaling:DescribeScalingActivities has no resource-level permissions (read-only); "
+        "eks:DescribeNodegroup is limited to the one node group (or, created before it, to "
+        "the GPU node groups of the configured name prefix), whose ARN ends in an id EKS "
+        "assigns at creation (hence the trailing *).",
+        findings=["Resource::*", "Resource::" + nag_flatten(stack, nodegroup_arn)],
+    )
+    if describe_findings:
+        acknowledge(
+            on_event,
+            "AwsSolutions-IAM5",
+            "cloudformation:DescribeStacks on the one stack that holds the watch's custom "
+            "resource (its ARN ends in an id CloudFormation assigns, hence the trailing *).",
+            findings=describe_findings,
+        )
+    return provider

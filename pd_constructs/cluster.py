@@ -527,6 +527,10 @@ class EfaGpuNodeGroup(Construct):
     existing placement group (the one a reservation was created in); without it the group
     gets a cluster placement group of its own, unless a reservation is targeted (a
     reservation is usable in a cluster placement group only if it was created in that group).
+
+    ``cluster`` may be an imported cluster (``eks.Cluster.from_cluster_attributes``) with a
+    ``vpc`` and a ``cluster_security_group_id``: its name and that group are all the group and
+    its launch template read (the GPU node stack names the cluster by its configured name).
     """
 
     def __init__(
@@ -534,7 +538,7 @@ class EfaGpuNodeGroup(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         subnet: ec2.ISubnet,
         nodegroup_name: str,
         instance_type: str,
@@ -617,7 +621,7 @@ class EfaGpuNodeGroup(Construct):
         self.nodegroup = eks.Nodegroup(
             self,
             "Resource",
-            cluster=as_icluster(cluster),
+            cluster=cluster,
             nodegroup_name=nodegroup_name,
             ami_type=GPU_AMI_TYPE,
             # The instance type is set on the resource below, not here: aws-cdk-lib 2.275's
@@ -655,8 +659,9 @@ class EfaGpuNodeGroup(Construct):
 class GpuDevicePlugins(Construct):
     """The EFA and NVIDIA device plugins as pinned Helm charts, on the GPU nodes only.
 
-    Installed after the GPU node group (Helm waits for the DaemonSets to be ready), so on
-    ``cdk destroy`` they are removed before the nodes go.
+    Install them after the GPU node group (Helm waits for the DaemonSets to be ready), so on
+    ``cdk destroy`` they are removed before the nodes go: the GpuAddons stack, which depends
+    on the GPU node stack, does both.
     """
 
     def __init__(

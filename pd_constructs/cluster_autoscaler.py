@@ -20,6 +20,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs._lambda import handler_function
+from pd_constructs.cluster import GPU_LABELS
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
@@ -54,20 +55,32 @@ SCALING_ACTIONS = (
 )
 
 
-def discovery_tags(cluster_name: str, nodegroup_name: str) -> list[str]:
+# The node-template label tag that only the GPU node group's Auto Scaling group carries
+# (GpuNodeTemplateTags writes it there, from the group's labels): the autoscaler's discovery
+# narrows to it, since its own stack (GpuAddons) cannot know the group's name, which follows
+# the GPU AZ chosen at deploy time and is never exported (docs/architecture.md).
+GPU_GROUP_LABEL = ("role", GPU_LABELS["role"])
+
+
+def discovery_tags(cluster_name: str) -> list[str]:
     """``--node-group-auto-discovery=asg:tag=...``: the tags EKS puts on a managed node group's
-    Auto Scaling group, narrowed to this node group by ``eks:nodegroup-name=<name>``."""
+    Auto Scaling group, narrowed to the GPU node group by its node-template label tag
+    (:data:`GPU_GROUP_LABEL`)."""
+    key, value = GPU_GROUP_LABEL
     return [
         "k8s.io/cluster-autoscaler/enabled",
         f"k8s.io/cluster-autoscaler/{cluster_name}",
-        f"eks:nodegroup-name={nodegroup_name}",
+        f"{NODE_TEMPLATE}label/{key}={value}",
     ]
 
 
 class GpuClusterAutoscaler(Construct):
     """Service account with its Pod Identity role (created first), then the pinned chart on the
-    system nodes. ``cluster_name`` must be a literal (it is part of the IAM conditions and the
-    cdk-nag acknowledgment); ``nodegroup_name`` may hold tokens of this construct's stack."""
+    system nodes. ``cluster_name`` and ``nodegroup_name_prefix`` must be literals (they are part
+    of the IAM conditions and the cdk-nag acknowledgment): the role may resize and describe the
+    node groups named ``<nodegroup_name_prefix>-*`` of this cluster only (the GPU group's name
+    ends in its AZ and a hash: ``gpu_nodegroup_name``), and discovery finds the one Auto Scaling
+    group tagged with the GPU label (:func:`discovery_tags`)."""
 
     def __init__(
         self,
@@ -76,11 +89,12 @@ class GpuClusterAutoscaler(Construct):
         *,
         cluster: eks.Cluster,
         cluster_name: str,
-        nodegroup_name: str,
+        nodegroup_name_prefix: str,
         kubernetes_version: str,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        nodegroup_names = f"{nodegroup_name_prefix}-*"
         self.service_account = eks.ServiceAccount(
             self,
             "ServiceAccount",
@@ -100,7 +114,7 @@ class GpuClusterAutoscaler(Construct):
             service="eks",
             resource="nodegroup",
             # The node group ARN ends in an id EKS assigns at creation.
-            resource_name=f"{cluster_name}/{nodegroup_name}/*",
+            resource_name=f"{cluster_name}/{nodegroup_names}/*",
             arn_format=ArnFormat.SLASH_RESOURCE_NAME,
         )
         self.statements = [
@@ -109,10 +123,8 @@ class GpuClusterAutoscaler(Construct):
                 actions=list(SCALING_ACTIONS),
                 resources=[auto_scaling_groups],
                 conditions={
-                    "StringEquals": {
-                        "aws:ResourceTag/eks:cluster-name": cluster_name,
-                        "aws:ResourceTag/eks:nodegroup-name": nodegroup_name,
-                    }
+                    "StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster_name},
+                    "StringLike": {"aws:ResourceTag/eks:nodegroup-name": nodegroup_names},
                 },
             ),
             # Labels and taints of the group when it has no node to copy them from.
@@ -125,9 +137,9 @@ class GpuClusterAutoscaler(Construct):
             "AwsSolutions-IAM5",
             "Describe calls have no resource-level permissions (read-only); SetDesiredCapacity "
             "and TerminateInstanceInAutoScalingGroup apply only to an Auto Scaling group tagged "
-            "with this cluster's and this node group's names (the ASG's own name is chosen by "
-            "EKS); eks:DescribeNodegroup names the one node group, whose ARN ends in an id EKS "
-            "assigns at creation.",
+            "with this cluster's name and a GPU node group name (the configured prefix; the "
+            "ASG's own name is chosen by EKS); eks:DescribeNodegroup names this cluster's GPU "
+            "node groups, whose ARNs end in an id EKS assigns at creation.",
             findings=[
                 "Resource::*",
                 "Resource::" + nag_flatten(stack, auto_scaling_groups),
@@ -142,7 +154,7 @@ class GpuClusterAutoscaler(Construct):
             overrides={
                 "autoDiscovery": {
                     "clusterName": cluster_name,
-                    "tags": discovery_tags(cluster_name, nodegroup_name),
+                    "tags": discovery_tags(cluster_name),
                 },
                 "awsRegion": stack.region,
                 "image": {"tag": CLUSTER_AUTOSCALER_IMAGE_TAGS[kubernetes_version]},

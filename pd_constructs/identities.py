@@ -162,9 +162,9 @@ ROLES: tuple[Role, ...] = (
         "vpc-cni",
         ("Cluster/VpcCni/Role/Resource",),
         "aws-node (VPC CNI) through Pod Identity: network interfaces and addresses of this VPC, "
-        "created only in the node subnets (the GPU subnet's by a policy of the GPU stack), "
-        "attached to this cluster's nodes only (pd_constructs/vpc_cni.py `cni_statements`, "
-        "`CniSubnetAccess`)",
+        "created only in the node subnets (the system nodes' by ARN, the GPU subnet of the GPU "
+        "stack by its `ray-pd-eks/cni-node-subnet` tag naming this cluster), attached to this "
+        "cluster's nodes only (pd_constructs/vpc_cni.py `cni_statements`)",
         (PODS,),
         actions=_policy_actions(
             cni_statements(vpc_id="vpc-0", cluster_name="c", subnet_ids=["subnet-0"])
@@ -196,7 +196,7 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "cluster-autoscaler",
-        ("GpuNodes/ClusterAutoscaler/ServiceAccount/Role/Resource",),
+        ("GpuAddons/ClusterAutoscaler/ServiceAccount/Role/Resource",),
         "Cluster Autoscaler through Pod Identity: resize the GPU node group's ASG",
         (PODS,),
         actions=(
@@ -305,17 +305,37 @@ ROLES: tuple[Role, ...] = (
         (
             "Cluster/Providers/Readiness/OnEvent/ServiceRole/Resource",
             "Cluster/Providers/Recreate/OnEvent/ServiceRole/Resource",
+            "GpuNodes/GpuCapacityWatch/OnEvent/ServiceRole/Resource",
+            "GpuNodes/ClusterActive/OnEvent/ServiceRole/Resource",
+            # Kept for the upgrade, remove in the next release (ray_pd_eks/cross_stack.py).
             "Cluster/Providers/GpuCapacityWatch/OnEvent/ServiceRole/Resource",
         ),
-        "on-event handlers: tell CloudFormation's rollback Update from a deploy (own stack)",
+        "on-event handlers: tell CloudFormation's rollback Update from a deploy (the stack of "
+        "their custom resource)",
         (LAMBDA,),
         actions=(DESCRIBE_OWN_STACK,),
         managed=(BASIC,),
     ),
     Role(
         "gpu-az-chooser",
+        ("GpuNodes/GpuAzChoice/Chooser/Function/ServiceRole/Resource",),
+        "chooses the GPU AZ: read instance offerings and capacity reservations, and the subnet "
+        "the GPU route table already serves (kept on Create)",
+        (LAMBDA,),
+        actions=(
+            DESCRIBE_OWN_STACK,
+            "ec2:DescribeCapacityReservations",
+            "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeRouteTables",
+            "ec2:DescribeSubnets",
+        ),
+        managed=(BASIC,),
+    ),
+    Role(
+        "gpu-az-chooser-kept",
         ("Cluster/GpuAzChooser/Function/ServiceRole/Resource",),
-        "chooses the GPU AZ: read instance offerings and capacity reservations",
+        "the previous release's GPU AZ chooser, kept for the upgrade (its custom resource's "
+        "Delete); remove in the next release",
         (LAMBDA,),
         actions=(
             DESCRIBE_OWN_STACK,
@@ -325,8 +345,21 @@ ROLES: tuple[Role, ...] = (
         managed=(BASIC,),
     ),
     Role(
+        "cluster-active-waiter",
+        ("GpuNodes/ClusterActive/IsComplete/ServiceRole/Resource",),
+        "the GPU node stack's wait for the control plane: describe the one cluster and the "
+        "Cluster stack's status",
+        (LAMBDA,),
+        actions=(DESCRIBE_OWN_STACK, "eks:DescribeCluster"),
+        managed=(BASIC,),
+    ),
+    Role(
         "gpu-capacity-watch",
-        ("Cluster/Providers/GpuCapacityWatch/IsComplete/ServiceRole/Resource",),
+        (
+            "GpuNodes/GpuCapacityWatch/IsComplete/ServiceRole/Resource",
+            # Kept for the upgrade, remove in the next release (ray_pd_eks/cross_stack.py).
+            "Cluster/Providers/GpuCapacityWatch/IsComplete/ServiceRole/Resource",
+        ),
         "watches the GPU node group's launches to fail fast on missing capacity",
         (LAMBDA,),
         actions=("autoscaling:DescribeScalingActivities", "eks:DescribeNodegroup"),

@@ -96,14 +96,15 @@ class GpuAvailabilityZoneProvider(Construct):
         acknowledge_basic_execution_role(fn)
         suppress_provider_framework(provider, fn)
 
-    def serve_stack(self, stack: Stack) -> None:
-        """Let the function tell a rollback of ``stack`` (which holds the custom resource)
-        from a deploy: DescribeStacks on that one stack (docs/lifecycle.md)."""
+    def serve_stack(self, stack: Stack | str) -> None:
+        """Let the function tell a rollback of ``stack`` (which holds the custom resource, or
+        its name) from a deploy: DescribeStacks on that one stack (docs/lifecycle.md)."""
         if stack is Stack.of(self):
             grant_describe_own_stack(self.function)
             findings: list[str] = []
         else:
-            arn = grant_describe_named_stack(self.function, stack.stack_name)
+            name = stack if isinstance(stack, str) else stack.stack_name
+            arn = grant_describe_named_stack(self.function, name)
             findings = [f"Resource::{nag_flatten(Stack.of(self), arn)}"]
         acknowledge(
             self.function,
@@ -132,6 +133,9 @@ class GpuAvailabilityZone(Construct):
 
     ``subnet_cidrs`` are the two blocks the GPU subnet alternates between when it moves to
     another AZ (:func:`gpu_subnet_blocks`); ``subnet_cidr`` is the one to use now.
+    ``route_table_id`` (default "": none) is the GPU route table: on Create the subnet it
+    already serves counts as the previous choice, so a resource that replaces one of another
+    logical id (its Provider moved stack) keeps the AZ and block, and so the subnet.
     """
 
     def __init__(
@@ -148,6 +152,7 @@ class GpuAvailabilityZone(Construct):
         subnet_cidrs: Sequence[str],
         instance_count: int = 2,
         provider: GpuAvailabilityZoneProvider | None = None,
+        route_table_id: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         if len(subnet_cidrs) != 2:
@@ -165,6 +170,14 @@ class GpuAvailabilityZone(Construct):
             )
         # Tells CloudFormation's rollback Update (answered at once, no EC2 call) from a deploy.
         provider.serve_stack(Stack.of(self))
+        if route_table_id:
+            # On Create, the subnet the GPU route table already serves is the previous choice
+            # (read-only calls without resource-level permissions).
+            provider.function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["ec2:DescribeRouteTables", "ec2:DescribeSubnets"], resources=["*"]
+                )
+            )
         self.resource = CustomResource(
             self,
             "Resource",
@@ -177,6 +190,7 @@ class GpuAvailabilityZone(Construct):
                 "PlacementGroupName": placement_group_name,
                 "InstanceCount": str(instance_count),
                 "SubnetCidrs": ",".join(subnet_cidrs),
+                **({"RouteTableId": route_table_id} if route_table_id else {}),
             },
         )
         self.az_name = self.resource.get_att_string("AvailabilityZone")

@@ -13,10 +13,11 @@ removes the add-on with the cluster instead of leaving an unmanaged DaemonSet be
 The role does not carry ``AmazonEKS_CNI_Policy`` (every network interface of the region) but
 :func:`cni_statements`, the CNI project's "scope-down IAM policy per EKS cluster" for IPv4
 (aws/amazon-vpc-cni-k8s ``docs/iam-policy.md``) narrowed further: new interfaces only in the
-node subnets (the private ones here, the GPU subnet through :class:`CniSubnetAccess` in its
-own stack), every network-interface write conditioned on this cluster's VPC (``ec2:Vpc``; the
-sample's cluster-name tag is set only when the CNI knows ``CLUSTER_NAME``), the instance side
-on the tag our launch templates put on every node (:data:`NODE_TAG`), and ARNs on this account
+node subnets (the private ones here by ARN, the GPU subnet of its own stack by its
+:data:`CNI_SUBNET_TAG` tag), every network-interface write conditioned on this cluster's VPC
+(``ec2:Vpc``; the sample's cluster-name tag is set only when the CNI knows ``CLUSTER_NAME``),
+the instance side on the tag our launch templates put on every node (:data:`NODE_TAG`), and
+ARNs on this account
 and region. Root on a node (which reaches these credentials) can then create interfaces in the
 node subnets and manage network interfaces of this VPC and attach them to this cluster's nodes,
 not those of any other VPC or instance, and not in the control plane's subnets.
@@ -41,6 +42,13 @@ CNI_SERVICE_ACCOUNT = "aws-node"  # in kube-system
 # The tag every node of this cluster carries from its launch template (pd_constructs/cluster.py),
 # the one the CNI itself puts on the interfaces it creates when it knows the cluster's name.
 NODE_TAG = "cluster.k8s.amazonaws.com/name"
+# The tag, with the cluster's name as its value, of a node subnet created in another stack than
+# the CNI's role (the GPU subnet, in the GPU node stack): the role may create interfaces in a
+# subnet of this VPC that carries it, without that stack attaching a policy to the role (an
+# import from the Cluster stack). The Service Authorization Reference lists
+# aws:ResourceTag/${TagKey} among the condition keys of ec2:CreateNetworkInterface's subnet
+# resource (cfn-lint 1.58's data/AdditionalSpecs/Policies.json, ec2 "subnet").
+CNI_SUBNET_TAG = "ray-pd-eks/cni-node-subnet"
 # Read-only calls the CNI makes (the sample policy's Describe list, plus DescribeSecurityGroups
 # of the generic one); EC2 Describe* calls support no resource-level scoping.
 DESCRIBE_ACTIONS = (
@@ -91,16 +99,25 @@ def create_in_subnets(
 def cni_statements(
     *, vpc_id: str, cluster_name: str, subnet_ids: Sequence[str]
 ) -> list[iam.PolicyStatement]:
-    """What ``aws-node`` may do in EC2: describe, create interfaces in ``subnet_ids`` (the
-    GPU subnet is added by its own stack: :class:`CniSubnetAccess`), and change network
-    interfaces of ``vpc_id`` and their attachment to the nodes tagged with ``cluster_name``
-    only."""
+    """What ``aws-node`` may do in EC2: describe, create interfaces in ``subnet_ids`` and in
+    the subnets of ``vpc_id`` tagged ``CNI_SUBNET_TAG=<cluster_name>`` (the GPU subnet, tagged
+    by its own stack: :func:`tag_cni_subnet`), and change network interfaces of ``vpc_id`` and
+    their attachment to the nodes tagged with ``cluster_name`` only."""
     in_vpc = _in_vpc(vpc_id)
     return [
         iam.PolicyStatement(sid="Describe", actions=list(DESCRIBE_ACTIONS), resources=["*"]),
         # An interface can only be created in a node subnet, with security groups of the VPC;
         # the new interface itself has no VPC to condition on before it exists.
         create_in_subnets(vpc_id=vpc_id, subnet_ids=subnet_ids),
+        iam.PolicyStatement(
+            sid="CreateInterfaceInTaggedNodeSubnets",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[_ec2_arn("subnet/*")],
+            conditions={
+                **in_vpc,
+                "StringEquals": {f"aws:ResourceTag/{CNI_SUBNET_TAG}": cluster_name},
+            },
+        ),
         iam.PolicyStatement(
             sid="CreateInterfaceWithVpcGroups",
             actions=["ec2:CreateNetworkInterface"],
@@ -147,33 +164,11 @@ def cni_statements(
 CONFIGURATION_VALUES = {"enableNetworkPolicy": "true"}
 
 
-class CniSubnetAccess(Construct):
-    """Lets the CNI's role create interfaces in ``subnets`` too: a policy of the stack that
-    owns those subnets (the GPU subnet, created with its node group in the GPU stack, after
-    the role exists), attached to ``role``."""
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        role: iam.IRole,
-        vpc_id: str,
-        subnets: Sequence[ec2.ISubnet],
-    ) -> None:
-        super().__init__(scope, construct_id)
-        self.policy = iam.Policy(
-            self,
-            "Resource",
-            statements=[
-                create_in_subnets(
-                    vpc_id=vpc_id,
-                    subnet_ids=[s.subnet_id for s in subnets],
-                    sid="CreateInterfaceInGpuSubnet",
-                )
-            ],
-        )
-        role.attach_inline_policy(self.policy)
+def tag_cni_subnet(subnet: ec2.CfnSubnet, cluster_name: str) -> None:
+    """Tag ``subnet`` (a node subnet of another stack than the CNI's role) so the CNI's role
+    may create network interfaces in it (:data:`CNI_SUBNET_TAG`, valued ``cluster_name``).
+    A subnet's tags change in place, so tagging an existing subnet replaces nothing."""
+    subnet.tags.set_tag(CNI_SUBNET_TAG, cluster_name)
 
 
 class VpcCniAddon(Construct):
@@ -218,12 +213,13 @@ class VpcCniAddon(Construct):
             "EC2 Describe calls take no resource scope; every write is scoped to this account "
             "and region and conditioned on this VPC (ec2:Vpc) or this cluster's node tag; a "
             "new interface's ARN cannot be known before it exists (it is created only in the "
-            "node subnets, named by ARN).",
+            "node subnets, named by ARN, or in a subnet of this VPC tagged with this cluster's "
+            "name: the GPU subnet, created by another stack).",
             findings=[
                 "Resource::*",
                 *(
                     f"Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:{r}/*"
-                    for r in ("security-group", "network-interface", "instance")
+                    for r in ("security-group", "network-interface", "instance", "subnet")
                 ),
             ],
         )

@@ -24,7 +24,7 @@ from ray_pd_eks.config import AppConfig
 
 STAGE_ID = "RayPdEks"  # app.py's Stage; its stacks are selected as 'RayPdEks/<stack>'
 # Every stack, in deploy order (stacks/stage.py RayPdEksStage.stacks).
-STACKS = ("Network", "Cluster", "GpuNodes", "Workload", "Readiness")
+STACKS = ("Network", "Cluster", "GpuNodes", "Workload", "GpuAddons", "Readiness")
 DEPLOY_ALL = f"npx cdk deploy '{STAGE_ID}/*' --concurrency 4"
 
 
@@ -175,4 +175,76 @@ def markdown() -> str:
     """The table as docs/lifecycle.md shows it."""
     lines = ["| exported by | imported by | what | while |", "|---|---|---|---|"]
     lines += [f"| {r.exporter} | {r.importer} | {r.what} | {r.when} |" for r in REFERENCES]
+    return "\n".join(lines) + "\n"
+
+
+# -- kept for the upgrade, remove in the next release ----------------------------------------
+#
+# The previous release's GpuNodes stack imported from the Cluster stack; this one imports
+# nothing from it, and the two deploy side by side. The Cluster stack keeps, for one release,
+# what that old GpuNodes stack used (stacks/cluster_stack.py ``_keep_for_upgrade``):
+#
+# * its exports: CloudFormation refuses to delete an export that another stack still imports,
+#   and the old GpuNodes stack imports them until its own update is done;
+# * the Providers of its two custom resources whose Providers moved into GpuNodes (a custom
+#   resource cannot change its ServiceToken, so the new ones have new logical ids, and the
+#   old ones' Delete, at the end of the GpuNodes update, must still reach their Provider).
+#
+# tests/test_cross_stack.py checks every row against the synthesized Cluster stack, and that
+# docs/lifecycle.md lists them. The next release removes this table and what it names.
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One thing the Cluster stack keeps for the upgrade: an export (``name`` after
+    ``<stack>:``) or a Provider (``name``: the construct path under the Cluster stack)."""
+
+    kind: str  # "export" or "provider"
+    name: str
+    what: str
+
+
+KEPT_FOR_UPGRADE: tuple[Kept, ...] = (
+    Kept("export", "ExportsOutputRefCluster9EE0221C4853B4C3", "the cluster's name"),
+    Kept("export", "ExportsOutputFnGetAttCluster9EE0221CArn9E0B683E", "the cluster's ARN"),
+    Kept(
+        "export",
+        "ExportsOutputFnGetAttCluster9EE0221CClusterSecurityGroupIdC9685297",
+        "the cluster security group",
+    ),
+    Kept(
+        "export",
+        "ExportsOutputFnGetAttClusterKubectlProviderframeworkonEvent7915A232Arn81113105",
+        "the kubectl provider (the old device-plugin and autoscaler releases' Delete)",
+    ),
+    Kept(
+        "export",
+        "ExportsOutputFnGetAttGpuAzChooserProviderframeworkonEventC4F5C3F9Arn602EF012",
+        "the GPU AZ chooser's Provider",
+    ),
+    Kept(
+        "export",
+        "ExportsOutputFnGetAttProvidersGpuCapacityWatchProviderframeworkonEvent60047BB8ArnBBFEB054",
+        "the capacity watch's Provider",
+    ),
+    Kept("export", "ExportsOutputRefVpcCniRole0E3ED76EEF50D054", "the VPC CNI's role"),
+    Kept("provider", "GpuAzChooser", "the GPU AZ choice's Provider (old GpuAzE036B77A)"),
+    Kept(
+        "provider",
+        "Providers/GpuCapacityWatch",
+        "the capacity watch's Provider (old GpuCapacityWatchCheckFFD5439C)",
+    ),
+)
+
+
+def kept_markdown() -> str:
+    """The kept items as docs/lifecycle.md lists them."""
+    lines = ["| kept in the Cluster stack | what | for |", "|---|---|---|"]
+    for k in KEPT_FOR_UPGRADE:
+        use = (
+            "the old GpuNodes stack imports it until its update is done"
+            if k.kind == "export"
+            else "the Delete of the old GpuNodes stack's custom resource"
+        )
+        lines.append(f"| {k.kind} `{k.name}` | {k.what} | {use} |")
     return "\n".join(lines) + "\n"

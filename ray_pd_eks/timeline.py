@@ -50,6 +50,7 @@ DURATIONS = {
 # Managed node groups: launch, boot, join, ACTIVE. The NVIDIA AMI boots slower (driver, EFA).
 NODEGROUP_MINUTES = {"standard": 3.0, "gpu": 4.5}
 WATCH_POLL = 0.5  # a waiter custom resource's first poll
+CLUSTER_ACTIVE_POLL = 0.25  # Custom::ClusterActive polls every 15 s: it ends one poll after ACTIVE
 
 # What happens on the nodes.
 DLC_IMAGE_GB = 20.0  # compressed: what is downloaded
@@ -256,11 +257,32 @@ class _Model:
             previous_end, previous_name = end_step.end, f"stack {stack}"
         return self.timeline
 
+    def _waits_for(self, stack: str) -> set[str]:
+        """The stacks whose EKS cluster a ``Custom::ClusterActive`` of ``stack`` waits for: not
+        a stack dependency (both deploy side by side), but the model schedules them first."""
+        names = {
+            json.dumps(r["Properties"].get("ClusterName"))
+            for r in self.deploy.templates[stack]["Resources"].values()
+            if r["Type"] == "Custom::ClusterActive"
+        }
+        return {
+            other
+            for other, template in self.deploy.templates.items()
+            if other != stack
+            and any(
+                r["Type"] == "AWS::EKS::Cluster"
+                and json.dumps(r["Properties"].get("Name")) in names
+                for r in template["Resources"].values()
+            )
+        }
+
     def _stack_order(self) -> list[str]:
         done: list[str] = []
         pending = list(self.deploy.templates)
         while pending:
-            ready = [s for s in pending if self.deploy.dependencies[s] <= set(done)]
+            ready = [
+                s for s in pending if self.deploy.dependencies[s] | self._waits_for(s) <= set(done)
+            ]
             if not ready:
                 raise ValueError(f"stack dependency cycle among {pending}")
             done.append(ready[0])
@@ -316,6 +338,20 @@ class _Model:
             if not all(n in self.timeline.steps for n in names):
                 return None
             return _latest([(self.timeline.steps[n].end, n) for n in names], begin + WATCH_POLL, "")
+        if rtype == "Custom::ClusterActive":
+            clusters = self._find(
+                "AWS::EKS::Cluster",
+                lambda r: (
+                    json.dumps(r["Properties"].get("Name")) == json.dumps(props.get("ClusterName"))
+                ),
+            )
+            if not clusters or not all(n in self.timeline.steps for n, _ in clusters):
+                raise ValueError(f"{stack}/{logical_id} waits for a cluster the model lacks")
+            return _latest(
+                [(self.timeline.steps[n].end + CLUSTER_ACTIVE_POLL, n) for n, _ in clusters],
+                begin + CLUSTER_ACTIVE_POLL,
+                "",
+            )
         if rtype == "Custom::RayServiceReadiness":
             if not self._cluster_side_ready():
                 return None

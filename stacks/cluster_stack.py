@@ -2,9 +2,15 @@
 restriction of the VPC's default security group.
 
 Deliberately nothing that waits for a node or calls the Kubernetes API (that needs the NAT
-gateway created here): the system node group with the workload and the node warm-up, and the
-GPU node group with its subnet, capacity watch and device plugins, are in their own stacks,
-which deploy side by side once this one is done (docs/architecture.md).
+gateway created here): the system node group with the workload and the node warm-up are in
+the Workload stack, after this one; the GPU node group with its subnet and capacity watch is
+in the GpuNodes stack, which deploys beside this one (it waits for the control plane itself);
+the GPU device plugins are in the GpuAddons stack (docs/architecture.md).
+
+It also keeps, for one release, what the previous version's GpuNodes stack used from here (the
+GPU AZ chooser's and the capacity watch's Providers, and the exports it imported): the
+upgrade deletes that stack's old custom resources through them, and CloudFormation refuses to
+delete an export another stack still imports (ray_pd_eks/cross_stack.py ``KEPT_FOR_UPGRADE``).
 """
 
 from __future__ import annotations
@@ -12,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Unpack
 
-from aws_cdk import CfnOutput
+from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from pd_constructs.capacity import gpu_capacity_watch_provider
 from pd_constructs.cluster import PdCluster
 from pd_constructs.network import (
     DefaultSecurityGroupRestriction,
@@ -37,6 +44,7 @@ class ClusterStack(AppStack):
         egress_route_table_ids: Sequence[str],
         load_balancer_route_table_ids: Sequence[str],
         default_security_group_id: str,
+        gpu_nodes_stack_name: str,
         **props: Unpack[AppStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
@@ -64,14 +72,6 @@ class ClusterStack(AppStack):
             log_removal_policy=self.log_removal_policy,
         )
         self.cluster = self.eks.cluster
-        # The GPU AZ chooser's function, created beside the control plane; its custom resource
-        # is in the GPU node stack (the choice changes with the AZ, so it is never exported).
-        self.gpu_az_chooser = GpuAvailabilityZoneProvider(
-            self,
-            "GpuAzChooser",
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
-        )
         # The VPC's default security group loses its rules here, beside the control plane,
         # rather than in the network stack, which would wait for this function first.
         self.default_security_group = DefaultSecurityGroupRestriction(
@@ -81,7 +81,8 @@ class ClusterStack(AppStack):
             log_retention=self.log_retention,
             log_removal_policy=self.log_removal_policy,
         )
-        # Before any node joins (the node groups' stacks deploy after this one): nodes come up
+        # Before any node joins (the system nodes' stack deploys after this one; the GPU nodes
+        # join minutes after the control plane is ACTIVE, this a minute after): nodes come up
         # with the managed CNI (NetworkPolicy enforcement, its own identity), and on destroy
         # they go before it. Beside the Pod Identity agent add-on, not after it.
         self.vpc_cni = VpcCniAddon(
@@ -90,7 +91,7 @@ class ClusterStack(AppStack):
             cluster=self.cluster,
             addon_version=config.vpc_cni_addon_version,
             cluster_name=config.cluster_name,
-            # The system nodes' subnets; the GPU subnet's access comes with it (GpuNodes).
+            # The system nodes' subnets by ARN; the GPU subnet (GpuNodes) by its tag.
             node_subnets=vpc.private_subnets,
         )
 
@@ -98,6 +99,7 @@ class ClusterStack(AppStack):
         # RayService recreate, GPU capacity watch): created here beside the control plane, so
         # those stacks hold only the checks themselves (docs/deploy-timeline.md).
         self.providers = Construct(self, "Providers")
+        self._keep_for_upgrade(gpu_nodes_stack_name)
 
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Region", value=self.region)
@@ -106,3 +108,43 @@ class ClusterStack(AppStack):
             "UpdateKubeconfigCommand",
             value=f"aws eks update-kubeconfig --region {self.region} --name {config.cluster_name}",
         )
+
+    def _keep_for_upgrade(self, gpu_nodes_stack_name: str) -> None:
+        """Kept for the upgrade from the version whose GpuNodes stack imported from this one;
+        remove in the next release (ray_pd_eks/cross_stack.py ``KEPT_FOR_UPGRADE``,
+        docs/lifecycle.md). The two Providers serve the Delete of that stack's old GPU AZ
+        choice and capacity watch (a custom resource's ServiceToken cannot change, so the new
+        ones, in GpuNodes, have new logical ids); the exports stay while the old GpuNodes
+        stack, updated beside this one, still imports them."""
+        config = self.config
+        chooser = GpuAvailabilityZoneProvider(
+            self,
+            "GpuAzChooser",
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
+        )
+        chooser.serve_stack(gpu_nodes_stack_name)
+        watch = gpu_capacity_watch_provider(
+            Construct(self.providers, "GpuCapacityWatch"),
+            cluster_name=config.cluster_name,
+            watched=f"{config.gpu_nodegroup_name}-*",
+            served_stack_name=gpu_nodes_stack_name,
+            timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
+            log_retention=self.log_retention,
+            # No longer failure evidence (the watch of this release is GpuNodes'): with the
+            # app's other logs, so a fresh deploy leaves nothing of it behind.
+            log_removal_policy=self.log_removal_policy,
+        )
+        cluster = self.cluster
+        kubectl = cluster.kubectl_provider
+        assert kubectl is not None
+        for value in (
+            cluster.cluster_name,
+            cluster.cluster_arn,
+            cluster.cluster_security_group_id,
+            kubectl.service_token,
+            chooser.service_token,
+            watch.service_token,
+            self.vpc_cni.role.role_name,
+        ):
+            self.export_value(value)

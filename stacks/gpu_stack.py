@@ -1,10 +1,13 @@
-"""GPU layer: the GPU AZ, the GPU subnet, the EFA GPU node group, its capacity watch, the
-GPU device plugins and, when the group has a range, the Cluster Autoscaler, all in one stack.
+"""GPU layer: the GPU AZ, the GPU subnet, the EFA GPU node group and its capacity watch, and
+(when the group has a range) the node-template tags of its Auto Scaling group.
 
 Everything that changes when the GPU AZ moves is here and nothing here is imported by another
 stack, so a new ``gpuAz`` (or a reservation in another AZ) replaces subnet and node group in
-one stack update. The stack needs the network and the cluster only; it deploys beside the
-workload stack, not before it.
+one stack update. Nothing here is imported *from* the Cluster stack either: the stack needs
+the Network stack only, so CloudFormation deploys it beside the Cluster stack, and the node
+group waits for the control plane through :class:`~pd_constructs.cluster_active.ClusterActive`
+(one poll after ACTIVE) instead of for the whole Cluster stack. What needs the Kubernetes API
+(the device plugins, the Cluster Autoscaler) is in the GpuAddons stack, after this one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Unpack
 
 from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
+from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pd_constructs.capacity import GpuCapacityWatch
@@ -21,26 +24,17 @@ from pd_constructs.cluster import (
     GPU_AMI_TYPE,
     GPU_TAINT,
     EfaGpuNodeGroup,
-    GpuDevicePlugins,
     gpu_node_config,
     gpu_nodegroup_name,
 )
-from pd_constructs.cluster_autoscaler import (
-    GpuClusterAutoscaler,
-    GpuNodeTemplateTags,
-    node_template_tags,
-)
-from pd_constructs.network import (
-    GpuAvailabilityZone,
-    GpuAvailabilityZoneProvider,
-    GpuSubnet,
-    gpu_subnet_blocks,
-)
-from pd_constructs.vpc_cni import CniSubnetAccess
-from stacks.app_stack import InClusterStack, InClusterStackProps
+from pd_constructs.cluster_active import ClusterActive, imported_cluster
+from pd_constructs.cluster_autoscaler import GpuNodeTemplateTags, node_template_tags
+from pd_constructs.network import GpuAvailabilityZone, GpuSubnet, gpu_subnet_blocks
+from pd_constructs.vpc_cni import tag_cni_subnet
+from stacks.app_stack import AppStack, AppStackProps
 
 
-class GpuNodesStack(InClusterStack):
+class GpuNodesStack(AppStack):
     def __init__(
         self,
         scope: Construct,
@@ -48,15 +42,35 @@ class GpuNodesStack(InClusterStack):
         *,
         vpc: ec2.IVpc,
         gpu_route_table_id: str,
-        gpu_az_chooser: GpuAvailabilityZoneProvider,
-        cni_role: iam.IRole,
-        **props: Unpack[InClusterStackProps],
+        cluster_stack_name: str,
+        **props: Unpack[AppStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
-        config, cluster = self.config, self.cluster
+        config = self.config
+        # Beside the GPU AZ's choice and subnet, while the control plane is created: what
+        # needs the cluster waits for this, one poll after ACTIVE.
+        self.cluster_active = ClusterActive(
+            self,
+            "ClusterActive",
+            cluster_name=config.cluster_name,
+            kubernetes_version=config.kubernetes_version,
+            cluster_stack_name=cluster_stack_name,
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
+        )
+        cluster: eks.ICluster = imported_cluster(
+            self,
+            "EksCluster",
+            cluster_name=config.cluster_name,
+            vpc=vpc,
+            waiter=self.cluster_active,
+        )
+        # "GpuAzChoice", not "GpuAz": its Provider is this stack's now, and a custom resource
+        # cannot change its ServiceToken (docs/lifecycle.md, upgrading). On Create it keeps
+        # the AZ and block of the subnet the GPU route table already serves.
         self.gpu_az = GpuAvailabilityZone(
             self,
-            "GpuAz",
+            "GpuAzChoice",
             instance_type=config.gpu_node_type,
             requested_az=config.gpu_az,
             capacity_reservation_id=config.gpu_capacity_reservation_id,
@@ -65,7 +79,7 @@ class GpuNodesStack(InClusterStack):
             subnet_cidrs=gpu_subnet_blocks(config.vpc_cidr),
             log_retention=self.log_retention,
             log_removal_policy=self.log_removal_policy,
-            provider=gpu_az_chooser,
+            route_table_id=gpu_route_table_id,
         )
         self.gpu_subnet = GpuSubnet(
             self,
@@ -75,18 +89,10 @@ class GpuNodesStack(InClusterStack):
             cidr_block=self.gpu_az.subnet_cidr,
             route_table_id=gpu_route_table_id,
         )
-        # The VPC CNI's role may create interfaces in the node subnets only: this one is known
-        # here (pd_constructs/vpc_cni.py). Not a dependency of the node group (half a minute on
-        # the deploy's critical path): the policy exists seconds after the subnet, minutes
-        # before a node of the group boots, and aws-node's first pods take addresses of the
-        # primary interface (AssignPrivateIpAddresses), its extra interfaces come later.
-        self.cni_subnet_access = CniSubnetAccess(
-            self,
-            "CniGpuSubnet",
-            role=cni_role,
-            vpc_id=vpc.vpc_id,
-            subnets=[self.gpu_subnet.subnet],
-        )
+        # The VPC CNI's role may create interfaces in the subnet that carries this tag with
+        # the cluster's name (pd_constructs/vpc_cni.py): no policy attached from here to the
+        # Cluster stack's role, which would be an import.
+        tag_cni_subnet(self.gpu_subnet.resource, config.cluster_name)
         self.nodegroup_name = gpu_nodegroup_name(
             config.gpu_nodegroup_name,
             self.gpu_az.az_name,
@@ -110,9 +116,15 @@ class GpuNodesStack(InClusterStack):
             capacity_reservation_id=config.gpu_capacity_reservation_id,
             placement_group_name=config.gpu_placement_group_name,
         )
+        # The launch template names the waiter's security group; the node group waits for the
+        # waiter itself too (on an EKS version upgrade, the control plane's new version).
+        self.gpu_nodes.nodegroup.node.add_dependency(self.cluster_active.resource)
         # Beside the GPU node group, not after it: fails the deploy with EC2's reason when the
         # launches keep failing, instead of CloudFormation waiting out the node group. It knows
-        # the group's name before the group exists (the name derives from the AZ).
+        # the group's name before the group exists (the name derives from the AZ). Its
+        # functions are this stack's, created while the control plane is: the policy names
+        # the one node group, and the resource has a new logical id (``Resource``, was
+        # ``Check``: its Provider moved here from the Cluster stack).
         self.capacity_watch = GpuCapacityWatch(
             self,
             "GpuCapacityWatch",
@@ -127,31 +139,11 @@ class GpuNodesStack(InClusterStack):
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
             log_retention=self.log_retention,
-            # Its functions exist before this stack starts: the watch starts with the group.
-            provider_scope=self.providers,
-            nodegroup_name_prefix=config.gpu_nodegroup_name,
         )
-        self.device_plugins = GpuDevicePlugins(
-            self, "DevicePlugins", cluster=cluster, gpu_instance_type=config.gpu_node_type
-        )
-        self.device_plugins.node.add_dependency(self.gpu_nodes)
-        self.cluster_autoscaler: GpuClusterAutoscaler | None = None
         self.node_template_tags: GpuNodeTemplateTags | None = None
         if config.gpu_nodes_autoscale:
-            self.cluster_autoscaler = GpuClusterAutoscaler(
-                self,
-                "ClusterAutoscaler",
-                cluster=cluster,
-                # The configured name, a literal: the IAM conditions name it.
-                cluster_name=config.cluster_name,
-                nodegroup_name=self.nodegroup_name,
-                kubernetes_version=config.kubernetes_version,
-            )
-            # Removed before the node group on destroy, so it cannot scale a group being
-            # deleted.
-            self.cluster_autoscaler.node.add_dependency(self.gpu_nodes)
             # What a new GPU node offers, on the Auto Scaling group, for when no GPU node is
-            # Ready to copy it from (docs/scaling.md).
+            # Ready to copy it from (docs/scaling.md). AWS-side only: it stays here.
             self.node_template_tags = GpuNodeTemplateTags(
                 self,
                 "NodeTemplateTags",

@@ -11,6 +11,7 @@ from pd_constructs.eks_types import as_icluster
 from pd_constructs.pod_identity import RestrictPodIdentityTrust
 from ray_pd_eks.config import AppConfig
 from stacks.cluster_stack import ClusterStack
+from stacks.gpu_addons_stack import GpuAddonsStack
 from stacks.gpu_stack import GpuNodesStack
 from stacks.network_stack import NetworkStack
 from stacks.readiness_stack import ReadinessStack
@@ -26,15 +27,18 @@ def environment(config: AppConfig) -> Environment | None:
 
 
 class RayPdEksStage(Stage):
-    r"""Five stacks; dependencies follow what each needs, so independent ones deploy side by
+    r"""Six stacks; dependencies follow what each needs, so independent ones deploy side by
     side (``cdk deploy --concurrency``, and CDK Pipelines by itself)::
 
-        Network -> Cluster -> GpuNodes --+--> Readiness
-                          \-> Workload --+
+        Network -+-> Cluster --+--> Workload ------------+--> Readiness
+                 |             \--> GpuAddons ----------+
+                 \-> GpuNodes ------^ (GpuAddons after both)
 
-    ``cdk destroy`` removes them in reverse: readiness first, network last. See
-    docs/architecture.md ("Stacks") for why the GPU nodes and the workload do not wait for
-    each other.
+    ``GpuNodes`` needs the Network stack only: it waits for the control plane with a custom
+    resource (one poll after ACTIVE) instead of for the whole Cluster stack. ``cdk destroy``
+    removes dependents first; GpuNodes, which no stack dependency orders against Cluster,
+    goes before it because of the order the CDK CLI destroys independent stacks in (one at a
+    time: docs/teardown.md). See docs/architecture.md ("Stacks").
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any):
@@ -56,6 +60,7 @@ class RayPdEksStage(Stage):
             egress_route_table_ids=self.network.egress_route_table_ids,
             load_balancer_route_table_ids=self.network.load_balancer_route_table_ids,
             default_security_group_id=self.network.default_security_group_id,
+            gpu_nodes_stack_name=self.stack_name("GpuNodes"),
             description="ray-pd-eks: EKS control plane, add-ons, NAT gateway, S3 endpoint",
         )
         self.gpu_nodes = GpuNodesStack(
@@ -64,11 +69,8 @@ class RayPdEksStage(Stage):
             config=config,
             vpc=self.network.vpc,
             gpu_route_table_id=self.network.gpu_route_table_id,
-            cluster=self.cluster.cluster,
-            providers=self.cluster.providers,
-            gpu_az_chooser=self.cluster.gpu_az_chooser,
-            cni_role=self.cluster.vpc_cni.role,
-            description="ray-pd-eks: GPU AZ and subnet, EFA GPU node group, device plugins",
+            cluster_stack_name=self.cluster.stack_name,
+            description="ray-pd-eks: GPU AZ and subnet, EFA GPU node group, capacity watch",
         )
         self.workload = WorkloadStack(
             self,
@@ -77,6 +79,14 @@ class RayPdEksStage(Stage):
             cluster=self.cluster.cluster,
             providers=self.cluster.providers,
             description="ray-pd-eks: node warm-up, system nodes, KubeRay, the RayService",
+        )
+        self.gpu_addons = GpuAddonsStack(
+            self,
+            "GpuAddons",
+            config=config,
+            cluster=self.cluster.cluster,
+            providers=self.cluster.providers,
+            description="ray-pd-eks: GPU device plugins and the Cluster Autoscaler",
         )
         self.readiness = ReadinessStack(
             self,
@@ -91,15 +101,36 @@ class RayPdEksStage(Stage):
             nat_public_ip=self.cluster.egress.public_ip,
             description="ray-pd-eks: readiness check of the endpoint",
         )
+        if self.gpu_nodes.stack_name != self.stack_name("GpuNodes"):
+            raise ValueError(
+                f"the GpuNodes stack is named {self.gpu_nodes.stack_name}, not "
+                f"{self.stack_name('GpuNodes')} as the Cluster stack's kept Providers assume"
+            )
         # Every Pod Identity role, whoever builds it, trusts this cluster only.
         Aspects.of(self).add(RestrictPodIdentityTrust(as_icluster(self.cluster.cluster)))
         self.cluster.add_stack_dependency(self.network)
-        self.gpu_nodes.add_stack_dependency(self.cluster)
+        # GpuNodes: the Network stack only (its references make it so); no dependency on the
+        # Cluster stack, so the two deploy side by side.
         self.workload.add_stack_dependency(self.cluster)
+        self.gpu_addons.add_stack_dependency(self.gpu_nodes)
+        self.gpu_addons.add_stack_dependency(self.cluster)
         self.readiness.add_stack_dependency(self.workload)
         self.readiness.add_stack_dependency(self.gpu_nodes)
+        self.readiness.add_stack_dependency(self.gpu_addons)
+
+    def stack_name(self, construct_id: str) -> str:
+        """The name CDK gives this Stage's stack ``construct_id`` (``<stage name>-<id>``), for
+        a stack that must name another before it exists (checked once both do)."""
+        return f"{self.stage_name}-{construct_id}"
 
     @property
     def stacks(self) -> tuple[Stack, ...]:
         """Every stack, in deploy order."""
-        return (self.network, self.cluster, self.gpu_nodes, self.workload, self.readiness)
+        return (
+            self.network,
+            self.cluster,
+            self.gpu_nodes,
+            self.workload,
+            self.gpu_addons,
+            self.readiness,
+        )

@@ -132,7 +132,10 @@ def test_system_node_group(default_app: Synthesized) -> None:
 def test_gpu_node_group_is_fixed_size_nvidia_labelled_and_tainted(default_app: Synthesized) -> None:
     ng = _nodegroup(default_app, "gpu")
     assert ng["AmiType"] == "AL2023_x86_64_NVIDIA"
-    assert "OutputRefCluster9EE0221C" in ng["ClusterName"]["Fn::ImportValue"]
+    # The configured name, a literal: the same value as the cluster's Ref (no replacement on
+    # the upgrade from the import), and no reference to the Cluster stack.
+    (cluster,) = default_app.resources("Cluster", "AWS::EKS::Cluster").values()
+    assert ng["ClusterName"] == cluster["Properties"]["Name"] == default_app.config.cluster_name
     assert ng["InstanceTypes"] == ["g6.8xlarge"]
     assert ng["ScalingConfig"] == {"DesiredSize": 2, "MaxSize": 2, "MinSize": 2}
     assert ng["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
@@ -155,7 +158,16 @@ def test_gpu_launch_template_efa_interface_placement_imds_and_volume(
     (nic,) = lt["NetworkInterfaces"]
     assert nic["InterfaceType"] == "efa" and nic["DeviceIndex"] == 0
     cluster_sg, efa_sg = nic["Groups"]
-    assert "ClusterSecurityGroupId" in cluster_sg["Fn::ImportValue"]
+    # From the control-plane waiter of the same stack (DescribeCluster's
+    # resourcesVpcConfig.clusterSecurityGroupId: the group AWS::EKS::Cluster's
+    # ClusterSecurityGroupId attribute names, which the launch template imported before).
+    waiter, attribute = cluster_sg["Fn::GetAtt"]
+    assert resources[waiter]["Type"] == "Custom::ClusterActive"
+    assert attribute == "ClusterSecurityGroupId"
+    (tags,) = lt["TagSpecifications"]
+    assert tags["Tags"] == [
+        {"Key": "cluster.k8s.amazonaws.com/name", "Value": default_app.config.cluster_name}
+    ]
     efa_sg_id = efa_sg["Fn::GetAtt"][0]
     assert resources[efa_sg_id]["Type"] == "AWS::EC2::SecurityGroup"
     placement_id = lt["Placement"]["GroupName"]["Fn::GetAtt"][0]
@@ -203,13 +215,13 @@ def test_variant_sizes_flow_into_the_node_groups(variant_app: Synthesized) -> No
 def test_device_plugins_are_pinned_and_confined_to_gpu_nodes(default_app: Synthesized) -> None:
     efa = _helm(default_app, "aws-efa-k8s-device-plugin")
     nvidia = _helm(default_app, "nvidia-device-plugin")
-    assert efa["Stack"] == nvidia["Stack"] == "GpuNodes"
+    assert efa["Stack"] == nvidia["Stack"] == "GpuAddons"
     assert efa["Properties"]["Repository"] == "https://aws.github.io/eks-charts"
     assert efa["Properties"]["Version"] == "v0.5.30"
     assert nvidia["Properties"]["Repository"] == "https://nvidia.github.io/k8s-device-plugin"
     assert nvidia["Properties"]["Version"].startswith("0.20.")
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    mappings = default_app.templates["GpuNodes"].get("Mappings", {})
+    mappings = default_app.templates["GpuAddons"].get("Mappings", {})
     for chart in (efa, nvidia):
         values = json.loads(deployed_in(chart["Properties"]["Values"], mappings, "us-west-2"))
         assert values["nodeSelector"] == {"role": "gpu-worker"}
@@ -221,15 +233,13 @@ def test_device_plugins_are_pinned_and_confined_to_gpu_nodes(default_app: Synthe
 
 
 def test_device_plugins_install_after_the_gpu_nodes(default_app: Synthesized) -> None:
-    resources = default_app.templates["GpuNodes"]["Resources"]
-    (gpu_ng,) = default_app.resources("GpuNodes", "AWS::EKS::Nodegroup")
+    """Their stack (GpuAddons) depends on the GPU node stack: installed after the node group,
+    removed before it; the charts themselves carry no reference to that stack."""
+    stage = default_app.stage
+    assert stage.gpu_nodes in stage.gpu_addons.dependencies
     for chart in ("aws-efa-k8s-device-plugin", "nvidia-device-plugin"):
-        chart_id = next(
-            k
-            for k, v in resources.items()
-            if v["Type"] == "Custom::AWSCDK-EKS-HelmChart" and v["Properties"]["Chart"] == chart
-        )
-        assert gpu_ng in resources[chart_id].get("DependsOn", [])
+        assert _helm(default_app, chart)["Stack"] == "GpuAddons"
+    assert "GpuNodes" not in json.dumps(default_app.templates["GpuAddons"])
 
 
 def test_cluster_outputs(default_app: Synthesized) -> None:

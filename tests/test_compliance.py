@@ -16,7 +16,9 @@ from tests.synth import Synthesized
 # Linted in the background as each session app is synthesized (tests/cfn_lint_pool.py, which
 # lists the ignored rules with their reasons); these tests run last and collect the results.
 @pytest.mark.cfn_lint
-@pytest.mark.parametrize("stack", ["Network", "Cluster", "GpuNodes", "Workload", "Readiness"])
+@pytest.mark.parametrize(
+    "stack", ["Network", "Cluster", "GpuNodes", "Workload", "GpuAddons", "Readiness"]
+)
 @pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
 def test_cfn_lint_is_clean(stack: str, app_name: str, request: pytest.FixtureRequest) -> None:
     app: Synthesized = request.getfixturevalue(app_name)
@@ -103,9 +105,17 @@ PINNED_LOGICAL_IDS = {
         "Cluster9EE0221C": "AWS::EKS::Cluster",
         "ClusterSecretsKey462B29B5": "AWS::KMS::Key",
     },
-    # The sticky AZ choice keeps its id, so an update never re-chooses by accident; the GPU
-    # subnet and node group are replaceable by design (their names follow the AZ).
-    "GpuNodes": {"GpuAzE036B77A": "Custom::GpuAvailabilityZone"},
+    # The sticky AZ choice keeps its id, so an update never re-chooses by accident (renamed
+    # once from GpuAzE036B77A, when its Provider moved into this stack: on that Create it keeps
+    # the AZ and block of the subnet the GPU route table serves, docs/lifecycle.md). The GPU
+    # subnet, launch template and node group keep theirs through that upgrade too; they are
+    # replaceable by design on an AZ move (their names follow the AZ).
+    "GpuNodes": {
+        "GpuAzChoice5ED869E1": "Custom::GpuAvailabilityZone",
+        "GpuSubnet357B4339": "AWS::EC2::Subnet",
+        "GpuNodesLaunchTemplate0E1B1CE7": "AWS::EC2::LaunchTemplate",
+        "GpuNodes20C68506": "AWS::EKS::Nodegroup",
+    },
     "Workload": {"SystemNodesE123D1FA": "AWS::EKS::Nodegroup"},
 }
 

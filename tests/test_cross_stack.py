@@ -262,3 +262,58 @@ def test_settings_prints_the_ordered_deploy_when_a_change_removes_a_reference(
 def test_removed_references_compare_whole_configurations() -> None:
     config: AppConfig = DEFAULTS
     assert removed_references(config, config) == []
+
+
+# What the previous release's GpuNodes stack imported from the Cluster stack (its templates
+# with the defaults and with GPU autoscaling, synthesized at the commit before the GpuNodes
+# stack stopped depending on the Cluster stack). The two deploy side by side now, so the
+# Cluster stack's update may run while the old GpuNodes stack still imports these.
+PREVIOUS_GPU_NODES_IMPORTS = {
+    "ExportsOutputFnGetAttCluster9EE0221CArn9E0B683E",
+    "ExportsOutputFnGetAttCluster9EE0221CClusterSecurityGroupIdC9685297",
+    "ExportsOutputFnGetAttClusterKubectlProviderframeworkonEvent7915A232Arn81113105",
+    "ExportsOutputFnGetAttGpuAzChooserProviderframeworkonEventC4F5C3F9Arn602EF012",
+    "ExportsOutputFnGetAttProvidersGpuCapacityWatchProviderframeworkonEvent60047BB8ArnBBFEB054",
+    "ExportsOutputRefCluster9EE0221C4853B4C3",
+    "ExportsOutputRefVpcCniRole0E3ED76EEF50D054",
+}
+
+
+@pytest.mark.parametrize("name", APPS)
+def test_the_cluster_stack_keeps_every_export_the_old_gpu_nodes_stack_imported(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    app: Synthesized = request.getfixturevalue(name)
+    prefix = f"{app.stage.cluster.stack_name}:"
+    exported = {
+        o["Export"]["Name"].removeprefix(prefix)
+        for o in app.templates["Cluster"].get("Outputs", {}).values()
+        if "Export" in o
+    }
+    kept = {k.name for k in cross_stack.KEPT_FOR_UPGRADE if k.kind == "export"}
+    assert kept == PREVIOUS_GPU_NODES_IMPORTS
+    assert kept <= exported, sorted(kept - exported)
+    # The new GpuNodes stack imports none of them (nothing of the Cluster stack at all).
+    assert prefix not in json.dumps(app.templates["GpuNodes"])
+
+
+def test_the_kept_providers_are_the_ones_the_kept_exports_name(default_app: Synthesized) -> None:
+    """Same construct paths, so the same logical ids (and so the same functions) as the
+    previous release's, whose ARNs the old custom resources carry as their ServiceToken."""
+    cluster = default_app.stage.cluster
+    resources = default_app.templates["Cluster"]["Resources"]
+    for kept in (k for k in cross_stack.KEPT_FOR_UPGRADE if k.kind == "provider"):
+        logical = kept.name.replace("/", "") + "ProviderframeworkonEvent"
+        matches = [k for k in resources if k.startswith(logical) and "ServiceRole" not in k]
+        assert len(matches) == 1 and resources[matches[0]]["Type"] == "AWS::Lambda::Function"
+        export = f"ExportsOutputFnGetAtt{matches[0]}Arn"
+        assert any(e.startswith(export) for e in PREVIOUS_GPU_NODES_IMPORTS), kept.name
+        node = cluster.node
+        for part in kept.name.split("/"):
+            node = node.find_child(part).node
+
+
+def test_lifecycle_lists_what_is_kept_for_the_upgrade() -> None:
+    text = (ROOT / "docs" / "lifecycle.md").read_text()
+    assert cross_stack.kept_markdown() in text
+    assert "remove in the next release" in text

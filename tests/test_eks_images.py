@@ -22,7 +22,7 @@ EFA_CHART = "aws-efa-k8s-device-plugin"
 def _efa_chart(app: Synthesized) -> dict[str, Any]:
     (chart,) = [
         r
-        for r in app.resources("GpuNodes", "Custom::AWSCDK-EKS-HelmChart").values()
+        for r in app.resources("GpuAddons", "Custom::AWSCDK-EKS-HelmChart").values()
         if r["Properties"]["Chart"] == EFA_CHART
     ]
     return chart
@@ -45,7 +45,7 @@ def deployed_in(value: Any, mappings: dict[str, Any], region: str) -> str:
 
 
 def test_explicit_region_gets_its_registry_literally(variant_app: Synthesized) -> None:
-    template = variant_app.templates["GpuNodes"]
+    template = variant_app.templates["GpuAddons"]
     values = json.loads(_efa_chart(variant_app)["Properties"]["Values"])
     assert values["image"] == {
         "repository": "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin"
@@ -66,7 +66,7 @@ def test_explicit_region_gets_its_registry_literally(variant_app: Synthesized) -
 def test_environment_agnostic_stack_resolves_the_deploy_regions_registry(
     default_app: Synthesized, region: str, repository: str
 ) -> None:
-    template = default_app.templates["GpuNodes"]
+    template = default_app.templates["GpuAddons"]
     values = json.loads(
         deployed_in(_efa_chart(default_app)["Properties"]["Values"], template["Mappings"], region)
     )
@@ -74,7 +74,7 @@ def test_environment_agnostic_stack_resolves_the_deploy_regions_registry(
 
 
 def test_region_missing_from_the_mapping_fails_thedeployed_in(default_app: Synthesized) -> None:
-    template = default_app.templates["GpuNodes"]
+    template = default_app.templates["GpuAddons"]
     with pytest.raises(KeyError, match="us-iso-east-1"):
         deployed_in(
             _efa_chart(default_app)["Properties"]["Values"], template["Mappings"], "us-iso-east-1"

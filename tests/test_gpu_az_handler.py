@@ -447,3 +447,78 @@ def test_a_normal_update_still_asks_ec2() -> None:
     assert out["PhysicalResourceId"] == "us-west-2c/10.0.224.0/19"
     ec2_stub.assert_no_pending_responses()
     cfn_stub.assert_no_pending_responses()
+
+
+def _route_table(stub: Stubber, subnets: dict[str, tuple[str, str]]) -> None:
+    """The GPU route table's associations and the subnets they name: id -> (AZ, CIDR)."""
+    stub.add_response(
+        "describe_route_tables",
+        {
+            "RouteTables": [
+                {
+                    "RouteTableId": "rtb-gpu",
+                    "Associations": [{"SubnetId": s, "RouteTableId": "rtb-gpu"} for s in subnets]
+                    + [{"Main": False, "RouteTableId": "rtb-gpu"}],
+                }
+            ]
+        },
+        {"RouteTableIds": ["rtb-gpu"]},
+    )
+    if subnets:
+        first = sorted(subnets)[0]
+        az, cidr = subnets[first]
+        stub.add_response(
+            "describe_subnets",
+            {"Subnets": [{"SubnetId": first, "AvailabilityZone": az, "CidrBlock": cidr}]},
+            {"SubnetIds": [first]},
+        )
+
+
+def test_a_create_keeps_the_az_and_block_of_the_subnet_the_gpu_route_table_serves() -> None:
+    """The upgrade that moved the chooser's Provider into the GPU stack gives its resource a
+    new logical id, so CloudFormation sends a Create; the subnet of the earlier choice (the
+    second block, in the second AZ, after an earlier move) must be kept, or the GPU subnet and
+    node group would be replaced."""
+    ec2, stub = _ec2(["us-west-2a", "us-west-2b"])
+    _route_table(stub, {"subnet-0gpu": ("us-west-2b", "10.0.224.0/19")})
+    event = _cidr_event("Create")
+    event["ResourceProperties"]["RouteTableId"] = "rtb-gpu"
+    out = handler.on_event(event, None, ec2=ec2)
+    assert out["PhysicalResourceId"] == "us-west-2b/10.0.224.0/19"
+    stub.assert_no_pending_responses()
+
+
+def test_a_first_create_with_an_empty_gpu_route_table_chooses_afresh() -> None:
+    ec2, stub = _ec2(["us-west-2a", "us-west-2b"])
+    _route_table(stub, {})
+    event = _cidr_event("Create")
+    event["ResourceProperties"]["RouteTableId"] = "rtb-gpu"
+    assert handler.on_event(event, None, ec2=ec2)["PhysicalResourceId"] == (
+        "us-west-2a/10.0.192.0/19"
+    )
+    stub.assert_no_pending_responses()
+
+
+def test_a_kept_subnet_whose_az_no_longer_fits_moves_to_the_other_block() -> None:
+    """A requested AZ other than the existing subnet's: a move, as on an Update."""
+    ec2, stub = _ec2(["us-west-2a", "us-west-2b"])
+    _route_table(stub, {"subnet-0gpu": ("us-west-2a", "10.0.192.0/19")})
+    event = _cidr_event("Create", requested="us-west-2b")
+    event["ResourceProperties"]["RouteTableId"] = "rtb-gpu"
+    assert handler.on_event(event, None, ec2=ec2)["Data"]["SubnetCidr"] == "10.0.224.0/19"
+
+
+def test_a_full_reservation_on_a_create_that_keeps_a_subnet_is_our_own_nodes() -> None:
+    """The kept subnet's nodes hold the reservation already: that Create is checked like an
+    Update (a fresh Create needs the free instances: the test above)."""
+    ec2, stub = _ec2(["us-west-2c"])
+    _route_table(stub, {"subnet-0gpu": ("us-west-2c", "10.0.192.0/19")})
+    stub.add_response(
+        "describe_capacity_reservations",
+        {"CapacityReservations": [_reservation(AvailableInstanceCount=0)]},
+        {"CapacityReservationIds": [RESERVATION_ID]},
+    )
+    event = _reserved_event("Create")
+    event["ResourceProperties"]["RouteTableId"] = "rtb-gpu"
+    assert handler.on_event(event, None, ec2=ec2)["PhysicalResourceId"].startswith("us-west-2c")
+    stub.assert_no_pending_responses()

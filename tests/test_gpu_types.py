@@ -6,7 +6,7 @@ imported cluster, VPC and subnet (no Stage, no kubectl provider), built once per
 from __future__ import annotations
 
 import functools
-from typing import Any, cast
+from typing import Any
 
 import aws_cdk as cdk
 import pytest
@@ -45,7 +45,7 @@ def node_groups() -> dict[str, Any]:
         EfaGpuNodeGroup(
             stack,
             f"Gpu{index}",
-            cluster=cast(eks.Cluster, cluster),
+            cluster=cluster,
             subnet=subnet,
             nodegroup_name=f"gpu-{index}",
             instance_type=name,

@@ -397,16 +397,19 @@ def test_each_stage_deploys_in_dependency_order_with_nodes_side_by_side(
     gates = ("Approve", "CheckPermissions.Check", "CheckPermissions.Confirm")
     actions = [a for a in pipeline.actions(f"RayPdEks-{name}") if a["Name"] not in gates]
     first = min(a["RunOrder"] for a in actions)
-    # The GPU nodes and the workload deploy side by side (same run order), as with
-    # `cdk deploy --concurrency`; the readiness check after both, the report last.
+    # The GPU nodes deploy beside the cluster (they wait for the control plane themselves),
+    # the workload beside the GPU add-ons, as with `cdk deploy --concurrency`; the readiness
+    # check after all of them, the report last.
     assert sorted((a["RunOrder"] - first, a["Name"]) for a in actions) == [
         (0, "Network.Prepare"),
         (1, "Network.Deploy"),
         (2, "Cluster.Prepare"),
+        (2, "GpuNodes.Prepare"),
         (3, "Cluster.Deploy"),
-        (4, "GpuNodes.Prepare"),
+        (3, "GpuNodes.Deploy"),
+        (4, "GpuAddons.Prepare"),
         (4, "Workload.Prepare"),
-        (5, "GpuNodes.Deploy"),
+        (5, "GpuAddons.Deploy"),
         (5, "Workload.Deploy"),
         (6, "Readiness.Prepare"),
         (7, "Readiness.Deploy"),
@@ -417,7 +420,7 @@ def test_each_stage_deploys_in_dependency_order_with_nodes_side_by_side(
     )
     assert {a["Configuration"]["StackName"] for a in prepares} == {
         f"RayPdEks-{name}-{stack}"
-        for stack in ("Network", "Cluster", "GpuNodes", "Workload", "Readiness")
+        for stack in ("Network", "Cluster", "GpuNodes", "Workload", "GpuAddons", "Readiness")
     }
     role = json.dumps(prepares[0]["Configuration"]["RoleArn"])
     assert f"cfn-exec-role-{account}-{region}" in role

@@ -28,8 +28,8 @@ PROVIDERS = "Cluster"
 def _functions(app: Synthesized) -> dict[str, dict[str, Any]]:
     return {
         v["Properties"]["Handler"]: v["Properties"]
-        for v in app.resources(PROVIDERS, "AWS::Lambda::Function").values()
-        if v["Properties"]["Handler"].startswith("handler.")
+        for k, v in app.resources(PROVIDERS, "AWS::Lambda::Function").items()
+        if v["Properties"]["Handler"].startswith("handler.") and k.startswith("ProvidersReadiness")
     }
 
 

@@ -37,6 +37,7 @@ ROLLBACK_KEYS = {
     "Custom::GpuCapacityWatch": set(_load("capacity").DATA_KEYS),
     "Custom::GpuAvailabilityZone": set(_load("gpu_az").ROLLBACK_DATA_KEYS),
     "Custom::RayServiceRecreate": set(_load("readiness", "recreate").DATA_KEYS),
+    "Custom::ClusterActive": set(_load("cluster_active").DATA_KEYS),
 }
 
 
@@ -72,6 +73,7 @@ def test_every_attribute_read_is_answered_during_a_rollback(
     assert reads["Custom::RayServiceReadiness"] >= {"AppStatus", "KvBackend", "GpuNodes"}
     assert reads["Custom::GpuAvailabilityZone"] == {"AvailabilityZone", "SubnetCidr"}
     assert reads["Custom::RayServiceRecreate"] == {"Summary"}
+    assert reads["Custom::ClusterActive"] == {"ClusterSecurityGroupId"}
     for rtype, attributes in reads.items():
         if rtype in ROLLBACK_KEYS:
             assert attributes <= ROLLBACK_KEYS[rtype], rtype
@@ -115,12 +117,18 @@ def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesiz
     own = {"Ref": "AWS::StackId"}
     expected_resources = {
         "Network": [],
+        # The GpuNodes pair: the kept Providers of the previous release's AZ choice and
+        # capacity watch (ray_pd_eks/cross_stack.py KEPT_FOR_UPGRADE).
         "Cluster": sorted(
             json.dumps(named(s.stack_name))
             for s in (stage.gpu_nodes, stage.gpu_nodes, stage.workload, stage.readiness)
         ),
-        "GpuNodes": [],
+        # Its three on-event functions (AZ choice, capacity watch, control-plane wait), and
+        # the wait's poll on the Cluster stack's status (a read of that stack, not a rollback
+        # test).
+        "GpuNodes": sorted([json.dumps(own)] * 3 + [json.dumps(named(stage.cluster.stack_name))]),
         "Workload": [json.dumps(own)],
+        "GpuAddons": [],
         "Readiness": [],
     }
     for stack, expected in expected_resources.items():

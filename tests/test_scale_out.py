@@ -5,6 +5,7 @@ keep today's fixed 1 prefill + 1 decode on 2 nodes. The synthesized checks use `
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Any
 
@@ -207,7 +208,7 @@ def test_node_group_size_follows_the_settings(
 def _autoscaler_charts(app: Synthesized) -> list[dict[str, Any]]:
     return [
         r["Properties"]
-        for r in app.resources("GpuNodes", "Custom::AWSCDK-EKS-HelmChart").values()
+        for r in app.resources("GpuAddons", "Custom::AWSCDK-EKS-HelmChart").values()
         if r["Properties"]["Chart"] == "cluster-autoscaler"
     ]
 
@@ -232,22 +233,27 @@ def test_cluster_autoscaler_only_when_the_node_group_scales(
         "k8s.io/cluster-autoscaler/enabled",
         "k8s.io/cluster-autoscaler/ray-llm-multinode",
     )
-    # Exactly the GPU node group: its name (with the deploy-time AZ) is the tag's value.
-    assert nodegroup == "eks:nodegroup-name=" + resolve(
-        _gpu_nodegroup(variant_app)["NodegroupName"]
-    )
+    # Exactly the GPU node group: the node-template label tag that the GPU stack's tagger puts
+    # on its Auto Scaling group, and on no other (the group's name follows the deploy-time AZ,
+    # which the GpuAddons stack cannot import).
+    assert nodegroup == "k8s.io/cluster-autoscaler/node-template/label/role=gpu-worker"
+    (tagger,) = variant_app.resources("GpuNodes", "Custom::GpuNodeTemplateTags").values()
+    key, value = nodegroup.split("=")
+    assert json.loads(tagger["Properties"]["Tags"])[key] == value
+    assert _gpu_nodegroup(variant_app)["Labels"]["role"] == value
+    assert "GpuNodes" not in json.dumps(variant_app.templates["GpuAddons"])
 
 
 def _autoscaler_statements(app: Synthesized) -> list[dict[str, Any]]:
     (association,) = [
         a["Properties"]
-        for a in app.resources("GpuNodes", "AWS::EKS::PodIdentityAssociation").values()
+        for a in app.resources("GpuAddons", "AWS::EKS::PodIdentityAssociation").values()
         if a["Properties"]["ServiceAccount"] == "cluster-autoscaler"
     ]
     assert association["Namespace"] == "kube-system"
     role = association["RoleArn"]["Fn::GetAtt"][0]
     statements: list[dict[str, Any]] = []
-    for policy in app.resources("GpuNodes", "AWS::IAM::Policy").values():
+    for policy in app.resources("GpuAddons", "AWS::IAM::Policy").values():
         if [r.get("Ref") for r in policy["Properties"]["Roles"]] == [role]:
             statements += policy["Properties"]["PolicyDocument"]["Statement"]
     return statements
@@ -268,17 +274,24 @@ def test_autoscaler_may_resize_only_this_node_groups_auto_scaling_group(
         "autoscaling:TerminateInstanceInAutoScalingGroup",
     ]
     assert ":autoScalingGroup:*" in resolve(scale["Resource"])
-    tags = scale["Condition"]["StringEquals"]
-    assert tags["aws:ResourceTag/eks:cluster-name"] == "ray-llm-multinode"
+    assert scale["Condition"]["StringEquals"] == {
+        "aws:ResourceTag/eks:cluster-name": "ray-llm-multinode"
+    }
+    # The GPU node groups of the configured prefix (gpuNodegroupName-<AZ>-<hash>): the
+    # system group ("system") and any other cluster's groups are out.
     name = resolve(_gpu_nodegroup(variant_app)["NodegroupName"])
     assert name.startswith("gpu-workers-")
-    assert resolve(tags["aws:ResourceTag/eks:nodegroup-name"]) == name
+    assert scale["Condition"]["StringLike"] == {
+        "aws:ResourceTag/eks:nodegroup-name": "gpu-workers-*"
+    }
+    assert fnmatch.fnmatchcase(name, "gpu-workers-*")
+    assert not fnmatch.fnmatchcase("system", "gpu-workers-*")
     unconditioned = [s for s in statements if "Condition" not in s]
     for statement in unconditioned:
         actions = _list(statement["Action"])
         assert all(":Describe" in a or ":Get" in a for a in actions), actions
     (describe_ng,) = [s for s in statements if _list(s["Action"]) == ["eks:DescribeNodegroup"]]
-    assert f"nodegroup/ray-llm-multinode/{name}/*" in resolve(describe_ng["Resource"])
+    assert "nodegroup/ray-llm-multinode/gpu-workers-*/*" in resolve(describe_ng["Resource"])
 
 
 def _list(value: Any) -> list[str]:

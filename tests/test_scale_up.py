@@ -145,7 +145,7 @@ def _launch_template_interfaces(instance_type: str) -> list[dict[str, Any]]:
     EfaGpuNodeGroup(
         stack,
         "GpuNodes",
-        cluster=cluster,  # type: ignore[arg-type]
+        cluster=cluster,
         subnet=subnet,
         nodegroup_name="gpu",
         instance_type=instance_type,

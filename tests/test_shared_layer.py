@@ -16,6 +16,8 @@ LAYER = LAMBDA / "layer"
 HANDLER_FOLDERS = sorted(p for p in LAMBDA.iterdir() if p.is_dir() and p.name != "layer")
 # The helpers that used to be copied into every handler, now only in the layer.
 SHARED = {"stack_rolling_back": "rollback", "positive_int": "props", "one_line": "props"}
+# Handlers that call DescribeStacks for something other than their own stack's rollback test.
+OTHER_STACKS = {"cluster_active": "reads the Cluster stack's status while it waits for it"}
 
 
 def _functions(app: Synthesized) -> list[tuple[str, str, dict[str, Any]]]:
@@ -70,7 +72,12 @@ def test_no_handler_carries_its_own_copy_of_a_shared_helper(folder: Path) -> Non
             if isinstance(node, ast.Assign):
                 names = {t.id for t in node.targets if isinstance(t, ast.Name)}
                 assert "ROLLBACK_STATUS" not in names, source.name
-        assert "describe_stacks" not in source.read_text(), source.name
+        text = source.read_text()
+        if folder.name in OTHER_STACKS:
+            # Its own rollback test is still the layer's; the other call names another stack.
+            assert "stack_rolling_back(" in text and "describe_stacks(StackName=name)" in text
+        else:
+            assert "describe_stacks" not in text, source.name
 
 
 def test_the_layer_answers_like_the_handlers_did() -> None:

@@ -53,13 +53,15 @@ def all_stacks(
 
 # Logical-id prefixes of the failure-evidence log groups: the readiness check's and the GPU
 # capacity watch's (function and waiter logs), kept even without retainLogs.
-# Created in the cluster stack, beside the control plane (the waiters' machinery,
-# docs/deploy-timeline.md), under its "Providers" scope.
+# The readiness check's are created in the cluster stack, beside the control plane (the
+# waiters' machinery, docs/deploy-timeline.md), under its "Providers" scope; the capacity
+# watch's in the GPU node stack, which deploys beside the cluster stack. (The previous
+# release's capacity watch, kept under "Providers" for the upgrade, follows retainLogs.)
 EVIDENCE_LOG_PREFIXES: tuple[str, ...] = (
     "ProvidersReadinessLogs",
     "ProvidersReadinessWaiterLogs",
-    "ProvidersGpuCapacityWatchLogs",
-    "ProvidersGpuCapacityWatchWaiterLogs",
+    "GpuCapacityWatchLogs",
+    "GpuCapacityWatchWaiterLogs",
 )
 EVIDENCE = "failure evidence"
 
@@ -212,22 +214,31 @@ def _logical_id(construct: IConstruct) -> str:
 def test_stacks_go_readiness_then_nodes_then_cluster_then_network(
     default_app: Synthesized,
 ) -> None:
-    """Stack dependencies make `cdk destroy` delete the readiness check first, then the
-    workload and the GPU nodes, then the cluster, network last."""
+    """Stack dependencies make `cdk destroy` delete the readiness check first, then the GPU
+    add-ons (before the GPU nodes) and the workload, then the cluster, network last. The GPU
+    node stack has no dependency on the cluster stack (they deploy side by side): the CLI's
+    order puts it before the cluster (test_the_cli_destroys_the_gpu_nodes_before_the_cluster)."""
     stage = default_app.stage
     assert stage.network.dependencies == []
     assert stage.cluster.dependencies == [stage.network]
-    for nodes in (stage.workload, stage.gpu_nodes):
-        assert stage.cluster in nodes.dependencies
-        assert nodes in stage.readiness.dependencies
+    assert stage.gpu_nodes.dependencies == [stage.network]
+    assert stage.cluster in stage.workload.dependencies
+    assert {stage.cluster, stage.gpu_nodes} <= set(stage.gpu_addons.dependencies)
+    for stack in (stage.workload, stage.gpu_nodes, stage.gpu_addons):
+        assert stack in stage.readiness.dependencies
 
 
 def test_device_plugins_go_before_the_gpu_nodes(default_app: Synthesized) -> None:
-    stack = default_app.stage.gpu_nodes
-    template = default_app.templates["GpuNodes"]
-    gpu_nodes = _logical_id(stack.gpu_nodes.nodegroup)
-    for plugin in (stack.device_plugins.efa.chart, stack.device_plugins.nvidia.chart):
-        assert gpu_nodes in _depends_on(template, _logical_id(plugin)), plugin.node.path
+    """Their stack depends on the GPU node stack, so destroy removes it first."""
+    stage = default_app.stage
+    assert stage.gpu_nodes in stage.gpu_addons.dependencies
+    template = default_app.templates["GpuAddons"]
+    charts = {
+        r["Properties"]["Chart"]
+        for r in template["Resources"].values()
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+    }
+    assert charts == {"aws-efa-k8s-device-plugin", "nvidia-device-plugin"}
 
 
 def test_rayservice_goes_before_kuberay_which_goes_before_the_namespace(
@@ -288,6 +299,40 @@ def test_nothing_creates_aws_resources_behind_cloudformations_back(
 DOCS = ROOT / "docs"
 
 
+# What EKS needs beyond the stack dependencies: a cluster with node groups cannot be deleted
+# ("Cluster has nodegroups attached"), and the GPU node stack does not depend on the cluster
+# stack (they deploy side by side), so only the order of the CLI's destroy keeps them apart.
+DELETE_BEFORE = {("GpuNodes", "Cluster"): "EKS deletes no cluster that has node groups"}
+
+
+def _cli_destroy_sequence(stacks: Sequence[Stack]) -> list[str]:
+    """The stacks' ids in the order CDK CLI 2.1148.1's `cdk destroy` deletes them at its
+    default concurrency (1), from node_modules/aws-cdk/lib/index.js: the cloud assembly lists
+    a stage's stacks by `topologicalSort` (dependencies first, each wave sorted by artifact
+    id), `buildDestroyWorkGraph` makes each stack wait for the selected stacks that depend on
+    it, and `WorkGraph.processStacks` deletes one stack at a time, taking the ready stacks in
+    the order they became ready (the assembly's order within one update)."""
+    remaining = {s.artifact_id: s for s in stacks}
+    order: list[Stack] = []
+    while remaining:
+        wave = sorted(
+            k
+            for k, s in remaining.items()
+            if not any(d.artifact_id in remaining for d in s.dependencies)
+        )
+        order += [remaining.pop(k) for k in wave]
+    dependents = {s.artifact_id: [o for o in order if s in o.dependencies] for s in order}
+    done: list[Stack] = []
+    pool: list[Stack] = []
+    while len(done) < len(order):
+        for s in order:
+            ready = all(o in done for o in dependents[s.artifact_id])
+            if ready and s not in done and s not in pool:
+                pool.append(s)
+        done.append(pool.pop(0))
+    return [s.node.id for s in done]
+
+
 def _destroy_order(stacks: Sequence[Stack]) -> list[list[str]]:
     """The stacks' ids in the order a destroy may delete them: each group after every stack
     that depends on it (dependents first), as the CDK CLI's destroy work graph orders them."""
@@ -301,8 +346,28 @@ def _destroy_order(stacks: Sequence[Stack]) -> list[list[str]]:
     return groups
 
 
-def _order_text(groups: list[list[str]]) -> str:
-    return ", then ".join(" and ".join(group) for group in groups)
+def _respects_the_delete_order(order: Sequence[str], stacks: Sequence[Stack]) -> bool:
+    position = {s: i for i, s in enumerate(order)}
+    for stack in stacks:
+        for dependency in stack.dependencies:
+            if position[dependency.node.id] < position[stack.node.id]:
+                return False
+    return all(position[first] < position[then] for first, then in DELETE_BEFORE)
+
+
+def test_the_cli_destroys_the_gpu_nodes_before_the_cluster(default_app: Synthesized) -> None:
+    """One stack at a time (the CLI's default), the GPU node stack's turn comes before the
+    cluster stack's: it becomes ready when the GPU add-ons are gone, the cluster stack only
+    when the workload is gone too, and the add-ons' artifact id sorts before the workload's."""
+    stacks = default_app.stage.stacks
+    sequence = _cli_destroy_sequence(stacks)
+    assert sequence == ["Readiness", "GpuAddons", "Workload", "GpuNodes", "Cluster", "Network"]
+    assert _respects_the_delete_order(sequence, stacks)
+    # The order rests on the add-ons going before the workload: the other way round, the
+    # GPU nodes and the cluster would become ready together, and the cluster sorts first.
+    assert default_app.stage.gpu_addons.artifact_id < default_app.stage.workload.artifact_id
+    swapped = ["Readiness", "Workload", "GpuAddons", "Cluster", "GpuNodes", "Network"]
+    assert not _respects_the_delete_order(swapped, stacks)
 
 
 def _cli_pattern_matches(pattern: str, hierarchical_id: str) -> bool:
@@ -313,16 +378,14 @@ def _cli_pattern_matches(pattern: str, hierarchical_id: str) -> bool:
 
 
 def test_the_documented_destroy_order_is_the_assemblys(default_app: Synthesized) -> None:
-    """README, operations.md and teardown.md name all five stacks in the order destroy uses."""
-    groups = _destroy_order(default_app.stage.stacks)
-    assert groups == [["Readiness"], ["Workload", "GpuNodes"], ["Cluster"], ["Network"]]
-    text = _order_text(groups)
+    """README, operations.md and teardown.md name all six stacks in the order destroy uses."""
+    text = ", then ".join(_cli_destroy_sequence(default_app.stage.stacks))
     for doc in (ROOT / "README.md", DOCS / "operations.md", DOCS / "teardown.md"):
         assert text in " ".join(doc.read_text().split()), doc.name
 
 
 def test_one_command_destroys_a_pipeline_environment(pipeline: SynthesizedPipeline) -> None:
-    """The documented `cdk destroy` pattern selects exactly the stage's stacks, all five, and
+    """The documented `cdk destroy` pattern selects exactly the stage's stacks, all six, and
     the stage named in the disable-stage-transition line is a stage of the pipeline."""
     teardown = (DOCS / "teardown.md").read_text()
     (pattern,) = re.findall(r"npx cdk destroy '(RayPdEksPipeline/[^']+)' --force", teardown)
@@ -332,7 +395,7 @@ def test_one_command_destroys_a_pipeline_environment(pipeline: SynthesizedPipeli
     (name,) = [n for n in pipeline.stack.stages if pattern == f"RayPdEksPipeline/RayPdEks-{n}/*"]
     stage = pipeline.stack.stages[name]
     assert selected == {s.node.path for s in stage.stacks}
-    assert len(selected) == 5
+    assert len(selected) == 6
     (stage_name,) = re.findall(r"--stage-name (\S+) --transition-type Inbound", teardown)
     assert stage_name in [s["Name"] for s in pipeline.pipeline_stages()]
     assert f"--pipeline-name {pipeline.stack.node.id} " in teardown
@@ -354,6 +417,8 @@ def test_the_aws_cli_loops_delete_every_stack_dependents_first(
         position = {s: i for i, s in enumerate(order)}
         for before, after in itertools.pairwise(groups):
             assert max(position[s] for s in before) < min(position[s] for s in after), order
+        assert _respects_the_delete_order(order, stage.stacks), order
+    assert _cli_destroy_sequence(stage.stacks) in loops
 
 
 def test_pipeline_docs_name_every_stack_of_a_stage(pipeline: SynthesizedPipeline) -> None:

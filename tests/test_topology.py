@@ -9,6 +9,7 @@ nothing there is exported, and the node group's name follows the AZ.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -47,11 +48,72 @@ def test_stacks_wait_only_for_what_they_need(default_app: Synthesized) -> None:
     stage = default_app.stage
     assert stage.network.dependencies == []
     assert stage.cluster.dependencies == [stage.network]
-    assert set(stage.gpu_nodes.dependencies) == {stage.network, stage.cluster}
+    # The GPU nodes deploy beside the cluster stack: they wait for the control plane through
+    # their own waiter, not for the cluster stack's add-ons and kubectl provider.
+    assert stage.gpu_nodes.dependencies == [stage.network]
     # The KubeRay operator and the RayService need the cluster and the system node only.
     assert set(stage.workload.dependencies) == {stage.network, stage.cluster}
-    assert stage.gpu_nodes in stage.readiness.dependencies
-    assert stage.workload in stage.readiness.dependencies
+    # The device plugins and the autoscaler: after the GPU nodes (the old releases' uninstall
+    # on the upgrade, the nodes' deletion on destroy) and the cluster (the kubectl provider).
+    assert set(stage.gpu_addons.dependencies) == {stage.gpu_nodes, stage.cluster}
+    assert {stage.gpu_nodes, stage.gpu_addons, stage.workload} <= set(stage.readiness.dependencies)
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])
+def test_the_gpu_nodes_import_nothing_from_the_cluster_stack(
+    app_name: str, request: pytest.FixtureRequest
+) -> None:
+    app: Synthesized = request.getfixturevalue(app_name)
+    text = json.dumps(app.templates["GpuNodes"])
+    imports = set(re.findall(r'"Fn::ImportValue": "([^"]+)"', text))
+    assert imports and all(i.startswith(f"{app.stage.network.stack_name}:") for i in imports)
+    assert app.stage.cluster.stack_name not in {
+        d.stack_name for d in app.stage.gpu_nodes.dependencies
+    }
+
+
+def _upstream(template: dict[str, Any], root: str) -> set[str]:
+    """Every resource ``root`` waits for, transitively (references and DependsOn)."""
+    resources = template["Resources"]
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        resource = resources[todo.pop()]
+        depends = resource.get("DependsOn", [])
+        for d in (refs(resource.get("Properties", {})) | set(depends)) & set(resources):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+@pytest.mark.parametrize("app_name", ["default_app", "variant_app"])
+def test_the_gpu_node_group_waits_for_the_control_plane_waiter_and_nothing_else_of_it(
+    app_name: str, request: pytest.FixtureRequest
+) -> None:
+    """The waiter is the node group's one link to the cluster: the group depends on it (its
+    launch template reads the cluster security group from it), names the cluster by the
+    configured name, and waits for nothing of another stack but the network's values."""
+    app: Synthesized = request.getfixturevalue(app_name)
+    template = app.templates["GpuNodes"]
+    ((waiter, resource),) = app.resources("GpuNodes", "Custom::ClusterActive").items()
+    ((nodegroup, ng),) = app.resources("GpuNodes", "AWS::EKS::Nodegroup").items()
+    assert waiter in ng["DependsOn"]
+    upstream = _upstream(template, nodegroup)
+    assert waiter in upstream
+    assert ng["Properties"]["ClusterName"] == app.config.cluster_name
+    props = resource["Properties"]
+    assert props["ClusterName"] == app.config.cluster_name
+    assert props["KubernetesVersion"] == app.config.kubernetes_version
+    assert props["ClusterStackName"] == app.stage.cluster.stack_name
+    (cluster,) = app.resources("Cluster", "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["Name"] == props["ClusterName"]
+    assert cluster["Properties"]["Version"] == props["KubernetesVersion"]
+    # Everything else that refers to the cluster (the capacity watch, through the launch
+    # template's version) comes after the waiter too; nothing in the stack comes before it
+    # but its own machinery.
+    for logical_id in _upstream(template, waiter):
+        assert logical_id.startswith(("ClusterActive", "SharedHandlerLayer")), logical_id
 
 
 def test_a_moving_gpu_az_changes_nothing_another_stack_imports(default_app: Synthesized) -> None:
@@ -188,24 +250,35 @@ def test_the_later_stacks_hold_the_checks_not_their_machinery(
             "Custom::AWSCDK-EKS-KubernetesResource",
             "AWS::CDK::Metadata",
         }
-        for stack, purpose in (("Workload", "RayService recreate"), ("GpuNodes", "GPU capacity")):
-            functions = app.resources(stack, "AWS::Lambda::Function").values()
-            descriptions = [f["Properties"].get("Description", "") for f in functions]
-            assert not [d for d in descriptions if d.startswith(purpose)], stack
+        functions = app.resources("Workload", "AWS::Lambda::Function").values()
+        descriptions = [f["Properties"].get("Description", "") for f in functions]
+        assert not [d for d in descriptions if d.startswith("RayService recreate")]
         cluster = app.templates["Cluster"]["Resources"]
         described = {
             r["Properties"].get("Description", "").split(":")[0]
             for r in cluster.values()
             if r["Type"] == "AWS::Lambda::Function"
         }
+        # "GPU capacity watch": the previous release's, kept for its resource's Delete
+        # (ray_pd_eks/cross_stack.py KEPT_FOR_UPGRADE).
         assert {"Readiness check", "RayService recreate", "GPU capacity watch"} <= described
         # The service tokens come from the cluster stack; a custom resource whose token
         # changed would fail its update, so these have their own logical ids ("...Check").
         for stack, rtype in (
             ("Readiness", "Custom::RayServiceReadiness"),
             ("Workload", "Custom::RayServiceRecreate"),
-            ("GpuNodes", "Custom::GpuCapacityWatch"),
         ):
             ((logical_id, resource),) = app.resources(stack, rtype).items()
             assert "Check" in logical_id, (stack, logical_id)
             assert "Fn::ImportValue" in resource["Properties"]["ServiceToken"], stack
+        # The GPU stack's own waiters have their machinery with them: that stack starts beside
+        # the cluster stack, and their functions are done long before the control plane.
+        for rtype in (
+            "Custom::GpuCapacityWatch",
+            "Custom::GpuAvailabilityZone",
+            "Custom::ClusterActive",
+        ):
+            ((logical_id, resource),) = app.resources("GpuNodes", rtype).items()
+            token = resource["Properties"]["ServiceToken"]
+            assert "Fn::GetAtt" in token, (rtype, token)
+            assert logical_id not in ("GpuCapacityWatchCheckFFD5439C", "GpuAzE036B77A"), rtype

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pd_constructs.vpc_cni import CNI_SUBNET_TAG
 from ray_pd_eks.vpc_layout import vpc_layout
 from tests.synth import Synthesized
 
@@ -91,10 +92,17 @@ def test_node_roles_pull_only_and_carry_no_cni_policy(default_app: Synthesized) 
                 "AmazonEKSWorkerNodePolicy",
                 "AmazonEC2ContainerRegistryPullOnly",
             ]
-            # Nodes join after the managed CNI exists (and are deleted before it): their
-            # stacks deploy after the cluster stack, which holds the add-on.
+            # Nodes join after the control plane exists: the system nodes' stack deploys after
+            # the cluster stack (which holds the add-ons), the GPU node group waits for the
+            # control-plane waiter of its own stack, which deploys beside the cluster stack
+            # (its nodes join minutes after the add-ons are ACTIVE: docs/deploy-timeline.md).
             assert stack != "Cluster"
-            assert "Cluster" in _stack_dependencies(default_app, stack)
+            if stack == "GpuNodes":
+                (waiter,) = default_app.resources(stack, "Custom::ClusterActive")
+                assert waiter in ng["DependsOn"]
+                assert "Cluster" not in _stack_dependencies(default_app, stack)
+            else:
+                assert "Cluster" in _stack_dependencies(default_app, stack)
             found += 1
     assert found == 2
 
@@ -105,8 +113,8 @@ def _stack_dependencies(app: Synthesized, stack: str) -> set[str]:
 
 
 def _cni_statements(app: Synthesized) -> dict[str, dict[str, Any]]:
-    """The CNI role's statements: its own policy's (Cluster stack) and the one the GPU stack
-    attaches to it by its exported name."""
+    """The CNI role's statements: its own policy's (Cluster stack). No other stack attaches a
+    policy to it (the role's name is still exported for one release: KEPT_FOR_UPGRADE)."""
     _, addon = _addon(app, "vpc-cni")
     (association,) = addon["Properties"]["PodIdentityAssociations"]
     role_id = association["RoleArn"]["Fn::GetAtt"][0]
@@ -116,10 +124,11 @@ def _cni_statements(app: Synthesized) -> dict[str, dict[str, Any]]:
         if o.get("Value") == {"Ref": role_id}
     }
     statements = []
-    for stack in ("Cluster", "GpuNodes"):
+    for stack in app.templates:
         for policy in app.resources(stack, "AWS::IAM::Policy").values():
             roles = [r.get("Ref", r.get("Fn::ImportValue")) for r in policy["Properties"]["Roles"]]
-            if set(roles) <= {role_id, *exports} and roles:
+            if set(roles) & {role_id, *exports}:
+                assert stack == "Cluster" and roles == [role_id], stack
                 statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
     return {s["Sid"]: s for s in statements}
 
@@ -166,19 +175,33 @@ def test_cni_creates_interfaces_only_in_the_node_subnets(
     creating = {sid: s for sid, s in by_sid.items() if "ec2:CreateNetworkInterface" in _actions(s)}
     assert set(creating) == {
         "CreateInterfaceInNodeSubnets",
-        "CreateInterfaceInGpuSubnet",
+        "CreateInterfaceInTaggedNodeSubnets",
         "CreateInterfaceWithVpcGroups",
         "CreateInterface",
     }
     blocks = _subnets_by_block(app)
     assert _subnet_refs(creating["CreateInterfaceInNodeSubnets"]["Resource"]) == blocks["private"]
-    assert _subnet_refs(creating["CreateInterfaceInGpuSubnet"]["Resource"]) == blocks["gpu"]
+    # The GPU subnet (another stack) by its tag naming this cluster, in this VPC only.
+    tagged = creating["CreateInterfaceInTaggedNodeSubnets"]
+    assert json.dumps(tagged["Resource"]).endswith(':subnet/*"]]}')
+    assert tagged["Condition"]["StringEquals"] == {
+        f"aws:ResourceTag/{CNI_SUBNET_TAG}": app.config.cluster_name
+    }
+    assert ":vpc/" in json.dumps(tagged["Condition"]["ArnEquals"]["ec2:Vpc"])
+    carriers = {
+        (stack, logical_id)
+        for stack in app.templates
+        for logical_id, subnet in app.resources(stack, "AWS::EC2::Subnet").items()
+        if {"Key": CNI_SUBNET_TAG, "Value": app.config.cluster_name}
+        in subnet["Properties"].get("Tags", [])
+    }
+    assert carriers == {("GpuNodes", gpu) for gpu in blocks["gpu"]} and len(carriers) == 1
     for sid, statement in by_sid.items():
-        assert ":subnet/*" not in json.dumps(statement["Resource"]), sid
-        if sid not in ("CreateInterfaceInNodeSubnets", "CreateInterfaceInGpuSubnet"):
+        if sid != "CreateInterfaceInTaggedNodeSubnets":
+            assert ":subnet/*" not in json.dumps(statement["Resource"]), sid
+        if sid not in ("CreateInterfaceInNodeSubnets", "CreateInterfaceInTaggedNodeSubnets"):
             assert not _subnet_refs(statement["Resource"]), sid
     assert len(blocks["private"]) == 2 and len(blocks["control_plane"]) == 2
-    assert creating["CreateInterfaceInGpuSubnet"]["Condition"].keys() == {"ArnEquals"}
     # The interface's own ARN and the security groups stay as they were.
     assert creating["CreateInterfaceWithVpcGroups"]["Resource"] == _ec2_arn("security-group/*")
 
@@ -208,12 +231,14 @@ def test_cni_writes_only_network_interfaces_of_this_vpc_and_nodes_of_this_cluste
     }
     for sid in (
         "CreateInterfaceInNodeSubnets",
-        "CreateInterfaceInGpuSubnet",
+        "CreateInterfaceInTaggedNodeSubnets",
         "CreateInterfaceWithVpcGroups",
         "ManageInterfacesInVpc",
         "SecurityGroupsInVpc",
     ):
-        assert by_sid[sid]["Condition"].keys() == vpc_condition.keys(), sid
+        tagged = sid == "CreateInterfaceInTaggedNodeSubnets"
+        expected = {*vpc_condition, "StringEquals"} if tagged else vpc_condition.keys()
+        assert by_sid[sid]["Condition"].keys() == expected, sid
         vpc = json.dumps(by_sid[sid]["Condition"]["ArnEquals"]["ec2:Vpc"])
         assert ":vpc/" in vpc, vpc
     assert by_sid["ManageInterfacesInVpc"]["Condition"]["ArnEquals"]

@@ -24,7 +24,9 @@ CloudFormation custom resource handler (CDK Provider ``on_event``); standard lib
 Resource properties (all strings): ``InstanceType``, ``RequestedAz`` ("" = choose),
 ``CapacityReservationId`` ("" = none), ``PlacementGroupName`` ("" = the stack creates its own
 cluster placement group), ``InstanceCount`` (the node count, e.g. "2"), ``SubnetCidrs`` (two
-comma-separated CIDR blocks).
+comma-separated CIDR blocks), ``RouteTableId`` (optional: the GPU route table; on Create
+the subnet already associated with it, if any, counts as the previous choice, so a resource
+that replaces one of another logical id keeps its AZ and block).
 """
 
 from __future__ import annotations
@@ -252,6 +254,11 @@ def on_event(
     offered = offering_azs(ec2, instance_type)
     previous_id = event.get("PhysicalResourceId", "") if event["RequestType"] == "Update" else ""
     previous, _, previous_cidr = previous_id.partition("/")
+    if event["RequestType"] == "Create" and props.get("RouteTableId"):
+        # A new resource may replace an earlier one of another logical id (an upgrade that
+        # moved its Provider): the GPU subnet that one chose is still associated with the
+        # GPU route table, and keeping its AZ and block keeps the subnet and node group.
+        previous, previous_cidr = current_gpu_subnet(ec2, props["RouteTableId"])
     if reservation_id:
         reserved_az = check_reservation(
             describe_reservation(ec2, reservation_id),
@@ -259,7 +266,8 @@ def on_event(
             requested_az=requested,
             placement_group=props.get("PlacementGroupName", ""),
             instance_count=_count(props.get("InstanceCount", "")),
-            creating=event["RequestType"] == "Create",
+            # Nodes of an existing GPU subnet (found on Create) hold the reservation already.
+            creating=event["RequestType"] == "Create" and not previous,
         )
         if reserved_az not in offered:
             raise RuntimeError(
@@ -281,6 +289,32 @@ def on_event(
     if cidr:
         data["SubnetCidr"] = cidr
     return {"PhysicalResourceId": f"{az}/{cidr}" if cidr else az, "Data": data}
+
+
+def current_gpu_subnet(ec2: Any, route_table_id: str) -> tuple[str, str]:
+    """(AZ, CIDR) of the subnet associated with the GPU route table, or ("", "") for none (a
+    first deploy). With several (an AZ move under way), the first by subnet id."""
+    tables = ec2.describe_route_tables(RouteTableIds=[route_table_id]).get("RouteTables") or []
+    subnet_ids = sorted(
+        str(a["SubnetId"])
+        for table in tables
+        for a in table.get("Associations") or []
+        if a.get("SubnetId")
+    )
+    if not subnet_ids:
+        return "", ""
+    subnets = ec2.describe_subnets(SubnetIds=subnet_ids[:1]).get("Subnets") or []
+    if not subnets:
+        return "", ""
+    subnet = subnets[0]
+    LOG.info(
+        "GPU route table %s already serves %s (%s, %s): keeping them",
+        route_table_id,
+        subnet.get("SubnetId"),
+        subnet.get("AvailabilityZone"),
+        subnet.get("CidrBlock"),
+    )
+    return str(subnet.get("AvailabilityZone") or ""), str(subnet.get("CidrBlock") or "")
 
 
 def choose_cidr(candidates: list[str], az: str, previous_az: str, previous_cidr: str) -> str:

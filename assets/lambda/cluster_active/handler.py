@@ -1,0 +1,299 @@
+"""Waits until the EKS control plane is ACTIVE at the Kubernetes version the GPU node group
+needs, and returns its cluster security group: the GPU node stack's one link to the cluster.
+
+The GPU node stack does not import anything from the Cluster stack, so CloudFormation deploys
+both side by side; this custom resource is what the node group (and everything else of that
+stack that needs the cluster) waits for instead of the whole Cluster stack (its add-ons and
+kubectl provider finish a minute or more after the control plane: docs/deploy-timeline.md).
+
+* ``eks:DescribeCluster`` on ``ClusterName``: ``ACTIVE`` at ``KubernetesVersion`` or later
+  completes the wait, with ``ClusterSecurityGroupId`` (``resourcesVpcConfig.
+  clusterSecurityGroupId``, the group EKS creates with the cluster and the launch template
+  lists). Not found yet (the Cluster stack creates the KMS key first), ``CREATING``,
+  ``UPDATING`` (a version upgrade: on an Update the node group so waits for the control
+  plane's new version) or an older version: keep waiting. ``FAILED``: fail at once, quoting
+  EKS's health issues.
+* While waiting, ``cloudformation:DescribeStacks`` on ``ClusterStackName``: a stack rolling
+  back, or one whose last operation (since shortly before this wait began) failed, fails the
+  wait at once with the stack's status and CloudFormation's reason. An older failure is a
+  previous deploy's, left behind until the CDK CLI updates or recreates the stack: waited out.
+* Still not ready after ``TimeoutSeconds`` (less one poll): fails with what it saw last.
+
+CDK ``custom_resources.Provider`` user handler (``on_event`` + ``is_complete``); standard
+library + boto3 only. On an Update CloudFormation sends while rolling this stack back, it
+answers at once with the security group its physical id (``<cluster>/<group id>``) holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from pd_lambda import props as props_helpers
+from pd_lambda import rollback
+from pd_lambda.rollback import ROLLBACK_STATUS
+
+LOG = logging.getLogger()
+LOG.setLevel(logging.INFO)
+
+STARTED_AT_KEY = "ClusterActiveStartedAt"  # top level: never part of the resource's Data
+ROLLBACK_KEY = "ClusterActiveRollback"  # top level too: marks a rollback Update for is_complete
+DATA_KEYS = ("ClusterSecurityGroupId",)
+# Must match the construct's query interval and Lambda timeout (pd_constructs/cluster_active.py).
+QUERY_INTERVAL_SECONDS = 15
+LAMBDA_TIMEOUT_SECONDS = 60
+CLIENT_CONFIG = Config(
+    connect_timeout=5, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
+)
+MAX_REASON_CHARS = 1000
+# The Cluster stack's operation of this deploy starts beside this stack, at most a few minutes
+# before this wait does (this stack first creates the waiter's functions); a failure of an
+# operation that started earlier than this is a previous deploy's.
+CLUSTER_STACK_LEAD_SECONDS = 600
+# The Cluster stack is failing now, whenever its operation began.
+ROLLING_BACK = (
+    "ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
+)
+# The Cluster stack's last operation failed (this deploy's when it began recently).
+FAILED = (
+    "CREATE_FAILED",
+    "ROLLBACK_COMPLETE",
+    "ROLLBACK_FAILED",
+    "UPDATE_FAILED",
+    "UPDATE_ROLLBACK_FAILED",
+    "UPDATE_ROLLBACK_COMPLETE",
+    "DELETE_FAILED",
+)
+REQUIRED_PROPERTIES = ("ClusterName", "KubernetesVersion", "ClusterStackName", "TimeoutSeconds")
+
+
+class WaitError(RuntimeError):
+    """A terminal failure: the deploy stops now, with this message as the reason."""
+
+
+@dataclass(frozen=True)
+class Props:
+    cluster_name: str
+    kubernetes_version: str
+    cluster_stack_name: str
+    timeout_seconds: int
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Props:
+        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
+        if missing:
+            raise WaitError(
+                "ResourceProperties missing " + ", ".join(missing) + "; the ClusterActive "
+                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
+            )
+        if version_tuple(str(properties["KubernetesVersion"])) is None:
+            raise WaitError(
+                f"KubernetesVersion must read <major>.<minor>, got "
+                f"{properties['KubernetesVersion']!r}"
+            )
+        return cls(
+            cluster_name=str(properties["ClusterName"]),
+            kubernetes_version=str(properties["KubernetesVersion"]),
+            cluster_stack_name=str(properties["ClusterStackName"]),
+            timeout_seconds=props_helpers.positive_int(
+                properties, "TimeoutSeconds", error=WaitError
+            ),
+        )
+
+
+# --- dependencies (replaced in tests) ------------------------------------------------------
+
+clock: Callable[[], float] = time.time
+
+
+def _client(name: str) -> Any:
+    return boto3.client(name, config=CLIENT_CONFIG)
+
+
+# --- the Provider contract -----------------------------------------------------------------
+
+
+def on_event(event: Mapping[str, Any], context: Any, cloudformation: Any = None) -> dict[str, Any]:
+    """Start (Create/Update) or end (Delete) the wait. On an Update sent while this stack is
+    ``UPDATE_ROLLBACK_IN_PROGRESS``, answer at once with the group of the current physical id
+    (no EKS call: a control plane that never became ready is a likely reason for the
+    rollback)."""
+    if event.get("RequestType") == "Delete":
+        LOG.info("Delete %s: nothing to wait for", event.get("PhysicalResourceId"))
+        return {"PhysicalResourceId": event.get("PhysicalResourceId", "")}
+    current = str(event.get("PhysicalResourceId") or "")
+    if event.get("RequestType") == "Update" and stack_rolling_back(event, cloudformation):
+        data = {"ClusterSecurityGroupId": current.partition("/")[2]}
+        LOG.info("Update during %s: answering at once with %s", ROLLBACK_STATUS, data)
+        return {"PhysicalResourceId": current, "Data": data, ROLLBACK_KEY: "true"}
+    props = Props.from_properties(event.get("ResourceProperties") or {})
+    LOG.info(
+        "%s: waiting for cluster %s ACTIVE at Kubernetes %s",
+        event.get("RequestType"),
+        props.cluster_name,
+        props.kubernetes_version,
+    )
+    physical_id = current if current.partition("/")[0] == props.cluster_name else ""
+    return {
+        "PhysicalResourceId": physical_id or props.cluster_name,
+        STARTED_AT_KEY: str(int(clock())),
+    }
+
+
+def is_complete(
+    event: Mapping[str, Any], context: Any, eks: Any = None, cloudformation: Any = None
+) -> dict[str, Any]:
+    """One poll: ``IsComplete`` False while waiting; the group as ``Data`` when ready (and the
+    physical id ``<cluster>/<group id>``); raises :class:`WaitError` on a terminal failure."""
+    if event.get("RequestType") == "Delete":
+        return {"IsComplete": True}
+    if event.get(ROLLBACK_KEY) == "true":
+        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    props = Props.from_properties(event.get("ResourceProperties") or {})
+    now = clock()
+    started = props_helpers.started_at(event, STARTED_AT_KEY, now)
+    try:
+        ready, seen = look_at_cluster(props, eks or _client("eks"))
+        if ready:
+            LOG.info("poll: COMPLETE: %s", seen)
+            return {
+                "IsComplete": True,
+                "PhysicalResourceId": f"{props.cluster_name}/{ready}",
+                "Data": {"ClusterSecurityGroupId": ready},
+            }
+        stack = look_at_stack(props, cloudformation or _client("cloudformation"), started=started)
+    except WaitError as exc:
+        message = _one_line(f"waiting for EKS cluster {props.cluster_name}: {exc}")
+        LOG.error("poll: FAILED: %s", message)
+        raise WaitError(message) from None
+    elapsed = now - started
+    LOG.info("poll: pending (%.0f s of %d s): %s; %s", elapsed, props.timeout_seconds, seen, stack)
+    if elapsed >= give_up_after(props):
+        message = _one_line(
+            f"EKS cluster {props.cluster_name} was not ACTIVE at Kubernetes "
+            f"{props.kubernetes_version} after {elapsed / 60:.0f} min: {seen}; {stack}. "
+            "Check the cluster in the EKS console and the Cluster stack's events, then "
+            "redeploy."
+        )
+        LOG.error("poll: FAILED: %s", message)
+        raise WaitError(message)
+    return {"IsComplete": False}
+
+
+def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
+    return rollback.stack_rolling_back(
+        event, cloudformation, make_client=lambda: _client("cloudformation")
+    )
+
+
+def give_up_after(props: Props) -> float:
+    """Seconds after the start at which a still-pending poll fails with our own message,
+    before the Provider's total timeout would end the wait with a bare "Operation timed out"
+    (polls are at most one interval plus one Lambda run apart)."""
+    margin = QUERY_INTERVAL_SECONDS + LAMBDA_TIMEOUT_SECONDS
+    return max(props.timeout_seconds / 2, props.timeout_seconds - margin)
+
+
+# --- one poll ------------------------------------------------------------------------------
+
+
+def version_tuple(version: str) -> tuple[int, int] | None:
+    """``"1.36"`` -> ``(1, 36)``; None when it is not ``<major>.<minor>``."""
+    major, _, minor = version.strip().partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        return None
+    return int(major), int(minor)
+
+
+def look_at_cluster(props: Props, eks: Any) -> tuple[str, str]:
+    """(the cluster security group when the cluster is ready, else "", what was seen)."""
+    try:
+        cluster = eks.describe_cluster(name=props.cluster_name).get("cluster") or {}
+    except ClientError as exc:
+        code = _code(exc)
+        if code == "ResourceNotFoundException":
+            return "", "the cluster does not exist yet"
+        if code in ("AccessDeniedException", "AccessDenied", "UnauthorizedOperation"):
+            raise WaitError(f"eks:DescribeCluster is denied: {_message(exc)}") from None
+        return "", f"eks:DescribeCluster failed: {code}: {_message(exc)}"
+    except BotoCoreError as exc:
+        return "", f"eks:DescribeCluster failed: {exc}"
+    status = str(cluster.get("status") or "UNKNOWN")
+    version = str(cluster.get("version") or "")
+    seen = f"cluster {status} at Kubernetes {version or 'unknown'}"
+    if status == "FAILED":
+        issues = [
+            f"{i.get('code', '')}: {i.get('message', '')}"
+            for i in (cluster.get("health") or {}).get("issues") or []
+        ]
+        raise WaitError(f"{seen}: {'; '.join(issues) or 'EKS reports no health issue'}")
+    group = str((cluster.get("resourcesVpcConfig") or {}).get("clusterSecurityGroupId") or "")
+    have, need = version_tuple(version), version_tuple(props.kubernetes_version)
+    if status != "ACTIVE":
+        return "", seen
+    if have is None or need is None or have < need:
+        return "", f"{seen}, the GPU nodes need {props.kubernetes_version}"
+    if not group:
+        return "", f"{seen} without a cluster security group yet"
+    return group, f"{seen}, security group {group}"
+
+
+def look_at_stack(props: Props, cloudformation: Any, *, started: float) -> str:
+    """What the Cluster stack is doing (for the log and the timeout message); raises
+    :class:`WaitError` when it is rolling back, or its operation of this deploy failed."""
+    name = props.cluster_stack_name
+    try:
+        stacks = cloudformation.describe_stacks(StackName=name).get("Stacks") or []
+    except ClientError as exc:
+        if "does not exist" in _message(exc):
+            return f"stack {name} does not exist yet"
+        if _code(exc) in ("AccessDenied", "AccessDeniedException"):
+            raise WaitError(f"cloudformation:DescribeStacks on {name} is denied") from None
+        return f"cloudformation:DescribeStacks {name} failed: {_code(exc)}: {_message(exc)}"
+    except BotoCoreError as exc:
+        return f"cloudformation:DescribeStacks {name} failed: {exc}"
+    if not stacks:
+        return f"stack {name} does not exist yet"
+    stack = stacks[0]
+    status = str(stack.get("StackStatus") or "UNKNOWN")
+    reason = str(stack.get("StackStatusReason") or "no reason given")
+    operation = _epoch(stack.get("LastUpdatedTime")) or _epoch(stack.get("CreationTime"))
+    recent = operation is None or operation >= started - CLUSTER_STACK_LEAD_SECONDS
+    if status in ROLLING_BACK or (status in FAILED and recent):
+        raise WaitError(
+            f"the Cluster stack {name} is {status} ({reason}); the GPU node stack stops "
+            "waiting for its control plane. Fix the Cluster stack's failure, then redeploy."
+        )
+    if status in FAILED:
+        return f"stack {name} is {status} from an earlier deploy"
+    return f"stack {name} is {status}"
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", exc))
+
+
+def _one_line(text: str) -> str:
+    return props_helpers.one_line(text, MAX_REASON_CHARS)
