@@ -132,9 +132,10 @@ def test_the_nat_gateway_does_not_hold_the_control_plane_back(model: Timeline) -
 def test_the_head_keeps_slack_thanks_to_the_faster_system_root(model: Timeline) -> None:
     head = _step(model, r"^Ray head up")
     engines = _step(model, r"^vLLM engines up")
-    # 1.8 minutes since the GPU node group starts at ACTIVE (the head's path still waits for
-    # the whole cluster stack: its node group is in the Workload stack).
-    assert engines.end - head.end >= 1.5
+    # 1.0 minute since the GPU node group starts at ACTIVE and the image, not the weights,
+    # sets the engines' start (the head's path still waits for the whole cluster stack: its
+    # node group is in the Workload stack); at gp3's baseline the head's pull alone is 5.3.
+    assert engines.end - head.end >= 0.75
 
 
 def test_the_critical_path_runs_through_the_gpu_nodes_to_the_proof(model: Timeline) -> None:
@@ -276,7 +277,7 @@ def test_the_docs_and_the_readme_state_the_modelled_time(
 ) -> None:
     """One deploy time everywhere, taken from the model: change the graph, update the docs."""
     minutes = model.endpoint_minutes
-    assert minutes == pytest.approx(21.7, abs=0.01)
+    assert minutes == pytest.approx(21.66, abs=0.01)
     assert minutes <= 22  # the deploy's goal: a proven endpoint within 22 modelled minutes
     doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
     assert f"| this version | **{minutes:.1f} min** |" in doc
