@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Mutation testing of the code that decides: configuration validation, the readiness checks, the
 # KV proof and handler, the capacity watch, the node-template tagger, the default security
-# group's restriction, the cross-stack deploy order, and the CLI's verdicts and drill. Not part
-# of CI (the older scope: 9 minutes on two idle cores; the 2026-12-01 additions about as long
-# again; the NIXL log reader, endpoint and cross-stack additions after them about 30 minutes on
-# the shared machine); run it before resolving work that touches those modules.
+# group's restriction, the control-plane waiter, the cross-stack deploy order, and the CLI's
+# verdicts and drill. Not part of CI (the older scope: 9 minutes on two idle cores; the
+# 2026-12-01 additions about as long again; the NIXL log reader, endpoint and cross-stack
+# additions after them about 30 minutes on the shared machine); run it before resolving work
+# that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #
@@ -107,6 +108,14 @@ SCOPE=(
   'assets.lambda.default_sg.handler.x__revoke__*'
   'assets.lambda.default_sg.handler.x_restrict__*'
   'assets.lambda.default_sg.handler.x_on_event__*'
+  # the control-plane waiter (ACTIVE at the version, pending, the Cluster stack failed, give up)
+  'assets.lambda.cluster_active.handler.x_on_event__*'
+  'assets.lambda.cluster_active.handler.x_is_complete__*'
+  'assets.lambda.cluster_active.handler.x_stack_rolling_back__*'
+  'assets.lambda.cluster_active.handler.x_give_up_after__*'
+  'assets.lambda.cluster_active.handler.x_version_tuple__*'
+  'assets.lambda.cluster_active.handler.x_look_at_cluster__*'
+  'assets.lambda.cluster_active.handler.x_look_at_stack__*'
   # CLI verdicts
   'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'
