@@ -90,8 +90,16 @@ def build(app: cdk.App) -> RayPdEksStage | PipelineStack:
     return PipelineStack(app, PIPELINE_STACK_ID, pipeline_config=pipeline, env=env)
 
 
+def builtin_validation(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether aws-cdk-lib's own CloudFormation template validation runs: only with
+    ``CDK_VALIDATION=true``. Its findings are warnings (cdk.json does not set
+    ``@aws-cdk/core:validateAgainstDefaultRules``) and cfn-lint, stricter, lints every template
+    in the tests; it was half of the synth's CPU (docs/speed.md). cdk-nag runs either way."""
+    return environ.get("CDK_VALIDATION", "").strip().lower() == "true"
+
+
 def main(app: cdk.App | None = None) -> None:
-    app = app or cdk.App()
+    app = app or cdk.App(builtin_cloud_formation_validation=builtin_validation())
     try:
         built = build(app)
     except ConfigError as err:
