@@ -126,6 +126,7 @@ def test_the_policies_name_the_operator_and_the_cache_they_allow() -> None:
     assert f"'{DEFAULTS.node_cache_dir}'" in text
 
 
+@functools.cache
 def _cases() -> list[tuple[str, AppConfig, AdmissionCase]]:
     return [
         (f"{label}: {c.name}", cfg, c)
