@@ -109,8 +109,10 @@ class GpuAvailabilityZoneProvider(Construct):
         acknowledge(
             self.function,
             "AwsSolutions-IAM5",
-            "ec2:DescribeInstanceTypeOfferings and ec2:DescribeCapacityReservations have no "
-            "resource-level permissions; both are read-only. DescribeStacks is on the one "
+            "ec2:DescribeInstanceTypeOfferings and ec2:DescribeCapacityReservations (and, "
+            "for the subnet the GPU route table already serves, ec2:DescribeRouteTables and "
+            "ec2:DescribeSubnets) have no resource-level permissions; all are read-only. "
+            "DescribeStacks is on the one "
             "stack of the GPU AZ's custom resource (its ARN ends in an id CloudFormation "
             "assigns, hence the trailing *).",
             findings=["Resource::*", *findings],

@@ -30,10 +30,11 @@ from pd_constructs.templates import render
 from pd_constructs.workload import worker_resources
 from ray_pd_eks.config import AppConfig
 
-# The sandbox ("pause") image the EKS AL2023 AMIs cache at build time (awslabs/amazon-eks-ami,
-# templates/al2023/variables-default.json `pause_container_image`, AMI builds of 2026): from ECR
-# Public, which the nodes reach through the NAT gateway as they do for the prefetch image.
-# Pinned to its digest at deploy time like every other image (pd_constructs/images.py).
+# A pause image from EKS Distro on ECR Public (the image Karpenter's and the Cluster
+# Autoscaler's headroom examples use), which the nodes reach through the NAT gateway as they do
+# the prefetch image; a ~300 KB pull. Whether the AMI caches this tag is not relied on (the
+# AMI's own sandbox image is named by its build). Pinned to its digest at deploy time like every
+# other image (pd_constructs/images.py): a tag that does not resolve fails that step, by name.
 PAUSE_IMAGE = "public.ecr.aws/eks-distro/kubernetes/pause:3.10"
 WARM_SPARE_PRIORITY_CLASS = "ray-pd-eks-gpu-warm-spare"
 # The Cluster Autoscaler's default --expendable-pods-priority-cutoff (cluster-autoscaler 1.35.2

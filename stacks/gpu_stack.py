@@ -117,7 +117,8 @@ class GpuNodesStack(AppStack):
             placement_group_name=config.gpu_placement_group_name,
         )
         # The launch template names the waiter's security group; the node group waits for the
-        # waiter itself too (on an EKS version upgrade, the control plane's new version).
+        # waiter itself too. (The group carries no Kubernetes version: an EKS version upgrade
+        # leaves its nodes on theirs until the node update in docs/lifecycle.md.)
         self.gpu_nodes.nodegroup.node.add_dependency(self.cluster_active.resource)
         # Beside the GPU node group, not after it: fails the deploy with EC2's reason when the
         # launches keep failing, instead of CloudFormation waiting out the node group. It knows

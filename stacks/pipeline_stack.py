@@ -53,8 +53,6 @@ _ARTIFACT_ACTIONS = (
     "kms:GenerateDataKey*",
     "kms:ReEncrypt*",
 )
-# Stacks whose outputs the post-deploy step prints, in this order.
-_OUTPUT_STACKS = ("network", "cluster", "gpu_nodes", "workload", "readiness")
 
 
 def stage_id(env: DeploymentEnvironment) -> str:
@@ -81,8 +79,7 @@ def stage_outputs(stage: RayPdEksStage) -> dict[str, CfnOutput]:
     Collected from the stacks rather than named one by one, so outputs added later (e.g. the
     readiness check's) are printed without touching the pipeline."""
     outputs: dict[str, CfnOutput] = {}
-    for attr in _OUTPUT_STACKS:
-        stack: Stack = getattr(stage, attr)
+    for stack in stage.stacks:  # every stack's outputs, in deploy order
         for child in stack.node.children:
             if isinstance(child, CfnOutput):
                 outputs[_env_var(child.node.id)] = child
