@@ -9,10 +9,11 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeAlias
 
 import boto3
 import pytest
+from botocore.exceptions import BotoCoreError, EndpointConnectionError
 from botocore.stub import Stubber
 
 HANDLER = (
@@ -75,13 +76,18 @@ def _cluster(status: str, version: str = "1.36", group: str = SG) -> dict[str, A
     return {"cluster": cluster}
 
 
-def _stack(status: str, *, at: float = STARTED - 60, reason: str = "") -> dict[str, Any]:
+def _stack(
+    status: str, *, at: float = STARTED - 60, reason: str = "", updated: bool = True
+) -> dict[str, Any]:
+    """The Cluster stack, its last operation begun ``at``: an update (``LastUpdatedTime``), or
+    with ``updated=False`` its create (only ``CreationTime``, as a stack never updated has)."""
     stack: dict[str, Any] = {
         "StackName": STACK,
         "StackStatus": status,
-        "CreationTime": datetime.fromtimestamp(at - 3600, UTC),
-        "LastUpdatedTime": datetime.fromtimestamp(at, UTC),
+        "CreationTime": datetime.fromtimestamp(at - 3600 if updated else at, UTC),
     }
+    if updated:
+        stack["LastUpdatedTime"] = datetime.fromtimestamp(at, UTC)
     if reason:
         stack["StackStatusReason"] = reason
     return {"Stacks": [stack]}
@@ -89,10 +95,11 @@ def _stack(status: str, *, at: float = STARTED - 60, reason: str = "") -> dict[s
 
 def _poll(
     eks_answer: dict[str, Any] | None,
-    stack_answer: dict[str, Any] | None = None,
+    stack_answer: dict[str, Any] | tuple[str, str] | None = None,
     *,
     elapsed: float = 60,
     eks_error: str = "",
+    eks_message: str = "no",
     event: dict[str, Any] | None = None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
@@ -100,10 +107,13 @@ def _poll(
     eks, eks_stub = _client("eks")
     cfn, cfn_stub = _client("cloudformation")
     if eks_error:
-        eks_stub.add_client_error("describe_cluster", eks_error, "no", expected_params=None)
+        eks_stub.add_client_error("describe_cluster", eks_error, eks_message, expected_params=None)
     else:
         eks_stub.add_response("describe_cluster", eks_answer, {"name": CLUSTER})
-    if stack_answer is not None:
+    if isinstance(stack_answer, tuple):
+        code, message = stack_answer
+        cfn_stub.add_client_error("describe_stacks", code, message, expected_params=None)
+    elif stack_answer is not None:
         cfn_stub.add_response("describe_stacks", stack_answer, {"StackName": STACK})
     result = handler.is_complete(event or _event(), None, eks=eks, cloudformation=cfn)
     eks_stub.assert_no_pending_responses()
@@ -172,16 +182,37 @@ def test_an_older_version_keeps_waiting_on_an_update(monkeypatch: pytest.MonkeyP
 def test_versions_compare_as_numbers_not_text() -> None:
     assert handler.version_tuple("1.100") > handler.version_tuple("1.36")
     assert handler.version_tuple("1.36") == (1, 36)
-    assert handler.version_tuple("latest") is None
+    assert handler.version_tuple(" 1.36 ") == (1, 36)
 
 
-def test_a_failed_cluster_fails_at_once_quoting_eks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("text", ["latest", "1.", ".36", "v1.36", "1.36.2", "1", ""])
+def test_only_major_dot_minor_is_a_version(text: str) -> None:
+    assert handler.version_tuple(text) is None
+
+
+@pytest.mark.parametrize(
+    ("issues", "said"),
+    [
+        (
+            [
+                {"code": "InsufficientFreeAddresses", "message": "subnet is full"},
+                {"code": "Ec2SecurityGroupNotFound", "message": "sg-0aa gone"},
+            ],
+            "InsufficientFreeAddresses: subnet is full; Ec2SecurityGroupNotFound: sg-0aa gone",
+        ),
+        ([], "EKS reports no health issue"),
+    ],
+)
+def test_a_failed_cluster_fails_at_once_quoting_every_health_issue(
+    issues: list[dict[str, str]], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     answer = _cluster("FAILED")
-    answer["cluster"]["health"] = {
-        "issues": [{"code": "Ec2SubnetInvalidConfiguration", "message": "subnet is full"}]
-    }
-    with pytest.raises(handler.WaitError, match=r"cluster FAILED.*Ec2SubnetInvalidConfiguration"):
+    answer["cluster"]["health"] = {"issues": issues}
+    with pytest.raises(handler.WaitError) as failed:
         _poll(answer, monkeypatch=monkeypatch)
+    assert str(failed.value) == (
+        f"waiting for EKS cluster {CLUSTER}: cluster FAILED at Kubernetes 1.36: {said}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -264,9 +295,33 @@ def test_the_wait_gives_up_with_what_it_saw(monkeypatch: pytest.MonkeyPatch) -> 
     assert f"stack {STACK} is CREATE_IN_PROGRESS" in message
 
 
-def test_a_denied_describe_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(handler.WaitError, match="eks:DescribeCluster is denied"):
-        _poll(None, eks_error="AccessDeniedException", monkeypatch=monkeypatch)
+@pytest.mark.parametrize("code", ["AccessDeniedException", "AccessDenied", "UnauthorizedOperation"])
+def test_a_denied_describe_cluster_fails_at_once_in_iams_words(
+    code: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    words = (
+        "User: arn:aws:sts::123456789012:assumed-role/IsComplete/fn is not authorized to "
+        f"perform: eks:DescribeCluster on resource: arn:aws:eks:us-west-2:123456789012:"
+        f"cluster/{CLUSTER}"
+    )
+    with pytest.raises(handler.WaitError) as failed:
+        _poll(None, eks_error=code, eks_message=words, monkeypatch=monkeypatch)
+    assert str(failed.value) == (
+        f"waiting for EKS cluster {CLUSTER}: eks:DescribeCluster is denied: {words}"
+    )
+
+
+@pytest.mark.parametrize("code", ["AccessDenied", "AccessDeniedException"])
+def test_a_denied_describe_stacks_fails_at_once_naming_the_stack(
+    code: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CloudFormation (query protocol) says ``AccessDenied``; JSON services ``...Exception``."""
+    denied = (code, "User: x is not authorized to perform: cloudformation:DescribeStacks")
+    with pytest.raises(handler.WaitError) as failed:
+        _poll(_cluster("CREATING"), denied, monkeypatch=monkeypatch)
+    assert str(failed.value) == (
+        f"waiting for EKS cluster {CLUSTER}: cloudformation:DescribeStacks on {STACK} is denied"
+    )
 
 
 def test_other_api_errors_keep_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,15 +342,24 @@ def test_create_starts_the_wait_with_the_cluster_as_physical_id(
     }
 
 
-def test_an_update_keeps_the_physical_id_that_holds_the_group(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("physical", "cluster", "answered"),
+    [
+        (f"{CLUSTER}/{SG}", CLUSTER, f"{CLUSTER}/{SG}"),
+        (CLUSTER, CLUSTER, CLUSTER),
+        # Another cluster: a new physical id, so CloudFormation replaces the resource.
+        (f"{CLUSTER}/{SG}", "ray-llm-other", "ray-llm-other"),
+    ],
+)
+def test_an_update_keeps_the_physical_id_of_the_same_cluster_only(
+    physical: str, cluster: str, answered: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(handler, "clock", lambda: STARTED)
     cfn, stub = _client("cloudformation")
     stub.add_response("describe_stacks", {"Stacks": [_stack("UPDATE_IN_PROGRESS")["Stacks"][0]]})
-    result = handler.on_event(_event("Update", f"{CLUSTER}/{SG}"), None, cloudformation=cfn)
-    assert result["PhysicalResourceId"] == f"{CLUSTER}/{SG}"
-    assert handler.ROLLBACK_KEY not in result
+    event = _event("Update", physical, ClusterName=cluster)
+    result = handler.on_event(event, None, cloudformation=cfn)
+    assert result == {"PhysicalResourceId": answered, handler.STARTED_AT_KEY: str(STARTED)}
 
 
 def test_a_rollback_update_answers_at_once_with_the_group_of_its_id() -> None:
@@ -336,3 +400,206 @@ def test_delete_makes_no_call() -> None:
 def test_bad_properties_fail_naming_the_property(overrides: dict[str, str], message: str) -> None:
     with pytest.raises(handler.WaitError, match=message):
         handler.Props.from_properties(_props(**overrides))
+
+
+# --- what the give-up message says it saw --------------------------------------------------
+
+LEAD = handler.CLUSTER_STACK_LEAD_SECONDS
+EKS_URL = f"https://eks.us-west-2.amazonaws.com/clusters/{CLUSTER}"
+CFN_URL = "https://cloudformation.us-west-2.amazonaws.com/"
+# An answer: a response, a client error (code, message), or a failure before AWS answered.
+Answer: TypeAlias = dict[str, Any] | tuple[str, str] | BotoCoreError
+
+
+class _Unreachable:
+    """A client whose every call fails before AWS answers (no connection)."""
+
+    def __init__(self, error: BotoCoreError) -> None:
+        self.error = error
+
+    def describe_cluster(self, **_: Any) -> Any:
+        raise self.error
+
+    def describe_stacks(self, **_: Any) -> Any:
+        raise self.error
+
+
+def _answering(service: str, answer: Answer) -> tuple[Any, Stubber | None]:
+    if isinstance(answer, BotoCoreError):
+        return _Unreachable(answer), None
+    method, params = (
+        ("describe_cluster", {"name": CLUSTER})
+        if service == "eks"
+        else ("describe_stacks", {"StackName": STACK})
+    )
+    client, stub = _client(service)
+    if isinstance(answer, tuple):
+        stub.add_client_error(method, answer[0], answer[1], expected_params=params)
+    else:
+        stub.add_response(method, answer, params)
+    return client, stub
+
+
+@pytest.mark.parametrize(
+    ("eks_answer", "stack_answer", "seen", "stack"),
+    [
+        pytest.param(
+            ("ResourceNotFoundException", f"No cluster found for name: {CLUSTER}."),
+            ("ValidationError", f"Stack with id {STACK} does not exist"),
+            "the cluster does not exist yet",
+            f"stack {STACK} does not exist yet",
+            id="neither-exists",
+        ),
+        pytest.param(
+            ("ThrottlingException", "Rate exceeded"),
+            ("Throttling", "Rate exceeded"),
+            "eks:DescribeCluster failed: ThrottlingException: Rate exceeded",
+            f"cloudformation:DescribeStacks {STACK} failed: Throttling: Rate exceeded",
+            id="throttled",
+        ),
+        pytest.param(
+            EndpointConnectionError(endpoint_url=EKS_URL),
+            EndpointConnectionError(endpoint_url=CFN_URL),
+            f'eks:DescribeCluster failed: Could not connect to the endpoint URL: "{EKS_URL}"',
+            f"cloudformation:DescribeStacks {STACK} failed: Could not connect to the endpoint "
+            f'URL: "{CFN_URL}"',
+            id="unreachable",
+        ),
+        pytest.param(
+            _cluster("ACTIVE", group=""),
+            _stack("CREATE_IN_PROGRESS"),
+            "cluster ACTIVE at Kubernetes 1.36 without a cluster security group yet",
+            f"stack {STACK} is CREATE_IN_PROGRESS",
+            id="no-group-yet",
+        ),
+        pytest.param(
+            {"cluster": {"name": CLUSTER, "status": "ACTIVE"}},
+            _stack("UPDATE_IN_PROGRESS"),
+            "cluster ACTIVE at Kubernetes unknown, the GPU nodes need 1.36",
+            f"stack {STACK} is UPDATE_IN_PROGRESS",
+            id="no-version",
+        ),
+        pytest.param(
+            {"cluster": {"name": CLUSTER}},
+            _stack("CREATE_IN_PROGRESS"),
+            "cluster UNKNOWN at Kubernetes unknown",
+            f"stack {STACK} is CREATE_IN_PROGRESS",
+            id="no-status",
+        ),
+        pytest.param(
+            _cluster("ACTIVE", "1.35"),
+            _stack("UPDATE_ROLLBACK_COMPLETE", at=STARTED - LEAD - 1),
+            "cluster ACTIVE at Kubernetes 1.35, the GPU nodes need 1.36",
+            f"stack {STACK} is UPDATE_ROLLBACK_COMPLETE from an earlier deploy",
+            id="earlier-failure",
+        ),
+    ],
+)
+def test_the_give_up_message_says_what_it_saw_of_the_cluster_and_its_stack(
+    eks_answer: Answer,
+    stack_answer: Answer,
+    seen: str,
+    stack: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of these polls is pending (none completes, none fails at once) until the limit."""
+    props = handler.Props.from_properties(_props())
+    monkeypatch.setattr(handler, "clock", lambda: STARTED + handler.give_up_after(props))
+    eks, eks_stub = _answering("eks", eks_answer)
+    cfn, cfn_stub = _answering("cloudformation", stack_answer)
+    with pytest.raises(handler.WaitError) as failed:
+        handler.is_complete(_event(), None, eks=eks, cloudformation=cfn)
+    for stub in (eks_stub, cfn_stub):
+        if stub is not None:
+            stub.assert_no_pending_responses()
+    assert f" after 44 min: {seen}; {stack}. Check the cluster" in str(failed.value)
+
+
+def test_a_failed_cluster_stack_without_a_reason_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(handler.WaitError) as failed:
+        _poll(_cluster("CREATING"), _stack("ROLLBACK_COMPLETE"), monkeypatch=monkeypatch)
+    assert str(failed.value) == (
+        f"waiting for EKS cluster {CLUSTER}: the Cluster stack {STACK} is ROLLBACK_COMPLETE "
+        "(no reason given); the GPU node stack stops waiting for its control plane. Fix the "
+        "Cluster stack's failure, then redeploy."
+    )
+
+
+@pytest.mark.parametrize(("before", "fails"), [(LEAD, True), (LEAD + 1, False)])
+def test_a_cluster_stack_never_updated_is_judged_by_its_creation_time(
+    before: int, fails: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``LastUpdatedTime``: its create is its last operation (at the lead: this deploy's;
+    one second earlier: an earlier deploy's, which the CDK CLI deletes and creates again)."""
+    stack = _stack("ROLLBACK_COMPLETE", at=STARTED - before, updated=False)
+    if fails:
+        with pytest.raises(handler.WaitError, match=f"{STACK} is ROLLBACK_COMPLETE"):
+            _poll(_cluster("CREATING"), stack, monkeypatch=monkeypatch)
+    else:
+        assert _poll(_cluster("CREATING"), stack, monkeypatch=monkeypatch) == {"IsComplete": False}
+
+
+@pytest.mark.parametrize(
+    ("timeout", "limit"),
+    # One interval plus one Lambda run (75 s) before the timeout, or half of it when that is
+    # later: 150 s is where the two meet; 90 s is the construct's shortest timeout.
+    [(2700, 2625), (151, 76), (150, 75), (149, 74.5), (120, 60), (90, 45)],
+)
+def test_giving_up_leaves_one_poll_or_half_the_timeout(timeout: int, limit: float) -> None:
+    props = handler.Props.from_properties(_props(TimeoutSeconds=str(timeout)))
+    assert handler.give_up_after(props) == limit
+
+
+def test_a_poll_without_its_start_time_counts_from_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    event = _event()
+    del event[handler.STARTED_AT_KEY]
+    result = _poll(
+        _cluster("CREATING"),
+        _stack("CREATE_IN_PROGRESS"),
+        elapsed=86_400,
+        event=event,
+        monkeypatch=monkeypatch,
+    )
+    assert result == {"IsComplete": False}
+
+
+# --- the clients it makes itself -----------------------------------------------------------
+
+
+def _boto3_makes(monkeypatch: pytest.MonkeyPatch, **clients: Any) -> list[str]:
+    """Replaces ``boto3.client``: hands out ``clients`` by service name, each only with the
+    handler's timeouts and retries; returns the names asked for, in order."""
+    made: list[str] = []
+
+    def client(name: str, *, config: Any = None) -> Any:
+        assert config is handler.CLIENT_CONFIG, f"{name} client without CLIENT_CONFIG"
+        made.append(name)
+        return clients[name]
+
+    monkeypatch.setattr(boto3, "client", client)
+    return made
+
+
+def test_a_poll_makes_its_eks_and_cloudformation_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler, "clock", lambda: STARTED + 60)
+    eks, eks_stub = _answering("eks", _cluster("CREATING"))
+    cfn, cfn_stub = _answering("cloudformation", _stack("CREATE_IN_PROGRESS"))
+    made = _boto3_makes(monkeypatch, eks=eks, cloudformation=cfn)
+    assert handler.is_complete(_event(), None) == {"IsComplete": False}
+    assert made == ["eks", "cloudformation"]
+    for stub in (eks_stub, cfn_stub):
+        assert stub is not None
+        stub.assert_no_pending_responses()
+
+
+def test_the_rollback_check_makes_its_cloudformation_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    event = _event("Update", f"{CLUSTER}/{SG}")
+    cfn, stub = _client("cloudformation")
+    rolling_back = {"Stacks": [_stack("UPDATE_ROLLBACK_IN_PROGRESS")["Stacks"][0]]}
+    stub.add_response("describe_stacks", rolling_back, {"StackName": event["StackId"]})
+    made = _boto3_makes(monkeypatch, cloudformation=cfn)
+    answer = handler.on_event(event, None)
+    assert answer[handler.ROLLBACK_KEY] == "true"
+    assert made == ["cloudformation"]
