@@ -445,10 +445,10 @@ def _answering(service: str, answer: Answer) -> tuple[Any, Stubber | None]:
     [
         pytest.param(
             ("ResourceNotFoundException", f"No cluster found for name: {CLUSTER}."),
-            ("ValidationError", f"Stack with id {STACK} does not exist"),
+            _stack("CREATE_IN_PROGRESS"),
             "the cluster does not exist yet",
-            f"stack {STACK} does not exist yet",
-            id="neither-exists",
+            f"stack {STACK} is CREATE_IN_PROGRESS",
+            id="no-cluster-yet",
         ),
         pytest.param(
             ("ThrottlingException", "Rate exceeded"),
@@ -603,3 +603,35 @@ def test_the_rollback_check_makes_its_cloudformation_client(
     answer = handler.on_event(event, None)
     assert answer[handler.ROLLBACK_KEY] == "true"
     assert made == ["cloudformation"]
+
+
+@pytest.mark.parametrize("answer", ["error", "empty"])
+@pytest.mark.parametrize(("after", "fails"), [(LEAD - 1, False), (LEAD, True)])
+def test_a_cluster_stack_that_never_appears_fails_after_the_lead(
+    answer: str, after: float, fails: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Cluster stack nobody deploys (this stack alone on a new account) is not waited out
+    for the whole limit: CLUSTER_STACK_LEAD_SECONDS after the wait began it fails, naming the
+    stack and the command; one second before, it is still "does not exist yet"."""
+    monkeypatch.setattr(handler, "clock", lambda: STARTED + after)
+    eks, _ = _answering(
+        "eks", ("ResourceNotFoundException", f"No cluster found for name: {CLUSTER}.")
+    )
+    stack_answer: Answer = (
+        ("ValidationError", f"Stack with id {STACK} does not exist")
+        if answer == "error"
+        else {"Stacks": []}
+    )
+    cfn, _ = _answering("cloudformation", stack_answer)
+    if not fails:
+        assert handler.is_complete(_event(), None, eks=eks, cloudformation=cfn) == {
+            "IsComplete": False
+        }
+        return
+    with pytest.raises(handler.WaitError) as failed:
+        handler.is_complete(_event(), None, eks=eks, cloudformation=cfn)
+    assert str(failed.value) == (
+        f"waiting for EKS cluster {CLUSTER}: the Cluster stack {STACK} still does not exist "
+        f"after {LEAD / 60:.0f} min, so no control plane is coming; deploy every stack of the "
+        "app (npx cdk deploy 'RayPdEks/*' --concurrency 4)"
+    )

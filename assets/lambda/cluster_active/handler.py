@@ -170,7 +170,9 @@ def is_complete(
                 "PhysicalResourceId": f"{props.cluster_name}/{ready}",
                 "Data": {"ClusterSecurityGroupId": ready},
             }
-        stack = look_at_stack(props, cloudformation or _client("cloudformation"), started=started)
+        stack = look_at_stack(
+            props, cloudformation or _client("cloudformation"), started=started, now=now
+        )
     except WaitError as exc:
         message = _one_line(f"waiting for EKS cluster {props.cluster_name}: {exc}")
         LOG.error("poll: FAILED: %s", message)
@@ -248,22 +250,37 @@ def look_at_cluster(props: Props, eks: Any) -> tuple[str, str]:
     return group, f"{seen}, security group {group}"
 
 
-def look_at_stack(props: Props, cloudformation: Any, *, started: float) -> str:
+def look_at_stack(
+    props: Props, cloudformation: Any, *, started: float, now: float | None = None
+) -> str:
     """What the Cluster stack is doing (for the log and the timeout message); raises
-    :class:`WaitError` when it is rolling back, or its operation of this deploy failed."""
+    :class:`WaitError` when it is rolling back, its operation of this deploy failed, or it
+    still does not exist ``CLUSTER_STACK_LEAD_SECONDS`` after the wait began (it is not being
+    deployed: this stack alone, e.g. ``cdk deploy 'RayPdEks/GpuNodes'`` on a new account)."""
     name = props.cluster_stack_name
+    missing_for = (clock() if now is None else now) - started
+
+    def missing() -> str:
+        if missing_for >= CLUSTER_STACK_LEAD_SECONDS:
+            raise WaitError(
+                f"the Cluster stack {name} still does not exist after "
+                f"{missing_for / 60:.0f} min, so no control plane is coming; deploy every "
+                "stack of the app (npx cdk deploy 'RayPdEks/*' --concurrency 4)"
+            )
+        return f"stack {name} does not exist yet"
+
     try:
         stacks = cloudformation.describe_stacks(StackName=name).get("Stacks") or []
     except ClientError as exc:
         if "does not exist" in _message(exc):
-            return f"stack {name} does not exist yet"
+            return missing()
         if _code(exc) in ("AccessDenied", "AccessDeniedException"):
             raise WaitError(f"cloudformation:DescribeStacks on {name} is denied") from None
         return f"cloudformation:DescribeStacks {name} failed: {_code(exc)}: {_message(exc)}"
     except BotoCoreError as exc:
         return f"cloudformation:DescribeStacks {name} failed: {exc}"
     if not stacks:
-        return f"stack {name} does not exist yet"
+        return missing()
     stack = stacks[0]
     status = str(stack.get("StackStatus") or "UNKNOWN")
     reason = str(stack.get("StackStatusReason") or "no reason given")
