@@ -250,15 +250,13 @@ def look_at_cluster(props: Props, eks: Any) -> tuple[str, str]:
     return group, f"{seen}, security group {group}"
 
 
-def look_at_stack(
-    props: Props, cloudformation: Any, *, started: float, now: float | None = None
-) -> str:
+def look_at_stack(props: Props, cloudformation: Any, *, started: float, now: float) -> str:
     """What the Cluster stack is doing (for the log and the timeout message); raises
     :class:`WaitError` when it is rolling back, its operation of this deploy failed, or it
     still does not exist ``CLUSTER_STACK_LEAD_SECONDS`` after the wait began (it is not being
     deployed: this stack alone, e.g. ``cdk deploy 'RayPdEks/GpuNodes'`` on a new account)."""
     name = props.cluster_stack_name
-    missing_for = (clock() if now is None else now) - started
+    missing_for = now - started
 
     def missing() -> str:
         if missing_for >= CLUSTER_STACK_LEAD_SECONDS:
