@@ -45,6 +45,9 @@ class GpuCapacityWatch(Construct):
     * A vCPU quota failure, or any other failed launch, fails at once, quoting EC2.
     * The node group turning ``CREATE_FAILED``/``DEGRADED`` fails at once, quoting EKS.
     * Still waiting after ``timeout`` (at most 60 minutes): fails with the last status.
+    * While creating, ``cluster_stack_name`` (the stack that creates the cluster, when given)
+      rolling back, being deleted or failed in this deploy fails at once, quoting
+      CloudFormation: its rollback cannot delete the cluster while the node group exists.
 
     ``fingerprint`` should change whenever the node group's launch template does, so that an
     update that replaces the nodes is watched again. ``cluster_name`` must be a literal or a
@@ -71,6 +74,7 @@ class GpuCapacityWatch(Construct):
         log_retention: logs.RetentionDays,
         provider_scope: Construct | None = None,
         nodegroup_name_prefix: str = "",
+        cluster_stack_name: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
         timeout_s = int(timeout.to_seconds())
@@ -109,6 +113,7 @@ class GpuCapacityWatch(Construct):
             cluster_name=cluster_name,
             watched=nodegroup_name if home is self else f"{nodegroup_name_prefix}-*",
             served_stack_name=None if home is self else Stack.of(self).stack_name,
+            cluster_stack_name=cluster_stack_name,
             timeout=timeout,
             log_retention=log_retention,
         )
@@ -129,6 +134,7 @@ class GpuCapacityWatch(Construct):
                 "CapacityReservationId": capacity_reservation_id,
                 "CapacityWaitSeconds": str(wait_s),
                 "TimeoutSeconds": str(timeout_s),
+                "ClusterStackName": cluster_stack_name,
                 "Fingerprint": fingerprint,
             },
         )
@@ -146,13 +152,15 @@ def gpu_capacity_watch_provider(
     timeout: Duration,
     log_retention: logs.RetentionDays,
     log_removal_policy: RemovalPolicy = EVIDENCE_REMOVAL_POLICY,
+    cluster_stack_name: str = "",
 ) -> cr.Provider:
     """The watch's functions, log groups and Provider, as children of ``home`` (``Logs``,
     ``OnEvent``, ``IsComplete``, ``Provider``, ``WaiterLogs``). ``watched`` is the node group
     name (or a ``<prefix>-*`` pattern) its policy names; ``served_stack_name`` the stack of
     the custom resource when it is not ``home``'s (None: ``home``'s own), for the rollback
-    test's DescribeStacks. The log groups are kept on delete (``log_removal_policy``, default
-    ``EVIDENCE_REMOVAL_POLICY``)."""
+    test's DescribeStacks; ``cluster_stack_name`` (default none) the stack whose status the
+    poller may read (``cloudformation:DescribeStacks`` on that one stack). The log groups are
+    kept on delete (``log_removal_policy``, default ``EVIDENCE_REMOVAL_POLICY``)."""
     stack = Stack.of(home)
     # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
     # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
@@ -201,6 +209,11 @@ def gpu_capacity_watch_provider(
     is_complete.add_to_role_policy(
         iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
     )
+    # The Cluster stack's status, while the node group is created (handler: watch_cluster_stack).
+    cluster_stack_findings: list[str] = []
+    if cluster_stack_name:
+        cluster_stack_arn = grant_describe_named_stack(is_complete, cluster_stack_name)
+        cluster_stack_findings = [f"Resource::{nag_flatten(stack, cluster_stack_arn)}"]
     provider = logged_waiter_provider(
         home,
         on_event=on_event,
@@ -219,8 +232,14 @@ def gpu_capacity_watch_provider(
         "autoscaling:DescribeScalingActivities has no resource-level permissions (read-only); "
         "eks:DescribeNodegroup is limited to the one node group (or, created before it, to "
         "the GPU node groups of the configured name prefix), whose ARN ends in an id EKS "
-        "assigns at creation (hence the trailing *).",
-        findings=["Resource::*", "Resource::" + nag_flatten(stack, nodegroup_arn)],
+        "assigns at creation (hence the trailing *); cloudformation:DescribeStacks (when "
+        "given) to the one stack that creates the cluster, whose ARN ends in an id "
+        "CloudFormation assigns (hence the trailing *).",
+        findings=[
+            "Resource::*",
+            "Resource::" + nag_flatten(stack, nodegroup_arn),
+            *cluster_stack_findings,
+        ],
     )
     if describe_findings:
         acknowledge(

@@ -355,14 +355,43 @@ ROLES: tuple[Role, ...] = (
     ),
     Role(
         "gpu-capacity-watch",
-        (
-            "GpuNodes/GpuCapacityWatch/IsComplete/ServiceRole/Resource",
-            # Kept for the upgrade, remove in the next release (ray_pd_eks/cross_stack.py).
-            "Cluster/Providers/GpuCapacityWatch/IsComplete/ServiceRole/Resource",
+        ("GpuNodes/GpuCapacityWatch/IsComplete/ServiceRole/Resource",),
+        "watches the GPU node group's launches to fail fast on missing capacity, and the "
+        "Cluster stack's status while the group is created (to fail at once when it rolls back)",
+        (LAMBDA,),
+        actions=(
+            DESCRIBE_OWN_STACK,
+            "autoscaling:DescribeScalingActivities",
+            "eks:DescribeNodegroup",
         ),
-        "watches the GPU node group's launches to fail fast on missing capacity",
+        managed=(BASIC,),
+    ),
+    Role(
+        "gpu-capacity-watch-kept",
+        # Kept for the upgrade, remove in the next release (ray_pd_eks/cross_stack.py).
+        ("Cluster/Providers/GpuCapacityWatch/IsComplete/ServiceRole/Resource",),
+        "the previous release's capacity watch, kept for the upgrade (its custom resource's "
+        "Delete); remove in the next release",
         (LAMBDA,),
         actions=("autoscaling:DescribeScalingActivities", "eks:DescribeNodegroup"),
+        managed=(BASIC,),
+    ),
+    Role(
+        "nodegroups-gone-on-event",
+        ("Cluster/NodegroupsGone/OnEvent/ServiceRole/Resource",),
+        "the cluster's delete guard, on-event: tells the stack's delete (or create rollback) "
+        "from an update's cleanup (its own stack)",
+        (LAMBDA,),
+        actions=(DESCRIBE_OWN_STACK,),
+        managed=(BASIC,),
+    ),
+    Role(
+        "nodegroups-gone",
+        ("Cluster/NodegroupsGone/IsComplete/ServiceRole/Resource",),
+        "the cluster's delete guard: lists and describes this cluster's node groups only, "
+        "and holds the cluster's delete until none is left",
+        (LAMBDA,),
+        actions=("eks:DescribeNodegroup", "eks:ListNodegroups"),
         managed=(BASIC,),
     ),
     Role(

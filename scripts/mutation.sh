@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Mutation testing of the code that decides: configuration validation, the readiness checks, the
 # KV proof and handler, the capacity watch, the node-template tagger, the default security
-# group's restriction, the control-plane waiter, the cross-stack deploy order, and the CLI's
-# verdicts and drill. Not part of CI (the older scope: 9 minutes on two idle cores; the
-# 2026-12-01 additions about as long again; the NIXL log reader, endpoint and cross-stack
-# additions after them about 30 minutes on the shared machine); run it before resolving work
-# that touches those modules.
+# group's restriction, the control-plane waiter, the cluster's delete guard, the cross-stack
+# deploy order, and the CLI's verdicts and drill. Not part of CI (the older scope: 9 minutes
+# on two idle cores; the 2026-12-01 additions about as long again; the NIXL log reader,
+# endpoint and cross-stack additions after them about 30 minutes on the shared machine); run it
+# before resolving work that touches those modules.
 # docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
 # which module's mutants (tests/mutation_plugin.py).
 #
@@ -96,6 +96,8 @@ SCOPE=(
   'assets.lambda.capacity.handler.x_failed_launches__*'
   'assets.lambda.capacity.handler.x__give_up_after__*'
   'assets.lambda.capacity.handler.x_stack_rolling_back__*'
+  'assets.lambda.capacity.handler.x_watch_cluster_stack__*'
+  'assets.lambda.capacity.handler.x_is_complete__*'
   # Cluster Autoscaler node-template tags on the GPU group's ASG
   'assets.lambda.asg_tags.handler.x_read_tags__*'
   'assets.lambda.asg_tags.handler.x_auto_scaling_groups__*'
@@ -116,6 +118,14 @@ SCOPE=(
   'assets.lambda.cluster_active.handler.x_version_tuple__*'
   'assets.lambda.cluster_active.handler.x_look_at_cluster__*'
   'assets.lambda.cluster_active.handler.x_look_at_stack__*'
+  # the Cluster stack's delete guard (guard only the cluster's delete; gone, moving, stuck,
+  # the wait)
+  'assets.lambda.nodegroups_gone.handler.x_on_event__*'
+  'assets.lambda.nodegroups_gone.handler.x_is_complete__*'
+  'assets.lambda.nodegroups_gone.handler.x_guards_this_delete__*'
+  'assets.lambda.nodegroups_gone.handler.x_look__*'
+  'assets.lambda.nodegroups_gone.handler.x_describe__*'
+  'assets.lambda.nodegroups_gone.handler.x_decide__*'
   # CLI verdicts
   'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'

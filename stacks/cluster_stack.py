@@ -24,11 +24,13 @@ from constructs import Construct
 
 from pd_constructs.capacity import gpu_capacity_watch_provider
 from pd_constructs.cluster import PdCluster
+from pd_constructs.eks_types import as_icluster
 from pd_constructs.network import (
     DefaultSecurityGroupRestriction,
     GpuAvailabilityZoneProvider,
     NatEgress,
 )
+from pd_constructs.nodegroups_gone import NodegroupsGone
 from pd_constructs.vpc_cni import VpcCniAddon
 from stacks.app_stack import AppStack, AppStackProps
 
@@ -45,6 +47,7 @@ class ClusterStack(AppStack):
         load_balancer_route_table_ids: Sequence[str],
         default_security_group_id: str,
         gpu_nodes_stack_name: str,
+        gpu_nodes_stack_path: str,
         **props: Unpack[AppStackProps],
     ) -> None:
         super().__init__(scope, construct_id, **props)
@@ -72,6 +75,20 @@ class ClusterStack(AppStack):
             log_removal_policy=self.log_removal_policy,
         )
         self.cluster = self.eks.cluster
+        # The cluster's delete waits until no node group is left: the GPU node group is the
+        # GpuNodes stack's, which deploys beside this one, so a rollback of this stack's first
+        # create or a destroy of both at once could otherwise try to delete the cluster while
+        # that group exists (docs/teardown.md). Refers to the cluster only: created seconds
+        # after it, beside the add-ons, and deleted before it.
+        self.nodegroups_gone = NodegroupsGone(
+            self,
+            "NodegroupsGone",
+            cluster=as_icluster(self.cluster),
+            cluster_name=config.cluster_name,
+            gpu_nodes_stack_path=gpu_nodes_stack_path,
+            log_retention=self.log_retention,
+            log_removal_policy=self.log_removal_policy,
+        )
         # The VPC's default security group loses its rules here, beside the control plane,
         # rather than in the network stack, which would wait for this function first.
         self.default_security_group = DefaultSecurityGroupRestriction(

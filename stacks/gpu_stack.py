@@ -140,6 +140,9 @@ class GpuNodesStack(AppStack):
             timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
             log_retention=self.log_retention,
+            # Fails the node group's create at once when the Cluster stack rolls back, so the
+            # node group is gone before that rollback deletes the cluster.
+            cluster_stack_name=cluster_stack_name,
         )
         self.node_template_tags: GpuNodeTemplateTags | None = None
         if config.gpu_nodes_autoscale:

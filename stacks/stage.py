@@ -37,8 +37,9 @@ class RayPdEksStage(Stage):
     ``GpuNodes`` needs the Network stack only: it waits for the control plane with a custom
     resource (one poll after ACTIVE) instead of for the whole Cluster stack. ``cdk destroy``
     removes dependents first; GpuNodes, which no stack dependency orders against Cluster,
-    goes before it because of the order the CDK CLI destroys independent stacks in (one at a
-    time: docs/teardown.md). See docs/architecture.md ("Stacks").
+    starts no later than it (the order the CDK CLI destroys independent stacks in), and the
+    Cluster stack's delete guard holds the cluster's delete until the node group is gone
+    (docs/teardown.md). See docs/architecture.md ("Stacks").
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: AppConfig, **kwargs: Any):
@@ -61,6 +62,7 @@ class RayPdEksStage(Stage):
             load_balancer_route_table_ids=self.network.load_balancer_route_table_ids,
             default_security_group_id=self.network.default_security_group_id,
             gpu_nodes_stack_name=self.stack_name("GpuNodes"),
+            gpu_nodes_stack_path=self.stack_path("GpuNodes"),
             description="ray-pd-eks: EKS control plane, add-ons, NAT gateway, S3 endpoint",
         )
         self.gpu_nodes = GpuNodesStack(
@@ -106,6 +108,11 @@ class RayPdEksStage(Stage):
                 f"the GpuNodes stack is named {self.gpu_nodes.stack_name}, not "
                 f"{self.stack_name('GpuNodes')} as the Cluster stack's kept Providers assume"
             )
+        if self.gpu_nodes.node.path != self.stack_path("GpuNodes"):
+            raise ValueError(
+                f"the GpuNodes stack's path is {self.gpu_nodes.node.path}, not "
+                f"{self.stack_path('GpuNodes')} as the Cluster stack's delete guard says"
+            )
         # Every Pod Identity role, whoever builds it, trusts this cluster only.
         Aspects.of(self).add(RestrictPodIdentityTrust(as_icluster(self.cluster.cluster)))
         self.cluster.add_stack_dependency(self.network)
@@ -122,6 +129,11 @@ class RayPdEksStage(Stage):
         """The name CDK gives this Stage's stack ``construct_id`` (``<stage name>-<id>``), for
         a stack that must name another before it exists (checked once both do)."""
         return f"{self.stage_name}-{construct_id}"
+
+    def stack_path(self, construct_id: str) -> str:
+        """The CDK path of this Stage's stack ``construct_id`` (what ``cdk destroy`` selects),
+        for a message that must name another stack before it exists."""
+        return f"{self.node.path}/{construct_id}"
 
     @property
     def stacks(self) -> tuple[Stack, ...]:

@@ -113,6 +113,7 @@ _JUDGES = {
     "assets.lambda.asg_tags.": ("tests/test_node_template_tags.py",),
     "assets.lambda.default_sg.": ("tests/test_default_sg.py",),
     "assets.lambda.cluster_active.": ("tests/test_cluster_active_handler.py",),
+    "assets.lambda.nodegroups_gone.": ("tests/test_nodegroups_gone_handler.py",),
 }
 
 # The session fixtures that synthesize the app (tests/conftest.py). A forked mutant session

@@ -836,3 +836,194 @@ def test_the_rollback_check_asks_cloudformation(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(handler, "_client", client)
     assert handler.stack_rolling_back({"StackId": "arn:stack"}) is True
     assert asked == ["cloudformation"]
+
+
+# --- the Cluster stack, while the node group is created ---------------------------------------
+
+CLUSTER_STACK = "RayPdEks-Cluster"
+
+
+def _cluster_stack(
+    status: str | None, *, began: float = 0, reason: str = "", **extra: Any
+) -> tuple[Any, Stubber]:
+    """DescribeStacks on the Cluster stack: ``status`` (None: it does not exist) for an
+    operation that began ``began`` seconds after the watch's start."""
+    client, stub = _client("cloudformation")
+    params = {"StackName": CLUSTER_STACK}
+    if status is None:
+        stub.add_client_error(
+            "describe_stacks",
+            service_error_code="ValidationError",
+            service_message=f"Stack with id {CLUSTER_STACK} does not exist",
+            expected_params=params,
+        )
+        return client, stub
+    stack: dict[str, Any] = {
+        "StackName": CLUSTER_STACK,
+        "CreationTime": _when(began),
+        "StackStatus": status,
+        **extra,
+    }
+    if reason:
+        stack["StackStatusReason"] = reason
+    stub.add_response("describe_stacks", {"Stacks": [stack]}, params)
+    return client, stub
+
+
+def _watched(request: str = "Create") -> dict[str, Any]:
+    return _event(request, ClusterStackName=CLUSTER_STACK)
+
+
+def _poll_watched(event: dict[str, Any], eks: Any, cfn: Any, autoscaling: Any = None) -> Any:
+    return handler.is_complete(
+        event, None, eks=eks, autoscaling=autoscaling or object(), cloudformation=cfn
+    )
+
+
+ADDON_FAILED = "The following resource(s) failed to create: [ClusterAdmin0AccessEntry]."
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        "ROLLBACK_IN_PROGRESS",  # the first create failed after the control plane was ACTIVE
+        "DELETE_IN_PROGRESS",
+        "UPDATE_ROLLBACK_IN_PROGRESS",
+        "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
+    ],
+)
+def test_cluster_stack_rolling_back_fails_the_create_at_once(at: Any, status: str) -> None:
+    # Rolling back now counts whenever its operation began (here a day before the watch).
+    cfn, cfn_stub = _cluster_stack(status, began=-86400, reason=ADDON_FAILED)
+    eks, eks_stub = _client("eks")  # not called: the stack decides first
+    with pytest.raises(handler.CapacityError) as raised:
+        _poll_watched(_watched(), eks, cfn)
+    assert str(raised.value) == (
+        f"GPU node group pd-cluster/gpu-workers: the Cluster stack {CLUSTER_STACK} is "
+        f"{status} ({ADDON_FAILED}); its cluster cannot be deleted while this node group "
+        "exists, so the GPU node stack stops creating it and rolls it back. Fix the Cluster "
+        "stack's failure, then redeploy."
+    )
+    cfn_stub.assert_no_pending_responses()
+    eks_stub.assert_no_pending_responses()
+
+
+def test_cluster_stack_rolling_back_fails_even_when_the_node_group_is_active(at: Any) -> None:
+    """ACTIVE would end the watch, and nothing would then stop the rollback's DeleteCluster."""
+    cfn, _ = _cluster_stack("ROLLBACK_IN_PROGRESS")
+    with pytest.raises(handler.CapacityError, match="no reason given"):
+        _poll_watched(_watched(), _eks("ACTIVE")[0], cfn)
+
+
+@pytest.mark.parametrize(
+    "status",
+    ["ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED", "UPDATE_ROLLBACK_COMPLETE"],
+)
+def test_cluster_stack_failed_in_this_deploy_fails_the_create(at: Any, status: str) -> None:
+    cfn, _ = _cluster_stack(status, began=-120, reason=ADDON_FAILED)
+    with pytest.raises(handler.CapacityError, match=f"is {status} \\(The following resource"):
+        _poll_watched(_watched(), _eks()[0], cfn)
+
+
+@pytest.mark.parametrize(
+    ("began", "fails"),
+    [(-handler.CLUSTER_STACK_LEAD_SECONDS, True), (-handler.CLUSTER_STACK_LEAD_SECONDS - 1, False)],
+    ids=["lead-reached", "one-second-earlier"],
+)
+def test_cluster_stack_failure_lead_edge(at: Any, began: float, fails: bool) -> None:
+    """A failure of an operation that began more than the lead before the watch is a previous
+    deploy's, left behind: the node group's create goes on."""
+    cfn, _ = _cluster_stack("UPDATE_ROLLBACK_COMPLETE", began=began)
+    eks, _ = _eks("CREATING", asg=False)
+    if fails:
+        with pytest.raises(handler.CapacityError, match="UPDATE_ROLLBACK_COMPLETE"):
+            _poll_watched(_watched(), eks, cfn)
+    else:
+        assert _poll_watched(_watched(), eks, cfn) == PENDING
+
+
+def test_cluster_stack_last_updated_time_is_its_operations_start(at: Any) -> None:
+    # Created long ago, updated (and failed) in this deploy.
+    cfn, _ = _cluster_stack("UPDATE_ROLLBACK_COMPLETE", began=-86400, LastUpdatedTime=_when(-60))
+    with pytest.raises(handler.CapacityError, match="UPDATE_ROLLBACK_COMPLETE"):
+        _poll_watched(_watched(), _eks()[0], cfn)
+
+
+@pytest.mark.parametrize(
+    "status", ["CREATE_IN_PROGRESS", "CREATE_COMPLETE", "UPDATE_IN_PROGRESS", "UPDATE_COMPLETE"]
+)
+def test_cluster_stack_in_progress_or_complete_lets_the_watch_go_on(at: Any, status: str) -> None:
+    cfn, cfn_stub = _cluster_stack(status)
+    assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], cfn) == PENDING
+    cfn, _ = _cluster_stack(status)
+    assert _poll_watched(_watched(), _eks("ACTIVE")[0], cfn)["IsComplete"] is True
+    cfn_stub.assert_no_pending_responses()
+
+
+def test_cluster_stack_not_found_or_unreadable_lets_the_watch_go_on(at: Any) -> None:
+    cfn, _ = _cluster_stack(None)
+    assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], cfn) == PENDING
+    throttled, stub = _client("cloudformation")
+    stub.add_client_error("describe_stacks", service_error_code="Throttling")
+    assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], throttled) == PENDING
+    empty, stub = _client("cloudformation")
+    stub.add_response("describe_stacks", {"Stacks": []}, {"StackName": CLUSTER_STACK})
+    assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], empty) == PENDING
+
+
+def test_cluster_stack_describe_denied_fails_at_once(at: Any) -> None:
+    denied, stub = _client("cloudformation")
+    stub.add_client_error("describe_stacks", service_error_code="AccessDenied")
+    with pytest.raises(
+        handler.CapacityError,
+        match=f"may not call cloudformation:DescribeStacks on {CLUSTER_STACK}",
+    ):
+        _poll_watched(_watched(), object(), denied)
+
+
+def test_cluster_stack_is_watched_on_create_only_and_when_named(at: Any) -> None:
+    # Update: the Cluster stack's rollback of an update keeps its cluster. object() has no
+    # describe_stacks: calling it would raise AttributeError.
+    eks, _ = _eks("ACTIVE", modifiedAt=_when(5))
+    assert _poll_watched(_watched("Update"), eks, object())["IsComplete"] is True
+    # No ClusterStackName (the previous release's resources): not watched.
+    assert _poll_watched(_event(), _eks("ACTIVE")[0], object())["IsComplete"] is True
+
+
+def test_cluster_stack_notes_reach_the_timeout_message(at: Any) -> None:
+    at(2700)
+    cfn, _ = _cluster_stack("CREATE_FAILED", began=-86400)  # an earlier deploy's
+    eks, _ = _eks("CREATING", asg=False)
+    with pytest.raises(
+        handler.CapacityError,
+        match=f"no Auto Scaling group yet; stack {CLUSTER_STACK} is CREATE_FAILED from an "
+        "earlier deploy. Check",
+    ):
+        _poll_watched(_watched(), eks, cfn)
+
+
+def test_watch_cluster_stack_notes_each_branch() -> None:
+    props = handler.Props.from_properties(_props(ClusterStackName=CLUSTER_STACK))
+    look = handler.watch_cluster_stack
+    assert look(props, _cluster_stack("CREATE_IN_PROGRESS")[0], started=STARTED) == (
+        f"stack {CLUSTER_STACK} is CREATE_IN_PROGRESS"
+    )
+    assert look(props, _cluster_stack(None)[0], started=STARTED) == (
+        f"stack {CLUSTER_STACK} does not exist"
+    )
+
+    class Unreachable:
+        def describe_stacks(self, **_: Any) -> Any:
+            from botocore.exceptions import EndpointConnectionError
+
+            raise EndpointConnectionError(endpoint_url="https://cloudformation")
+
+    assert look(props, Unreachable(), started=STARTED).startswith(
+        f"cloudformation:DescribeStacks {CLUSTER_STACK} failed: Could not connect"
+    )
+    nameless, stub = _client("cloudformation")
+    stub.add_response(
+        "describe_stacks",
+        {"Stacks": [{"StackName": CLUSTER_STACK, "CreationTime": _when(0), "StackStatus": ""}]},
+    )
+    assert look(props, nameless, started=STARTED) == f"stack {CLUSTER_STACK} is UNKNOWN"

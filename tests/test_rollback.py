@@ -119,14 +119,23 @@ def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesiz
         "Network": [],
         # The GpuNodes pair: the kept Providers of the previous release's AZ choice and
         # capacity watch (ray_pd_eks/cross_stack.py KEPT_FOR_UPGRADE).
+        # And the delete guard's on-event function, which tells the stack's delete from an
+        # update's cleanup: its own stack.
         "Cluster": sorted(
-            json.dumps(named(s.stack_name))
-            for s in (stage.gpu_nodes, stage.gpu_nodes, stage.workload, stage.readiness)
+            [
+                *(
+                    json.dumps(named(s.stack_name))
+                    for s in (stage.gpu_nodes, stage.gpu_nodes, stage.workload, stage.readiness)
+                ),
+                json.dumps(own),
+            ]
         ),
         # Its three on-event functions (AZ choice, capacity watch, control-plane wait), and
-        # the wait's poll on the Cluster stack's status (a read of that stack, not a rollback
-        # test).
-        "GpuNodes": sorted([json.dumps(own)] * 3 + [json.dumps(named(stage.cluster.stack_name))]),
+        # the polls of the wait and of the capacity watch on the Cluster stack's status (reads
+        # of that stack, not rollback tests).
+        "GpuNodes": sorted(
+            [json.dumps(own)] * 3 + [json.dumps(named(stage.cluster.stack_name))] * 2
+        ),
         "Workload": [json.dumps(own)],
         "GpuAddons": [],
         "Readiness": [],

@@ -17,7 +17,10 @@ HANDLER_FOLDERS = sorted(p for p in LAMBDA.iterdir() if p.is_dir() and p.name !=
 # The helpers that used to be copied into every handler, now only in the layer.
 SHARED = {"stack_rolling_back": "rollback", "positive_int": "props", "one_line": "props"}
 # Handlers that call DescribeStacks for something other than their own stack's rollback test.
-OTHER_STACKS = {"cluster_active": "reads the Cluster stack's status while it waits for it"}
+OTHER_STACKS = {
+    "cluster_active": "reads the Cluster stack's status while it waits for it",
+    "capacity": "reads the Cluster stack's status while the GPU node group is created",
+}
 
 
 def _functions(app: Synthesized) -> list[tuple[str, str, dict[str, Any]]]:

@@ -10,6 +10,13 @@ resource is created beside the node group (no dependency either way) and watches
   watch started: lack of capacity is tolerated for ``CapacityWaitSeconds`` (EC2 often finds
   capacity on a retry), a vCPU quota or any other launch failure fails the deploy at once.
 
+While the node group is being created (``Create``), the watch also looks at the stack that
+creates the cluster (``ClusterStackName``, optional): when it is rolling back, being deleted, or
+its operation of this deploy failed, the watch fails at once with that stack's status and
+reason. Otherwise that stack's rollback would try to delete the cluster while this node group
+exists (EKS refuses: "Cluster has nodegroups attached") and end ``ROLLBACK_FAILED`` while the
+GPU nodes keep billing.
+
 CloudFormation then rolls the node group back. CDK ``custom_resources.Provider`` user handler
 (``on_event`` + ``is_complete``); standard library + boto3 only. Nothing survives between polls
 except the event, so the start time ``on_event`` returns (top level, merged by the Provider into
@@ -17,8 +24,9 @@ the event it passes to ``is_complete``) anchors every judgement of time.
 
 Resource properties (CloudFormation sends strings): ``ClusterName``, ``NodegroupName``,
 ``InstanceType``, ``AvailabilityZone``, ``DesiredSize``, ``CapacityReservationId`` ("" = none),
-``CapacityWaitSeconds``, ``TimeoutSeconds`` and ``Fingerprint`` (only there so that a new launch
-template makes CloudFormation update, and so rerun, the watch).
+``CapacityWaitSeconds``, ``TimeoutSeconds``, ``ClusterStackName`` ("" = not watched) and
+``Fingerprint`` (only there so that a new launch template makes CloudFormation update, and so
+rerun, the watch).
 """
 
 from __future__ import annotations
@@ -64,6 +72,28 @@ MAX_REASON_CHARS = 1000
 MAX_QUOTED_CHARS = 300
 
 FAILED_STATES = ("CREATE_FAILED", "DEGRADED", "DELETING", "DELETE_FAILED")
+# The Cluster stack's operation of this deploy starts beside the GpuNodes stack, a few minutes
+# before the watch does (this stack first creates the watch's functions): a failure of an
+# operation that began earlier than this is a previous deploy's (as in the control-plane
+# waiter, assets/lambda/cluster_active/).
+CLUSTER_STACK_LEAD_SECONDS = 600
+# The Cluster stack is failing, or its cluster going, now, whenever its operation began.
+CLUSTER_STACK_GOING = (
+    "ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
+    "DELETE_IN_PROGRESS",
+)
+# The Cluster stack's last operation failed (this deploy's when it began recently).
+CLUSTER_STACK_FAILED = (
+    "CREATE_FAILED",
+    "ROLLBACK_COMPLETE",
+    "ROLLBACK_FAILED",
+    "UPDATE_FAILED",
+    "UPDATE_ROLLBACK_FAILED",
+    "UPDATE_ROLLBACK_COMPLETE",
+    "DELETE_FAILED",
+)
 CAPACITY = re.compile(
     r"InsufficientInstanceCapacity|InsufficientCapacity|insufficient capacity"
     r"|not have sufficient\b.*\bcapacity|ReservationCapacityExceeded|no available capacity",
@@ -101,6 +131,7 @@ class Props:
     capacity_reservation_id: str
     capacity_wait_seconds: int
     timeout_seconds: int
+    cluster_stack_name: str = ""
 
     @property
     def physical_id(self) -> str:
@@ -123,6 +154,7 @@ class Props:
             capacity_reservation_id=str(properties.get("CapacityReservationId") or ""),
             capacity_wait_seconds=_positive_int(properties, "CapacityWaitSeconds"),
             timeout_seconds=_positive_int(properties, "TimeoutSeconds"),
+            cluster_stack_name=str(properties.get("ClusterStackName") or ""),
         )
 
 
@@ -170,10 +202,15 @@ def on_event(event: Mapping[str, Any], context: Any, cloudformation: Any = None)
 
 
 def is_complete(
-    event: Mapping[str, Any], context: Any, eks: Any = None, autoscaling: Any = None
+    event: Mapping[str, Any],
+    context: Any,
+    eks: Any = None,
+    autoscaling: Any = None,
+    cloudformation: Any = None,
 ) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while pending, ``Data`` when ACTIVE; raises on failure.
-    A rollback Update (marked by ``on_event``) completes at once with ``on_event``'s Data."""
+    A rollback Update (marked by ``on_event``) completes at once with ``on_event``'s Data. On
+    Create, the Cluster stack is looked at first (:func:`watch_cluster_stack`)."""
     if event.get("RequestType") == "Delete":
         return {"IsComplete": True}
     if event.get(ROLLBACK_KEY) == "true":
@@ -182,7 +219,12 @@ def is_complete(
     now = clock()
     started = _started_at(event, now)
     elapsed = now - started
+    stack_note = ""
     try:
+        if event.get("RequestType") == "Create" and props.cluster_stack_name:
+            stack_note = watch_cluster_stack(
+                props, cloudformation or _client("cloudformation"), started=started
+            )
         status, note = poll(
             props,
             eks or _client("eks"),
@@ -201,6 +243,8 @@ def is_complete(
             "poll: COMPLETE: %s is ACTIVE with %d nodes", props.physical_id, props.desired_size
         )
         return {"IsComplete": True, "Data": {"Nodes": str(props.desired_size)}}
+    if stack_note:
+        note = f"{note}; {stack_note}"
     LOG.info("poll: pending (%.0f s of %d s): %s; %s", elapsed, props.timeout_seconds, status, note)
     if elapsed >= _give_up_after(props):
         message = _one_line(
@@ -218,6 +262,40 @@ def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> 
     return rollback.stack_rolling_back(
         event, cloudformation, make_client=lambda: _client("cloudformation")
     )
+
+
+def watch_cluster_stack(props: Props, cloudformation: Any, *, started: float) -> str:
+    """What the Cluster stack (``ClusterStackName``) is doing, for the log; raises
+    :class:`CapacityError` when it is rolling back or being deleted, or its operation of this
+    deploy (begun at most ``CLUSTER_STACK_LEAD_SECONDS`` before the watch) failed: its
+    rollback deletes the cluster, which EKS refuses while this node group exists. An API error
+    (or no such stack yet) is noted, never fatal, except a missing permission."""
+    name = props.cluster_stack_name
+    try:
+        stacks = cloudformation.describe_stacks(StackName=name).get("Stacks") or []
+    except ClientError as exc:
+        if "does not exist" in _error_message(exc):
+            return f"stack {name} does not exist"
+        _raise_if_denied(exc, f"cloudformation:DescribeStacks on {name}")
+        return f"cloudformation:DescribeStacks {name} failed: {_code(exc)}"
+    except BotoCoreError as exc:
+        return f"cloudformation:DescribeStacks {name} failed: {exc}"
+    if not stacks:
+        return f"stack {name} does not exist"
+    stack = stacks[0]
+    status = str(stack.get("StackStatus") or "UNKNOWN")
+    reason = str(stack.get("StackStatusReason") or "no reason given")
+    began = _epoch(stack.get("LastUpdatedTime")) or _epoch(stack.get("CreationTime"))
+    this_deploy = began is None or began >= started - CLUSTER_STACK_LEAD_SECONDS
+    if status in CLUSTER_STACK_GOING or (status in CLUSTER_STACK_FAILED and this_deploy):
+        raise CapacityError(
+            f"the Cluster stack {name} is {status} ({reason}); its cluster cannot be deleted "
+            "while this node group exists, so the GPU node stack stops creating it and rolls "
+            "it back. Fix the Cluster stack's failure, then redeploy."
+        )
+    if status in CLUSTER_STACK_FAILED:
+        return f"stack {name} is {status} from an earlier deploy"
+    return f"stack {name} is {status}"
 
 
 def _started_at(event: Mapping[str, Any], now: float) -> float:

@@ -28,18 +28,30 @@ def stack_rolling_back(
     ``cloudformation``, else a client from ``make_client`` (created only when there is a stack
     to ask about). On an API error the Update is treated as a deploy and the error logged, so a
     CloudFormation blip never fails a deploy; a rollback then behaves as a deploy would."""
+    return stack_status(event, cloudformation, make_client=make_client) == ROLLBACK_STATUS
+
+
+def stack_status(
+    event: Mapping[str, Any],
+    cloudformation: Any = None,
+    *,
+    make_client: Callable[[], Any] | None = None,
+) -> str:
+    """The status of the event's stack (``StackId``), as :func:`stack_rolling_back` asks for
+    it; "" when the event names no stack, the stack is not found, or the call failed (logged):
+    the caller decides what not knowing means."""
     stack_id = str(event.get("StackId") or "")
     if not stack_id:
-        return False
+        return ""
     try:
         cfn = cloudformation if cloudformation is not None else _client(make_client)
         stacks = cfn.describe_stacks(StackName=stack_id).get("Stacks") or []
     except Exception as exc:  # botocore's ClientError/BotoCoreError, without importing them
-        LOG.warning("DescribeStacks %s failed, treating the Update as a deploy: %s", stack_id, exc)
-        return False
+        LOG.warning("DescribeStacks %s failed: %s", stack_id, exc)
+        return ""
     status = str(stacks[0].get("StackStatus", "")) if stacks else ""
     LOG.info("stack %s is %s", stack_id, status or "not found")
-    return status == ROLLBACK_STATUS
+    return status
 
 
 def _client(make_client: Callable[[], Any] | None) -> Any:
