@@ -116,10 +116,19 @@ class Synthesized:
         return found[0]
 
 
+# Assets are not copied into the tests' assemblies (`cdk synth --no-staging` does the same):
+# each would otherwise hold the kubectl and Helm layers' zips again (57 MB) and the Lambda
+# folders, written by every synth and removed at exit. The templates are the same (an asset's
+# hash, its S3 key, comes from its source either way); the metadata then names the source path
+# instead of `asset.<hash>`. `test_render` synthesizes through app.py with staging, as
+# `cdk synth` does.
+NO_STAGING = {"aws:cdk:disable-asset-staging": True}
+
+
 def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Synthesized:
     context = {**cdk_json_context(), **(overrides or {})}
     out = Path(outdir("synth-"))
-    app = cdk.App(context=context, outdir=str(out))
+    app = cdk.App(context={**context, **NO_STAGING}, outdir=str(out))
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     config = AppConfig.from_context(context)

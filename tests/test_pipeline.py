@@ -31,7 +31,7 @@ from stacks.pipeline_stack import (
     cdk_cli_version,
 )
 from stacks.stage import RayPdEksStage
-from tests.synth import ROOT, cdk_json_context, outdir
+from tests.synth import NO_STAGING, ROOT, cdk_json_context, outdir
 
 PIPELINE_ACCOUNT = "111111111111"
 DEV_ACCOUNT = "222222222222"
@@ -92,6 +92,7 @@ class SynthesizedPipeline:
 def pipeline_context(**extra: Any) -> dict[str, Any]:
     return {
         **cdk_json_context(),
+        **NO_STAGING,
         "pipeline": PIPELINE,
         "environments": ENVIRONMENTS,
         **extra,
@@ -457,7 +458,7 @@ def test_production_is_gated_in_code_even_if_the_data_says_otherwise() -> None:
     assert prod.production and prod.approval
     # Production alone: the dev stage would add a second app to synthesize and nothing here.
     forced = dataclasses.replace(cfg, environments=(dataclasses.replace(prod, approval=False),))
-    app = cdk.App(context=cdk_json_context(), outdir=outdir("pipeline-gate-"))
+    app = cdk.App(context={**cdk_json_context(), **NO_STAGING}, outdir=outdir("pipeline-gate-"))
     stack = PipelineStack(
         app,
         "Gate",
