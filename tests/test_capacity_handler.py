@@ -464,12 +464,14 @@ def test_still_pending_near_the_timeout_raises_its_own_message(at: Any) -> None:
 def test_timeout_without_failed_launches_says_so(at: Any) -> None:
     at(2700)
     eks, _ = _eks_error("ResourceNotFoundException")
-    with pytest.raises(
-        RuntimeError,
-        match=r"gave up on node group pd-cluster/gpu-workers after 45 min: status NOT_FOUND; "
-        "the node group does not exist yet",
-    ):
+    with pytest.raises(RuntimeError) as raised:
         _poll(_event(), eks, object())
+    # No Cluster stack watched (no ClusterStackName): nothing follows the poll's own note.
+    assert str(raised.value) == (
+        "GPU capacity watch gave up on node group pd-cluster/gpu-workers after 45 min: status "
+        "NOT_FOUND; the node group does not exist yet. Check the node group's health and its "
+        "Auto Scaling group's activity in the console, then redeploy."
+    )
 
 
 # --- edges: each decision at its limit and one step past it ---------------------------------
@@ -911,7 +913,9 @@ def test_cluster_stack_rolling_back_fails_the_create_at_once(at: Any, status: st
 def test_cluster_stack_rolling_back_fails_even_when_the_node_group_is_active(at: Any) -> None:
     """ACTIVE would end the watch, and nothing would then stop the rollback's DeleteCluster."""
     cfn, _ = _cluster_stack("ROLLBACK_IN_PROGRESS")
-    with pytest.raises(handler.CapacityError, match="no reason given"):
+    with pytest.raises(
+        handler.CapacityError, match=r"is ROLLBACK_IN_PROGRESS \(no reason given\);"
+    ):
         _poll_watched(_watched(), _eks("ACTIVE")[0], cfn)
 
 
@@ -1027,3 +1031,57 @@ def test_watch_cluster_stack_notes_each_branch() -> None:
         {"Stacks": [{"StackName": CLUSTER_STACK, "CreationTime": _when(0), "StackStatus": ""}]},
     )
     assert look(props, nameless, started=STARTED) == f"stack {CLUSTER_STACK} is UNKNOWN"
+
+
+def test_a_watched_create_makes_its_clients(monkeypatch: pytest.MonkeyPatch, at: Any) -> None:
+    """Without clients passed in (as in Lambda): the Cluster stack's, then the node group's and
+    its Auto Scaling group's, each with the handler's timeouts and retries."""
+    cfn, _ = _cluster_stack("CREATE_IN_PROGRESS")
+    eks, _ = _eks("CREATING")
+    autoscaling, _ = _autoscaling([])
+    clients = {"cloudformation": cfn, "eks": eks, "autoscaling": autoscaling}
+    made: list[str] = []
+
+    def client(name: str, *, config: Any = None) -> Any:
+        assert config is handler.CLIENT_CONFIG, f"{name} client without CLIENT_CONFIG"
+        made.append(name)
+        return clients[name]
+
+    monkeypatch.setattr(boto3, "client", client)
+    assert handler.is_complete(_watched(), None) == PENDING
+    assert made == ["cloudformation", "eks", "autoscaling"]
+
+
+class _Context:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
+@pytest.mark.parametrize(("left", "read"), [(35.0, True), (34.9, False)])
+def test_the_lambdas_remaining_time_reaches_the_poll(at: Any, left: float, read: bool) -> None:
+    """With less than the slowest call left in this Lambda run, the activities are not read,
+    and the give-up message says why."""
+    at(2700)
+    eks, _ = _eks("CREATING")
+    autoscaling, stub = _client("autoscaling")
+    if read:
+        stub.add_response(
+            "describe_scaling_activities",
+            {"Activities": []},
+            {"AutoScalingGroupName": ASG, "MaxRecords": 20},
+        )
+    with pytest.raises(handler.CapacityError) as raised:
+        handler.is_complete(_event(), _Context(left), eks=eks, autoscaling=autoscaling)
+    not_read = "status CREATING; activities not read: this poll ran out of time; "
+    assert (not_read in str(raised.value)) is not read
+    stub.assert_no_pending_responses()
+
+
+def test_a_first_poll_without_its_start_time_counts_from_now(at: Any) -> None:
+    at(86400)  # a day after STARTED: the start key is missing, so this poll is the start
+    event = _event()
+    del event[handler.STARTED_AT_KEY]
+    assert _poll(event, _eks("CREATING", asg=False)[0], object()) == PENDING

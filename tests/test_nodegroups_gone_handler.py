@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 
 HANDLER = (
@@ -325,15 +325,22 @@ def test_wait_edge(at: Any, elapsed: int, fails: bool) -> None:
 # --- is_complete: API errors -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("code", ["AccessDeniedException", "AccessDenied", "UnauthorizedOperation"])
 @pytest.mark.parametrize("operation", ["list_nodegroups", "describe_nodegroup"])
-def test_a_missing_permission_fails_at_once(at: Any, operation: str) -> None:
+def test_a_missing_permission_fails_at_once(at: Any, operation: str, code: str) -> None:
     eks, stub = _client("eks")
     if operation == "describe_nodegroup":
         stub.add_response("list_nodegroups", {"nodegroups": ["gpu"]}, LIST_PARAMS)
-    stub.add_client_error(operation, service_error_code="AccessDeniedException")
     action = "eks:ListNodegroups" if operation == "list_nodegroups" else "eks:DescribeNodegroup"
-    with pytest.raises(RuntimeError, match=f"the guard may not call {action} "):
+    denial = f"User: arn:aws:sts::123456789012:assumed-role/guard is not authorized: {action}"
+    stub.add_client_error(operation, service_error_code=code, service_message=denial)
+    with pytest.raises(RuntimeError) as raised:
         _poll(eks)
+    # The action, EKS's own words, and where the role's policy comes from.
+    assert str(raised.value) == (
+        f"EKS cluster {CLUSTER} cannot be deleted yet: the guard may not call {action} "
+        f"({code}: {denial}); its role's policy comes from the NodegroupsGone construct"
+    )
 
 
 def test_a_throttled_list_is_pending_until_the_wait_then_fails(at: Any) -> None:
@@ -348,12 +355,67 @@ def test_a_throttled_list_is_pending_until_the_wait_then_fails(at: Any) -> None:
         _poll(eks)
 
 
-def test_an_unreachable_endpoint_is_pending(at: Any) -> None:
-    class Unreachable:
-        def list_nodegroups(self, **_: Any) -> Any:
-            raise EndpointConnectionError(endpoint_url="https://eks")
+class FakeEks:
+    """EKS without botocore: lists ``names`` (one page each entry of ``pages``), describes each
+    as ``DELETING`` or raises ``describe_error``; records every call. (A Stubber with no
+    response left raises a BotoCoreError, which the guard takes for a failed call: a call
+    that should not happen would pass unseen.)"""
 
-    assert _poll(Unreachable()) == PENDING
+    def __init__(
+        self,
+        *pages: list[str],
+        list_error: Exception | None = None,
+        describe_error: Exception | None = None,
+    ) -> None:
+        self.pages = list(pages)
+        self.list_error = list_error
+        self.describe_error = describe_error
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def list_nodegroups(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(("list_nodegroups", params))
+        if self.list_error is not None:
+            raise self.list_error
+        page = len([c for c in self.calls if c[0] == "list_nodegroups"]) - 1
+        more = page + 1 < len(self.pages)
+        return {"nodegroups": self.pages[page], **({"nextToken": f"t{page + 1}"} if more else {})}
+
+    def describe_nodegroup(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(("describe_nodegroup", params))
+        if self.describe_error is not None:
+            raise self.describe_error
+        name = params["nodegroupName"]
+        return {"nodegroup": {"nodegroupName": name, "status": "DELETING"}}
+
+    def described(self) -> list[str]:
+        return [c[1]["nodegroupName"] for c in self.calls if c[0] == "describe_nodegroup"]
+
+
+UNREACHABLE = EndpointConnectionError(endpoint_url="https://eks.us-west-2.amazonaws.com")
+SERVER_ERROR = ClientError(
+    {"Error": {"Code": "ServerException", "Message": "internal"}}, "DescribeNodegroup"
+)
+
+
+@pytest.mark.parametrize("error", [UNREACHABLE, SERVER_ERROR], ids=["unreachable", "server-error"])
+@pytest.mark.parametrize("call", ["list", "describe"])
+def test_a_failed_call_is_an_unknown_group_until_the_wait_then_named(
+    at: Any, call: str, error: Exception
+) -> None:
+    """Past the grace it is still pending (an unknown state is never "stuck"); at the wait's
+    end the message names what could not be read: the list, or the group by its name."""
+    at(GRACE * 2)
+    make = (
+        (lambda: FakeEks(["gpu"], list_error=error))
+        if call == "list"
+        else (lambda: FakeEks(["gpu"], describe_error=error))
+    )
+    assert _poll(make()) == PENDING
+    at(WAIT)
+    named = "(list failed) (UNKNOWN)" if call == "list" else "gpu (UNKNOWN)"
+    with pytest.raises(RuntimeError) as raised:
+        _poll(make())
+    assert f"gave up after 40 min waiting for node group {named}. Check" in str(raised.value)
 
 
 def test_a_failed_describe_is_an_unknown_group_not_a_stuck_one(at: Any) -> None:
@@ -362,6 +424,72 @@ def test_a_failed_describe_is_an_unknown_group_not_a_stuck_one(at: Any) -> None:
     stub.add_response("list_nodegroups", {"nodegroups": ["gpu"]}, LIST_PARAMS)
     stub.add_client_error("describe_nodegroup", service_error_code="ServerException")
     assert _poll(eks) == PENDING
+
+
+def test_every_page_of_names_is_read() -> None:
+    props = handler.Props.from_properties(_props())
+    eks = FakeEks(["a"], ["b", "c"], ["d"])
+    seen, note = handler.look(props, eks)
+    assert [n.name for n in seen] == ["a", "b", "c", "d"]
+    assert note == ""
+    assert [c[1].get("nextToken") for c in eks.calls if c[0] == "list_nodegroups"] == [
+        None,
+        "t1",
+        "t2",
+    ]
+
+
+class Context:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
+@pytest.mark.parametrize(("left", "read"), [(35.0, True), (34.9, False)])
+def test_a_poll_without_time_for_the_slowest_call_describes_nothing(
+    at: Any, left: float, read: bool
+) -> None:
+    """The Lambda context's remaining time reaches the reads: with less than the slowest call
+    left, no group is described, and each (both) counts as unknown."""
+    eks = FakeEks(["gpu", "system"])
+    assert _poll(eks, context=Context(left)) == PENDING
+    assert eks.described() == (["gpu", "system"] if read else [])
+    props = handler.Props.from_properties(_props())
+    seen, _note = handler.look(props, FakeEks(["gpu", "system"]), time_left=lambda: left)
+    status = "DELETING" if read else "UNKNOWN"
+    assert seen == [handler.Nodegroup("gpu", status), handler.Nodegroup("system", status)]
+
+
+def test_time_left_is_the_contexts_in_seconds() -> None:
+    time_left = handler._time_left(Context(12.5))
+    assert time_left is not None and time_left() == 12.5
+    assert handler._time_left(None) is None  # a direct call: no budget
+
+
+def test_a_first_poll_without_its_start_time_counts_from_now(at: Any) -> None:
+    """Without the start on_event stored, the grace counts from this poll: an ACTIVE group is
+    not yet stuck."""
+    at(GRACE * 10)
+    event = _delete()
+    del event[handler.STARTED_AT_KEY]
+    eks, _ = _eks(("gpu", "ACTIVE", -3600))
+    assert _poll(eks, event) == PENDING
+
+
+def test_a_poll_makes_its_eks_client(monkeypatch: pytest.MonkeyPatch, at: Any) -> None:
+    made: list[str] = []
+    eks = FakeEks(["gpu"])
+
+    def client(name: str, *, config: Any = None) -> Any:
+        assert config is handler.CLIENT_CONFIG, f"{name} client without CLIENT_CONFIG"
+        made.append(name)
+        return eks
+
+    monkeypatch.setattr(boto3, "client", client)
+    assert handler.is_complete(_delete(), None) == PENDING
+    assert made == ["eks"] and eks.described() == ["gpu"]
 
 
 def test_the_list_follows_its_pages_up_to_the_cap(at: Any) -> None:
@@ -373,25 +501,6 @@ def test_the_list_follows_its_pages_up_to_the_cap(at: Any) -> None:
         )
     # A fourth page is never asked for (the Stubber would fail on an unexpected call).
     assert _poll(eks) == DONE
-    stub.assert_no_pending_responses()
-
-
-@pytest.mark.parametrize(("left", "read"), [(35.0, True), (34.9, False)])
-def test_describes_only_with_time_for_the_slowest_call(left: float, read: bool) -> None:
-    class Context:
-        def get_remaining_time_in_millis(self) -> float:
-            return left * 1000
-
-    props = handler.Props.from_properties(_props())
-    if read:
-        eks, stub = _eks(("gpu", "DELETING", 0))
-    else:
-        eks, stub = _client("eks")
-        stub.add_response("list_nodegroups", {"nodegroups": ["gpu"]}, LIST_PARAMS)
-    seen, _note = handler.look(props, eks, time_left=handler._time_left(Context()))
-    assert seen == [
-        handler.Nodegroup("gpu", "DELETING" if read else "UNKNOWN", (STARTED if read else None))
-    ]
     stub.assert_no_pending_responses()
 
 

@@ -285,11 +285,9 @@ def _time_left(context: Any) -> Callable[[], float] | None:
 
 
 def _epoch(value: Any) -> float | None:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, int | float):
-        return float(value)
-    return None
+    # botocore parses every timestamp member into a datetime (parsers.DEFAULT_TIMESTAMP_PARSER,
+    # utils.parse_timestamp, botocore 1.44); a missing one is None.
+    return value.timestamp() if isinstance(value, datetime) else None
 
 
 def _code(exc: ClientError) -> str:
