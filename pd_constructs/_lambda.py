@@ -62,6 +62,44 @@ def handler_function(
     )
 
 
+def waiter_functions(
+    scope: Construct,
+    *,
+    folder: str,
+    what: str,
+    start: str,
+    poll: str,
+    log_retention: logs.RetentionDays,
+    log_removal_policy: RemovalPolicy,
+    poll_timeout: Duration,
+) -> tuple[lambda_.Function, lambda_.Function]:
+    """An asynchronous custom resource's two functions in ``scope``, from
+    ``assets/lambda/<folder>``: ``OnEvent`` (``handler.on_event``, 30 s, described
+    "<what>: <start>") and ``IsComplete`` (``handler.is_complete``, ``poll_timeout``,
+    "<what>: <poll>"), both writing to the one log group ``Logs``."""
+    on_event = handler_function(
+        scope,
+        folder=folder,
+        construct_id="OnEvent",
+        description=f"{what}: {start}",
+        log_retention=log_retention,
+        log_removal_policy=log_removal_policy,
+        timeout=Duration.seconds(30),
+    )
+    is_complete = handler_function(
+        scope,
+        folder=folder,
+        construct_id="IsComplete",
+        handler="handler.is_complete",
+        description=f"{what}: {poll}",
+        log_retention=log_retention,
+        log_removal_policy=log_removal_policy,
+        timeout=poll_timeout,
+        log_group=on_event.log_group,
+    )
+    return on_event, is_complete
+
+
 def shared_layer(scope: Construct) -> lambda_.ILayerVersion:
     """The layer of the shared handler helpers (``import pd_lambda``), one per stack: created
     in ``scope``'s stack on first use (id ``SharedHandlerLayer``), then reused by every

@@ -11,15 +11,16 @@ created with it, so nothing here refers to the Cluster stack's resources.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import handler_function
+from pd_constructs._lambda import waiter_functions
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
+from pd_constructs.pod_identity import cluster_arn
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.waiter import logged_waiter_provider
 
@@ -72,35 +73,20 @@ class ClusterActive(Construct):
                 "least 2 minutes"
             )
         stack = Stack.of(self)
-        on_event = handler_function(
+        on_event, is_complete = waiter_functions(
             self,
             folder="cluster_active",
-            construct_id="OnEvent",
-            description="Waits for the EKS control plane: starts the wait",
+            what="Waits for the EKS control plane",
+            start="starts the wait",
+            poll="one look at the cluster",
             log_retention=log_retention,
             log_removal_policy=log_removal_policy,
-            timeout=Duration.seconds(30),
+            poll_timeout=HANDLER_TIMEOUT,
         )
         grant_describe_own_stack(on_event)
-        is_complete = handler_function(
-            self,
-            folder="cluster_active",
-            construct_id="IsComplete",
-            handler="handler.is_complete",
-            description="Waits for the EKS control plane: one look at the cluster",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-            timeout=HANDLER_TIMEOUT,
-            log_group=on_event.log_group,
-        )
-        cluster_arn = stack.format_arn(
-            service="eks",
-            resource="cluster",
-            resource_name=cluster_name,
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
+        this_cluster = cluster_arn(self, cluster_name)
         is_complete.add_to_role_policy(
-            iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster_arn])
+            iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[this_cluster])
         )
         cluster_stack_arn = grant_describe_named_stack(is_complete, cluster_stack_name)
         provider = logged_waiter_provider(

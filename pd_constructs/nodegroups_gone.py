@@ -18,8 +18,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs._lambda import handler_function
+from pd_constructs._lambda import waiter_functions
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
+from pd_constructs.pod_identity import cluster_arn
 from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import logged_waiter_provider
 
@@ -93,34 +94,19 @@ class NodegroupsGone(Construct):
                 f"{wait.to_human_string()}"
             )
         stack = Stack.of(self)
-        on_event = handler_function(
+        on_event, is_complete = waiter_functions(
             self,
             folder="nodegroups_gone",
-            construct_id="OnEvent",
-            description="Holds the cluster's delete until no node group is left: starts",
+            what="Holds the cluster's delete until no node group is left",
+            start="starts",
+            poll="one look",
             log_retention=log_retention,
             log_removal_policy=log_removal_policy,
-            timeout=Duration.seconds(30),
+            poll_timeout=HANDLER_TIMEOUT,
         )
         # Tells the stack's delete (or create rollback) from an update's cleanup.
         grant_describe_own_stack(on_event)
-        is_complete = handler_function(
-            self,
-            folder="nodegroups_gone",
-            construct_id="IsComplete",
-            handler="handler.is_complete",
-            description="Holds the cluster's delete until no node group is left: one look",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-            timeout=HANDLER_TIMEOUT,
-            log_group=on_event.log_group,
-        )
-        cluster_arn = stack.format_arn(
-            service="eks",
-            resource="cluster",
-            resource_name=cluster_name,
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
+        this_cluster = cluster_arn(self, cluster_name)
         nodegroups_arn = stack.format_arn(
             service="eks",
             resource="nodegroup",
@@ -129,7 +115,7 @@ class NodegroupsGone(Construct):
             arn_format=ArnFormat.SLASH_RESOURCE_NAME,
         )
         is_complete.add_to_role_policy(
-            iam.PolicyStatement(actions=["eks:ListNodegroups"], resources=[cluster_arn])
+            iam.PolicyStatement(actions=["eks:ListNodegroups"], resources=[this_cluster])
         )
         is_complete.add_to_role_policy(
             iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroups_arn])
