@@ -16,7 +16,7 @@ LAYER = LAMBDA / "layer"
 HANDLER_FOLDERS = sorted(p for p in LAMBDA.iterdir() if p.is_dir() and p.name != "layer")
 # The helpers that used to be copied into every handler, now only in the layer.
 SHARED = {"stack_rolling_back": "rollback", "positive_int": "props", "one_line": "props"}
-# Handlers that call DescribeStacks for something other than their own stack's rollback test.
+# Handlers that read another stack (through the layer) besides their own stack's rollback test.
 OTHER_STACKS = {
     "cluster_active": "reads the Cluster stack's status while it waits for it",
     "capacity": "reads the Cluster stack's status while the GPU node group is created",
@@ -77,10 +77,10 @@ def test_no_handler_carries_its_own_copy_of_a_shared_helper(folder: Path) -> Non
                 assert "ROLLBACK_STATUS" not in names, source.name
         text = source.read_text()
         if folder.name in OTHER_STACKS:
-            # Its own rollback test is still the layer's; the other call names another stack.
-            assert "stack_rolling_back(" in text and "describe_stacks(StackName=name)" in text
-        else:
-            assert "describe_stacks" not in text, source.name
+            # Its own rollback test is still the layer's, and so is its reading of the Cluster
+            # stack (pd_lambda.cluster_stack: one rule for "failed in this deploy").
+            assert "stack_rolling_back(" in text and "cluster_stack.read(" in text
+        assert "describe_stacks" not in text, source.name
 
 
 def test_the_layer_answers_like_the_handlers_did() -> None:
@@ -114,3 +114,56 @@ def test_the_layer_answers_like_the_handlers_did() -> None:
     assert props.started_at({"T": "later"}, "T", 99.0) == 99.0
     assert props.one_line("a\n  b", 10) == "a b"
     assert props.one_line("x" * 11, 10) == "x" * 7 + "..."
+
+
+@pytest.mark.parametrize(
+    ("status", "began", "also", "failing"),
+    [
+        ("UPDATE_ROLLBACK_IN_PROGRESS", 0.0, (), True),  # failing now, whenever it began
+        ("DELETE_IN_PROGRESS", 0.0, (), False),
+        ("DELETE_IN_PROGRESS", 0.0, ("DELETE_IN_PROGRESS",), True),
+        ("CREATE_FAILED", 1000.0 - 600, (), True),  # began at the lead: this deploy's
+        ("CREATE_FAILED", 1000.0 - 601, (), False),  # one second earlier: a previous one's
+        ("CREATE_FAILED", None, (), True),  # no time given: taken as this deploy's
+        ("CREATE_IN_PROGRESS", 1000.0, (), False),
+    ],
+)
+def test_the_cluster_stack_fails_in_this_deploy_by_one_rule(
+    status: str, began: float | None, also: tuple[str, ...], failing: bool
+) -> None:
+    from pd_lambda import cluster_stack
+
+    assert cluster_stack.LEAD_SECONDS == 600
+    reading = cluster_stack.Reading(status, "why", began)
+    assert reading.failing(started=1000.0, also=also) is failing
+    assert reading.failed_earlier is (status == "CREATE_FAILED")
+
+
+def test_a_cluster_stack_that_does_not_exist_reads_as_none() -> None:
+    from botocore.exceptions import ClientError
+    from pd_lambda import cluster_stack
+
+    missing = ClientError(
+        {"Error": {"Code": "ValidationError", "Message": "Stack with id X does not exist"}},
+        "DescribeStacks",
+    )
+    denied = ClientError(
+        {"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, "DescribeStacks"
+    )
+
+    class Stacks:
+        def __init__(self, answer: Any) -> None:
+            self.answer = answer
+
+        def describe_stacks(self, **_: Any) -> Any:
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    assert cluster_stack.read(Stacks(missing), "X") is None
+    assert cluster_stack.read(Stacks({"Stacks": []}), "X") is None
+    with pytest.raises(ClientError):
+        cluster_stack.read(Stacks(denied), "X")
+    assert cluster_stack.read(Stacks({"Stacks": [{"StackStatus": "CREATE_COMPLETE"}]}), "X") == (
+        cluster_stack.Reading("CREATE_COMPLETE", "no reason given", None)
+    )

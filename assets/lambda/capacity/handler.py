@@ -42,8 +42,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from pd_lambda import cluster_stack, rollback
 from pd_lambda import props as props_helpers
-from pd_lambda import rollback
 from pd_lambda.rollback import ROLLBACK_STATUS
 from pd_lambda.settings_hint import set_hint
 
@@ -72,28 +72,8 @@ MAX_REASON_CHARS = 1000
 MAX_QUOTED_CHARS = 300
 
 FAILED_STATES = ("CREATE_FAILED", "DEGRADED", "DELETING", "DELETE_FAILED")
-# The Cluster stack's operation of this deploy starts beside the GpuNodes stack, a few minutes
-# before the watch does (this stack first creates the watch's functions): a failure of an
-# operation that began earlier than this is a previous deploy's (as in the control-plane
-# waiter, assets/lambda/cluster_active/).
-CLUSTER_STACK_LEAD_SECONDS = 600
-# The Cluster stack is failing, or its cluster going, now, whenever its operation began.
-CLUSTER_STACK_GOING = (
-    "ROLLBACK_IN_PROGRESS",
-    "UPDATE_ROLLBACK_IN_PROGRESS",
-    "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
-    "DELETE_IN_PROGRESS",
-)
-# The Cluster stack's last operation failed (this deploy's when it began recently).
-CLUSTER_STACK_FAILED = (
-    "CREATE_FAILED",
-    "ROLLBACK_COMPLETE",
-    "ROLLBACK_FAILED",
-    "UPDATE_FAILED",
-    "UPDATE_ROLLBACK_FAILED",
-    "UPDATE_ROLLBACK_COMPLETE",
-    "DELETE_FAILED",
-)
+# How the Cluster stack's failure in this deploy is told from an earlier one's.
+CLUSTER_STACK_LEAD_SECONDS = cluster_stack.LEAD_SECONDS
 CAPACITY = re.compile(
     r"InsufficientInstanceCapacity|InsufficientCapacity|insufficient capacity"
     r"|not have sufficient\b.*\bcapacity|ReservationCapacityExceeded|no available capacity",
@@ -267,35 +247,28 @@ def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> 
 def watch_cluster_stack(props: Props, cloudformation: Any, *, started: float) -> str:
     """What the Cluster stack (``ClusterStackName``) is doing, for the log; raises
     :class:`CapacityError` when it is rolling back or being deleted, or its operation of this
-    deploy (begun at most ``CLUSTER_STACK_LEAD_SECONDS`` before the watch) failed: its
-    rollback deletes the cluster, which EKS refuses while this node group exists. An API error
-    (or no such stack yet) is noted, never fatal, except a missing permission."""
+    deploy failed (pd_lambda.cluster_stack): its rollback deletes the cluster, which EKS
+    refuses while this node group exists. An API error (or no such stack yet) is noted, never
+    fatal, except a missing permission."""
     name = props.cluster_stack_name
     try:
-        stacks = cloudformation.describe_stacks(StackName=name).get("Stacks") or []
+        stack = cluster_stack.read(cloudformation, name)
     except ClientError as exc:
-        if "does not exist" in _error_message(exc):
-            return f"stack {name} does not exist"
         _raise_if_denied(exc, f"cloudformation:DescribeStacks on {name}")
         return f"cloudformation:DescribeStacks {name} failed: {_code(exc)}"
     except BotoCoreError as exc:
         return f"cloudformation:DescribeStacks {name} failed: {exc}"
-    if not stacks:
+    if stack is None:
         return f"stack {name} does not exist"
-    stack = stacks[0]
-    status = str(stack.get("StackStatus") or "UNKNOWN")
-    reason = str(stack.get("StackStatusReason") or "no reason given")
-    began = _epoch(stack.get("LastUpdatedTime")) or _epoch(stack.get("CreationTime"))
-    this_deploy = began is None or began >= started - CLUSTER_STACK_LEAD_SECONDS
-    if status in CLUSTER_STACK_GOING or (status in CLUSTER_STACK_FAILED and this_deploy):
+    if stack.failing(started=started, also=("DELETE_IN_PROGRESS",)):
         raise CapacityError(
-            f"the Cluster stack {name} is {status} ({reason}); its cluster cannot be deleted "
-            "while this node group exists, so the GPU node stack stops creating it and rolls "
-            "it back. Fix the Cluster stack's failure, then redeploy."
+            f"the Cluster stack {name} is {stack.status} ({stack.reason}); its cluster cannot "
+            "be deleted while this node group exists, so the GPU node stack stops creating it "
+            "and rolls it back. Fix the Cluster stack's failure, then redeploy."
         )
-    if status in CLUSTER_STACK_FAILED:
-        return f"stack {name} is {status} from an earlier deploy"
-    return f"stack {name} is {status}"
+    if stack.failed_earlier:
+        return f"stack {name} is {stack.status} from an earlier deploy"
+    return f"stack {name} is {stack.status}"
 
 
 def _started_at(event: Mapping[str, Any], now: float) -> float:

@@ -30,14 +30,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from pd_lambda import cluster_stack, rollback
 from pd_lambda import props as props_helpers
-from pd_lambda import rollback
 from pd_lambda.rollback import ROLLBACK_STATUS
 
 LOG = logging.getLogger()
@@ -53,26 +52,9 @@ CLIENT_CONFIG = Config(
     connect_timeout=5, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
 )
 MAX_REASON_CHARS = 1000
-# The Cluster stack's operation of this deploy starts beside this stack, at most a few minutes
-# before this wait does (this stack first creates the waiter's functions); a failure of an
-# operation that started earlier than this is a previous deploy's.
-CLUSTER_STACK_LEAD_SECONDS = 600
-# The Cluster stack is failing now, whenever its operation began.
-ROLLING_BACK = (
-    "ROLLBACK_IN_PROGRESS",
-    "UPDATE_ROLLBACK_IN_PROGRESS",
-    "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
-)
-# The Cluster stack's last operation failed (this deploy's when it began recently).
-FAILED = (
-    "CREATE_FAILED",
-    "ROLLBACK_COMPLETE",
-    "ROLLBACK_FAILED",
-    "UPDATE_FAILED",
-    "UPDATE_ROLLBACK_FAILED",
-    "UPDATE_ROLLBACK_COMPLETE",
-    "DELETE_FAILED",
-)
+# How long a Cluster stack may not exist yet, and how its failure in this deploy is told from an
+# earlier one's.
+CLUSTER_STACK_LEAD_SECONDS = cluster_stack.LEAD_SECONDS
 REQUIRED_PROPERTIES = ("ClusterName", "KubernetesVersion", "ClusterStackName", "TimeoutSeconds")
 
 
@@ -252,13 +234,21 @@ def look_at_cluster(props: Props, eks: Any) -> tuple[str, str]:
 
 def look_at_stack(props: Props, cloudformation: Any, *, started: float, now: float) -> str:
     """What the Cluster stack is doing (for the log and the timeout message); raises
-    :class:`WaitError` when it is rolling back, its operation of this deploy failed, or it
-    still does not exist ``CLUSTER_STACK_LEAD_SECONDS`` after the wait began (it is not being
-    deployed: this stack alone, e.g. ``cdk deploy 'RayPdEks/GpuNodes'`` on a new account)."""
+    :class:`WaitError` when it is rolling back, its operation of this deploy failed
+    (pd_lambda.cluster_stack), or it still does not exist ``CLUSTER_STACK_LEAD_SECONDS`` after
+    the wait began (it is not being deployed: this stack alone, e.g.
+    ``cdk deploy 'RayPdEks/GpuNodes'`` on a new account)."""
     name = props.cluster_stack_name
-    missing_for = now - started
-
-    def missing() -> str:
+    try:
+        stack = cluster_stack.read(cloudformation, name)
+    except ClientError as exc:
+        if _code(exc) in ("AccessDenied", "AccessDeniedException"):
+            raise WaitError(f"cloudformation:DescribeStacks on {name} is denied") from None
+        return f"cloudformation:DescribeStacks {name} failed: {_code(exc)}: {_message(exc)}"
+    except BotoCoreError as exc:
+        return f"cloudformation:DescribeStacks {name} failed: {exc}"
+    if stack is None:
+        missing_for = now - started
         if missing_for >= CLUSTER_STACK_LEAD_SECONDS:
             raise WaitError(
                 f"the Cluster stack {name} still does not exist after "
@@ -266,38 +256,15 @@ def look_at_stack(props: Props, cloudformation: Any, *, started: float, now: flo
                 "stack of the app (npx cdk deploy 'RayPdEks/*' --concurrency 4)"
             )
         return f"stack {name} does not exist yet"
-
-    try:
-        stacks = cloudformation.describe_stacks(StackName=name).get("Stacks") or []
-    except ClientError as exc:
-        if "does not exist" in _message(exc):
-            return missing()
-        if _code(exc) in ("AccessDenied", "AccessDeniedException"):
-            raise WaitError(f"cloudformation:DescribeStacks on {name} is denied") from None
-        return f"cloudformation:DescribeStacks {name} failed: {_code(exc)}: {_message(exc)}"
-    except BotoCoreError as exc:
-        return f"cloudformation:DescribeStacks {name} failed: {exc}"
-    if not stacks:
-        return missing()
-    stack = stacks[0]
-    status = str(stack.get("StackStatus") or "UNKNOWN")
-    reason = str(stack.get("StackStatusReason") or "no reason given")
-    operation = _epoch(stack.get("LastUpdatedTime")) or _epoch(stack.get("CreationTime"))
-    recent = operation is None or operation >= started - CLUSTER_STACK_LEAD_SECONDS
-    if status in ROLLING_BACK or (status in FAILED and recent):
+    if stack.failing(started=started):
         raise WaitError(
-            f"the Cluster stack {name} is {status} ({reason}); the GPU node stack stops "
-            "waiting for its control plane. Fix the Cluster stack's failure, then redeploy."
+            f"the Cluster stack {name} is {stack.status} ({stack.reason}); the GPU node stack "
+            "stops waiting for its control plane. Fix the Cluster stack's failure, then "
+            "redeploy."
         )
-    if status in FAILED:
-        return f"stack {name} is {status} from an earlier deploy"
-    return f"stack {name} is {status}"
-
-
-def _epoch(value: Any) -> float | None:
-    # botocore parses every timestamp member into a datetime (parsers.DEFAULT_TIMESTAMP_PARSER,
-    # utils.parse_timestamp, botocore 1.44); a missing one is None.
-    return value.timestamp() if isinstance(value, datetime) else None
+    if stack.failed_earlier:
+        return f"stack {name} is {stack.status} from an earlier deploy"
+    return f"stack {name} is {stack.status}"
 
 
 def _code(exc: ClientError) -> str:
