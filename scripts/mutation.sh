@@ -126,6 +126,8 @@ SCOPE=(
   'assets.lambda.nodegroups_gone.handler.x_look__*'
   'assets.lambda.nodegroups_gone.handler.x_describe__*'
   'assets.lambda.nodegroups_gone.handler.x_decide__*'
+  # the Cluster stack's reading both GPU-stack waiters share (the layer's pd_lambda)
+  'assets.lambda.layer.python.pd_lambda.cluster_stack.*'
   # CLI verdicts
   'ray_pd_eks.cli.status.xǁSnapshotǁverdict__*'
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'

@@ -113,6 +113,12 @@ _JUDGES = {
     "assets.lambda.asg_tags.": ("tests/test_node_template_tags.py",),
     "assets.lambda.default_sg.": ("tests/test_default_sg.py",),
     "assets.lambda.cluster_active.": ("tests/test_cluster_active_handler.py",),
+    # The Cluster stack's reading both GPU-stack waiters share (the layer's pd_lambda).
+    "assets.lambda.layer.python.pd_lambda.cluster_stack.": (
+        "tests/test_shared_layer.py",
+        "tests/test_cluster_active_handler.py",
+        "tests/test_capacity_handler.py",
+    ),
     "assets.lambda.nodegroups_gone.": ("tests/test_nodegroups_gone_handler.py",),
 }
 

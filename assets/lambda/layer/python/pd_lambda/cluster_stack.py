@@ -82,10 +82,5 @@ def read(cloudformation: Any, name: str) -> Reading | None:
 
 def _epoch(value: Any) -> float | None:
     # botocore parses every timestamp member into a datetime (parsers.DEFAULT_TIMESTAMP_PARSER,
-    # utils.parse_timestamp, botocore 1.44); a missing one is None. Numbers are taken as epoch
-    # seconds (the capacity watch's fakes give them).
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
+    # utils.parse_timestamp, botocore 1.44); a missing one is None.
+    return value.timestamp() if isinstance(value, datetime) else None
