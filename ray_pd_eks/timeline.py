@@ -511,6 +511,8 @@ SCALE_OUT_REPLICA_READY = 0.5  # the replica joins Serve and passes its health c
 # and starts the worker pod there; the image is on the node already (pre-pull), so this is the
 # pod's sandbox, the device plugins' allocation and KubeRay's wait-gcs-ready.
 SCALE_OUT_SPARE_POD_START = 0.2
+SCALE_OUT_JOIN_STEP = "node launches, boots and joins"
+SCALE_OUT_ENGINE_STEP = "vLLM engine loads the weights and starts"
 
 
 @dataclass(frozen=True)
@@ -533,45 +535,58 @@ class ScaleOut:
 
 def scale_out(deploy: Deploy, *, weights_in_s3: bool | None = None) -> ScaleOut:
     """The scale-out of the synthesized app: its GPU node's pull mode and disk and its weights'
-    source, with the deploy's rates. The node joins; the pre-pull and prefetch DaemonSets and
-    the device plugins start on it at once (they exist already), in parallel; the engine
-    starts when the image, the weights and the plugins are there. With warm spares
-    (``gpuWarmSpareNodes``: the placeholders' Deployment is applied) also ``spare_steps``: the
-    new worker pod on a spare, which already holds the image and the weights, so only the pod
-    start, the engine start and Serve remain. ``weights_in_s3`` models the
-    weights' source as given (True: staged in S3, ``modelS3Uri``; False: Hugging Face) instead
-    of the app's own."""
+    source, with the deploy's rates (:func:`scale_out_model`). With warm spares
+    (``gpuWarmSpareNodes``: the placeholders' Deployment is applied) also ``spare_steps``.
+    ``weights_in_s3`` models the weights' source as given (True: staged in S3, ``modelS3Uri``;
+    False: Hugging Face) instead of the app's own."""
     model = _Model(deploy, concurrency=4)
     ((nodegroup, resource),) = model._nodegroups("gpu-worker")
-    fast = model._fast_pull(nodegroup, resource)
-    download = DLC_IMAGE_GB * 1000 / PULL_CEILING_MBPS / (SOCI_PULL_SPEEDUP if fast else 1)
-    write = DLC_IMAGE_GB * DLC_UNPACKED_FACTOR * 1000 / model._disk_mbps(nodegroup, resource)
-    pull = max(download, write) / 60
     from_s3 = any(
         c.get("name") == "stage-model"
         for _, obj in model._applied("DaemonSet", "model-prefetch")
         for c in _pod_spec(obj).get("initContainers", [])
     )
-    if weights_in_s3 is not None:
-        from_s3 = weights_in_s3
+    return scale_out_model(
+        fast_pull=model._fast_pull(nodegroup, resource),
+        disk_mbps=model._disk_mbps(nodegroup, resource),
+        weights_in_s3=from_s3 if weights_in_s3 is None else weights_in_s3,
+        warm_spares=bool(model._applied("Deployment", "gpu-warm-spare")),
+    )
+
+
+def scale_out_model(
+    *, fast_pull: bool, disk_mbps: float, weights_in_s3: bool, warm_spares: bool = False
+) -> ScaleOut:
+    """The modelled minutes from a new GPU node's launch to its engine serving, for a node
+    whose nodeadm config has ``FastImagePull`` (``fast_pull``), whose image and weights land
+    on a disk of ``disk_mbps``, and whose weights come from S3 (``weights_in_s3``) or Hugging
+    Face. The node joins; the pre-pull and prefetch DaemonSets and the device plugins start on
+    it at once (they exist already), in parallel; the engine starts when the image, the
+    weights and the plugins are there. With ``warm_spares`` also ``spare_steps``: the new
+    worker pod on a spare, which already holds the image and the weights, so only the pod
+    start, the engine start and Serve remain. ``ray-pd-eks coldstart`` prints these steps
+    beside the ones a real node took."""
+    download = DLC_IMAGE_GB * 1000 / PULL_CEILING_MBPS / (SOCI_PULL_SPEEDUP if fast_pull else 1)
+    write = DLC_IMAGE_GB * DLC_UNPACKED_FACTOR * 1000 / disk_mbps
+    pull = max(download, write) / 60
     joined = SCALE_OUT_NODE_JOIN
-    if from_s3:
+    if weights_in_s3:
         weights_start, source, rate = joined + SMALL_IMAGE_MINUTES, "S3", S3_MBPS
     else:
         weights_start = joined + SMALL_IMAGE_MINUTES + PIP_INSTALL_MINUTES
         source, rate = "Hugging Face", HF_MBPS
     weights_end = weights_start + WEIGHTS_GB * 1000 / rate / 60
     plugins_end = joined + SCALE_OUT_DEVICE_PLUGINS
-    mode = "SOCI parallel pull" if fast else "containerd's default pull"
+    mode = "SOCI parallel pull" if fast_pull else "containerd's default pull"
     engine_start = max(joined + pull, weights_end, plugins_end)
     engine_end = engine_start + ENGINE_START
     spare: tuple[tuple[str, float, float], ...] = ()
-    if model._applied("Deployment", "gpu-warm-spare"):
+    if warm_spares:
         # The spare's node joined and warmed up long before: image and weights on its NVMe.
         pod = SCALE_OUT_SPARE_POD_START
         spare = (
             ("worker pod preempts the placeholder and starts", 0.0, pod),
-            ("vLLM engine loads the weights and starts", pod, pod + ENGINE_START),
+            (SCALE_OUT_ENGINE_STEP, pod, pod + ENGINE_START),
             (
                 "replica serves",
                 pod + ENGINE_START,
@@ -580,11 +595,11 @@ def scale_out(deploy: Deploy, *, weights_in_s3: bool | None = None) -> ScaleOut:
         )
     return ScaleOut(
         (
-            ("node launches, boots and joins", 0.0, joined),
+            (SCALE_OUT_JOIN_STEP, 0.0, joined),
             (f"pull Ray image ({mode})", joined, joined + pull),
             (f"download weights from {source}", weights_start, weights_end),
             ("EFA and NVIDIA device plugins", joined, plugins_end),
-            ("vLLM engine loads the weights and starts", engine_start, engine_end),
+            (SCALE_OUT_ENGINE_STEP, engine_start, engine_end),
             ("replica serves", engine_end, engine_end + SCALE_OUT_REPLICA_READY),
         ),
         spare,

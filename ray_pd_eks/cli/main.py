@@ -15,6 +15,7 @@ from types import ModuleType
 
 from ray_pd_eks.cli import (
     bench,
+    coldstart,
     drill,
     efa_check,
     endpoint,
@@ -35,6 +36,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     smoke,
     efa_check,
     drill,
+    coldstart,
     bench,
 )
 PROG = CLI  # also `python -m ray_pd_eks`
@@ -55,6 +57,7 @@ _TYPICAL = (
     ("drill decode-restart --yes", "time the recovery from a lost engine"),
     ("endpoint", "the URL, how to get a token, curl lines"),
     ("bench", "TTFT, ITL, throughput and cost per token"),
+    ("coldstart", "where a GPU node's minutes went, beside the model"),
 )
 EPILOG = (
     "typical order:\n"
