@@ -140,6 +140,20 @@ SCOPE=(
   'ray_pd_eks.cli.drill.x_drill_verdict__*'
   'ray_pd_eks.cli.drill.x_run__*'
   'ray_pd_eks.cli.drill.x_last_warning__*'
+  # coldstart: which timestamp starts and ends each measured step, and the model beside it
+  'ray_pd_eks.cli.coldstart.x_parse_time__*'
+  'ray_pd_eks.cli.coldstart.x_go_duration_seconds__*'
+  'ray_pd_eks.cli.coldstart.x_instance_id__*'
+  'ray_pd_eks.cli.coldstart.x__started__*'
+  'ray_pd_eks.cli.coldstart.x__on_node__*'
+  'ray_pd_eks.cli.coldstart.x_joined_step__*'
+  'ray_pd_eks.cli.coldstart.x_image_step__*'
+  'ray_pd_eks.cli.coldstart.x_weights_step__*'
+  'ray_pd_eks.cli.coldstart.x_worker_step__*'
+  'ray_pd_eks.cli.coldstart.x_pulled_figure__*'
+  'ray_pd_eks.cli.coldstart.x_launch_times__*'
+  'ray_pd_eks.cli.coldstart.x_scale_out_of__*'
+  'ray_pd_eks.timeline.x_scale_out_model__*'
 )
 if [ "$#" -gt 0 ]; then SCOPE=("$@"); fi
 

@@ -94,6 +94,8 @@ _JUDGES = {
     "ray_pd_eks.vpc_layout.": ("tests/test_network.py",),
     "ray_pd_eks.cli.preflight.": ("tests/test_cli_preflight.py",),
     "ray_pd_eks.cli.drill.": ("tests/test_cli_drill.py",),
+    "ray_pd_eks.cli.coldstart.": ("tests/test_cli_coldstart.py",),
+    "ray_pd_eks.timeline.": ("tests/test_cli_coldstart.py", "tests/test_timeline.py"),
     "ray_pd_eks.cli.status.": ("tests/test_cli_status.py", "tests/test_branches.py"),
     # The KV proof's own tests, and the handler's, which judge the probe and the transfer.
     "assets.lambda.readiness.kvproof.": (

@@ -14,6 +14,8 @@ from pd_constructs.workload import (
     cluster_spec_hash,
     head_service_account_name,
 )
+from ray_pd_eks.cli import coldstart
+from ray_pd_eks.cli.status import WARMUP_NAMESPACE
 from tests import rbac
 from tests_cluster import authz, variants
 from tests_cluster.conftest import Applied, Deployer, events, pods
@@ -402,6 +404,43 @@ def test_warmup_daemonsets_run_a_pod_on_every_gpu_node(cluster: Cluster, variant
             return placed if placed == want and running else None
 
         wait_until(f"DaemonSet {name}'s pods Running on {want}", on_every, timeout_s=60)
+
+
+def test_coldstart_measures_every_gpu_node_from_the_stored_objects(
+    cluster: Cluster, variant: str
+) -> None:
+    """``coldstart`` measures from what the real API server stores: the node's Ready, the
+    warm-up pods' and the Ray worker's container starts (KWOK writes the statuses a kubelet
+    would; the field paths and formats are the API server's). Every step of every GPU node
+    that runs a worker is measured, in order, from the node's registration on."""
+    config = _config(variant)
+    workers = _ray_pods(cluster, variant)["worker"]
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in cluster.items("nodes", "-l", "role=gpu-worker")
+        if any(w["spec"].get("nodeName") == n["metadata"]["name"] for w in workers)
+    }
+    assert nodes
+
+    def measured() -> list[coldstart.NodeColdStart] | None:
+        warm = pods(cluster, WARMUP_NAMESPACE)
+        ray = pods(cluster, config.namespace)
+        found = [
+            coldstart.measure(node, None, "the node's registration", warm, ray, [])
+            for node in nodes.values()
+        ]
+        done = all(step.end is not None for f in found for step in f.steps)
+        return found if done else None
+
+    found = wait_until(f"every step measured on {sorted(nodes)}", measured, timeout_s=60)
+    for node in found:
+        joined, image, weights, worker = node.steps
+        times = [joined.end, image.start, image.end, weights.start, weights.end, worker.end]
+        assert all(t is not None for t in times), node
+        assert node.launch <= joined.end <= image.end, node
+        assert image.start <= image.end and weights.start <= weights.end, node
+        assert weights.name.endswith(("prefetch-model)", "stage-model)")), node
+        assert node.instance_type == config.gpu_node_type, node
 
 
 def test_no_pod_of_the_variant_is_left_pending(cluster: Cluster, variant: str) -> None:
