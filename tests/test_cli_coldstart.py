@@ -560,3 +560,114 @@ def test_a_node_without_an_instance_id_asks_ec2_nothing(
     run = cli.run("coldstart")  # an unexpected EC2 call would fail the stub
     assert run.code == 0, run.err
     assert "(from the node's registration (no EC2 instance id in its providerID))" in run.out
+
+
+# -- what the mutation run showed untested ---------------------------------------------------------
+
+
+def test_a_node_not_ready_keeps_the_steps_name() -> None:
+    assert coldstart.joined_step(gpu_node(ready=None)).name == "joined (Ready)"
+
+
+def test_the_events_k8s_io_shape_is_read_too() -> None:
+    p = prepull()
+    event = {
+        "reason": "Pulled",
+        "regarding": {"name": p["metadata"]["name"]},
+        "note": KUBELET_PULLED,
+    }
+    assert coldstart.pulled_figure([event], p) is not None
+
+
+def test_later_events_of_other_pods_or_reasons_do_not_hide_the_pull() -> None:
+    p = prepull()
+    name = p["metadata"]["name"]
+    message = (
+        'Successfully pulled image "x" in 12m0s (12m30s including waiting). '
+        "Image size: 1050000000 bytes."
+    )
+    events = [
+        pulled_event(name, message),
+        pulled_event(name, 'Container image "x" already present on machine'),
+        {**pulled_event(name, message.replace("12m0s", "1s")), "reason": "Started"},
+        pulled_event("another-pod", message.replace("12m0s", "2s")),
+    ]
+    assert coldstart.pulled_figure(events, p) == (
+        "the kubelet pulled the Ray image in 12.0 min (12.5 min with its wait in the pull "
+        "queue); image size 1.1 GB"
+    )
+
+
+def test_a_pull_figure_with_an_unreadable_duration_is_skipped() -> None:
+    p = prepull()
+    bad = pulled_event(p["metadata"]["name"], 'Successfully pulled image "x" in 3.s')
+    assert coldstart.pulled_figure([bad], p) is None
+
+
+class _Ec2:
+    def __init__(
+        self, pages: list[dict[str, Any]] | None = None, error: Exception | None = None
+    ) -> None:
+        self.pages, self.error = pages or [], error
+
+    def client(self, service: str) -> Any:
+        assert service == "ec2"
+        return self
+
+    def get_paginator(self, name: str) -> Any:
+        assert name == "describe_instances"
+        return self
+
+    def paginate(self, **kwargs: Any) -> list[dict[str, Any]]:
+        if self.error:
+            raise self.error
+        return self.pages
+
+
+def _app(ec2: _Ec2) -> Any:
+    return type("FakeApp", (), {"aws": ec2})()
+
+
+def test_launch_times_read_every_page_and_skip_what_has_no_time() -> None:
+    pages: list[dict[str, Any]] = [
+        {"Reservations": [{"Instances": [{"InstanceId": INSTANCE_A, "LaunchTime": T0}]}]},
+        {},
+        {"Reservations": [{}, {"Instances": [{"InstanceId": INSTANCE_B}]}]},
+    ]
+    times, source = coldstart.launch_times(_app(_Ec2(pages)), [INSTANCE_A, INSTANCE_B])
+    assert (times, source) == ({INSTANCE_A: T0}, "EC2 LaunchTime")
+
+
+def test_launch_times_name_a_refusal_without_a_code() -> None:
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    refused = ClientError({}, "DescribeInstances")
+    assert coldstart.launch_times(_app(_Ec2(error=refused)), [INSTANCE_A]) == (
+        {},
+        "the node's registration (ec2:DescribeInstances: error)",
+    )
+    offline = EndpointConnectionError(endpoint_url="https://ec2")
+    times, source = coldstart.launch_times(_app(_Ec2(error=offline)), [INSTANCE_A])
+    assert times == {} and source.startswith("the node's registration (ec2:DescribeInstances: ")
+    assert "https://ec2" in source
+
+
+def test_the_model_writes_the_unpacked_image_at_the_disks_rate() -> None:
+    # On a gp3 baseline root volume the write, not the download, sets the pull: 2 x 20 GB at
+    # 125 MB/s.
+    model = timeline.scale_out_model(fast_pull=True, disk_mbps=125.0, weights_in_s3=True)
+    steps = {name: (start, end) for name, start, end in model.steps}
+    assert steps["pull Ray image (SOCI parallel pull)"] == pytest.approx(
+        (3.0, 3.0 + 20 * 2 * 1000 / 125 / 60), abs=1e-9
+    )
+    assert steps["download weights from S3"] == pytest.approx(
+        (3.2, 3.2 + 18 * 1000 / 400 / 60), abs=1e-9
+    )
+    slow = timeline.scale_out_model(fast_pull=False, disk_mbps=2000.0, weights_in_s3=False)
+    slow_steps = {name: (start, end) for name, start, end in slow.steps}
+    assert slow_steps["pull Ray image (containerd's default pull)"] == pytest.approx(
+        (3.0, 3.0 + 20 * 1000 / 100 / 60), abs=1e-9
+    )
+    assert slow_steps["download weights from Hugging Face"] == pytest.approx(
+        (3.4, 3.4 + 18 * 1000 / 300 / 60), abs=1e-9
+    )
