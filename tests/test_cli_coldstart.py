@@ -671,3 +671,25 @@ def test_the_model_writes_the_unpacked_image_at_the_disks_rate() -> None:
     assert slow_steps["download weights from Hugging Face"] == pytest.approx(
         (3.4, 3.4 + 18 * 1000 / 300 / 60), abs=1e-9
     )
+
+
+def test_a_sandbox_not_ready_falls_back_to_the_pods_start() -> None:
+    p = prepull(start=2.55)
+    p["status"]["conditions"][0]["status"] = "False"
+    step = coldstart.image_step(p)
+    assert (minutes(step.start), step.note) == (2.55, "from the pod's start (no sandbox condition)")
+
+
+def test_a_worker_not_started_keeps_the_steps_name() -> None:
+    assert coldstart.worker_step(worker(started=None)).name == "Ray worker container started"
+
+
+def test_the_spares_steps() -> None:
+    model = timeline.scale_out_model(
+        fast_pull=True, disk_mbps=timeline.NVME_MBPS, weights_in_s3=False, warm_spares=True
+    )
+    assert [(n, round(s, 2), round(e, 2)) for n, s, e in model.spare_steps] == [
+        ("worker pod preempts the placeholder and starts", 0.0, 0.2),
+        ("vLLM engine loads the weights and starts", 0.2, 2.2),
+        ("replica serves", 2.2, 2.7),
+    ]

@@ -109,7 +109,7 @@ def parse_time(value: Any) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return datetime.fromisoformat(str(value))  # Python 3.11 reads the trailing "Z"
     except ValueError:
         return None
 
