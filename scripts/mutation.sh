@@ -141,7 +141,6 @@ SCOPE=(
   'ray_pd_eks.cli.drill.x_run__*'
   'ray_pd_eks.cli.drill.x_last_warning__*'
   # coldstart: which timestamp starts and ends each measured step, and the model beside it
-  'ray_pd_eks.cli.coldstart.x_parse_time__*'
   'ray_pd_eks.cli.coldstart.x_go_duration_seconds__*'
   'ray_pd_eks.cli.coldstart.x_instance_id__*'
   'ray_pd_eks.cli.coldstart.x__started__*'

@@ -39,7 +39,7 @@ from typing import Any
 
 from botocore import exceptions as bce
 
-from ray_pd_eks import timeline
+from ray_pd_eks import lambda_code, timeline
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed
@@ -105,13 +105,11 @@ class NodeColdStart:
 
 
 def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp of the Kubernetes API (``2026-12-02T10:00:00Z``), else None."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value))  # Python 3.11 reads the trailing "Z"
-    except ValueError:
-        return None
+    """An RFC 3339 timestamp of the Kubernetes API, else None: the readiness checks' reader
+    (``checks.parse_time``), so ``status``, the deploy's check and this command read times
+    alike."""
+    parsed: datetime | None = lambda_code.checks().parse_time(value)
+    return parsed
 
 
 def go_duration_seconds(text: str) -> float | None:
