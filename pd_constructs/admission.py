@@ -33,6 +33,12 @@ DAEMONSET_CONTROLLER_USERS = (
     "system:serviceaccount:kube-system:daemon-set-controller",
     "system:kube-controller-manager",
 )
+# Who creates a Deployment's pods (the warm spares' placeholders): the ReplicaSet controller,
+# in the same two forms.
+REPLICASET_CONTROLLER_USERS = (
+    "system:serviceaccount:kube-system:replicaset-controller",
+    "system:kube-controller-manager",
+)
 # Who binds pods to nodes: kube-scheduler's user, the subject of Kubernetes' bootstrap
 # ClusterRoleBinding system:kube-scheduler (the only binder here: no Fargate profile, no
 # second scheduler).
@@ -98,6 +104,7 @@ def render_warmup_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
             {
                 "NAMESPACE": WARMUP_NAMESPACE,
                 "CONTROLLERS": _cel_list(list(DAEMONSET_CONTROLLER_USERS)),
+                "SPARE_CONTROLLERS": _cel_list(list(REPLICASET_CONTROLLER_USERS)),
                 "CACHE_DIR": config.node_cache_dir,
             },
         )

@@ -22,6 +22,7 @@ from pd_constructs.admission import (
     CLOUDWATCH_NAMESPACE,
     DAEMONSET_CONTROLLER_USERS,
     OPERATOR_USER,
+    REPLICASET_CONTROLLER_USERS,
     SCHEDULER_USER,
     WORKER_GROUP,
     render_gpu_node_policy,
@@ -40,7 +41,7 @@ IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
 ATTACKER_IMAGE = "attacker.example.com/shell:latest"
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 # Who creates a Deployment's pods (through its ReplicaSet), with per-controller credentials.
-REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+REPLICASET_CONTROLLER = REPLICASET_CONTROLLER_USERS[0]
 ADMIN = "arn:aws:iam::123456789012:role/admin"  # how EKS names an access entry's user
 
 
@@ -441,17 +442,44 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     )
     # A warm spare's placeholder asks for GPUs and EFA and tolerates the GPU taint: admitted in
     # the warm-up namespace (exempt from the GPU-node policy), refused anywhere else.
-    case(
-        "the ReplicaSet controller creates a warm spare's placeholder",
-        _pod_request("CREATE", WARMUP_NAMESPACE, REPLICASET_CONTROLLER, warm["spare"]),
-        True,
-    )
+    for user in REPLICASET_CONTROLLER_USERS:
+        case(
+            f"{user} creates a warm spare's placeholder",
+            _pod_request("CREATE", WARMUP_NAMESPACE, user, warm["spare"]),
+            True,
+        )
     elsewhere = _with(warm["spare"], lambda p: p["metadata"].update(namespace="default"))
     case(
         "the ReplicaSet controller creates a copy of the placeholder in namespace default",
         _pod_request("CREATE", "default", REPLICASET_CONTROLLER, elsewhere),
         False,
         "ray-pd-eks-gpu-nodes",
+    )
+    case(
+        "an admin creates a copy of the placeholder (GPUs and EFA) in the warm-up namespace",
+        _pod_request("CREATE", WARMUP_NAMESPACE, ADMIN, warm["spare"]),
+        False,
+        warmup_policy,
+    )
+    unlabelled = _with(warm["spare"], lambda p: p["metadata"].update(labels={}))
+    case(
+        "the ReplicaSet controller creates a GPU pod of another Deployment in the warm-up "
+        "namespace",
+        _pod_request("CREATE", WARMUP_NAMESPACE, REPLICASET_CONTROLLER, unlabelled),
+        False,
+        warmup_policy,
+    )
+
+    def gpu_limit_only(p: dict) -> None:
+        p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+
+    case(
+        "the DaemonSet controller creates a pre-pull pod with a GPU limit",
+        _pod_request(
+            "CREATE", WARMUP_NAMESPACE, controller, _with(warm["prepull"], gpu_limit_only)
+        ),
+        False,
+        warmup_policy,
     )
     case(
         "the ReplicaSet controller creates a privileged placeholder",
