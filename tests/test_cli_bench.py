@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from pd_constructs.warmup import render_warm_spares
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
 from ray_pd_eks.bench import pricing, report
+from ray_pd_eks.cli import bench
+from ray_pd_eks.cli.status import WARMUP_NAMESPACE
 from ray_pd_eks.config import DEFAULTS
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes.kube_api import (
@@ -659,3 +662,79 @@ def test_the_levels_run_with_the_downloaded_tokenizer(tmp_path: Path) -> None:
     assert len(levels) == 2 and all(f"--tokenizer {tmp_path}/work/tokenizer " in c for c in levels)
     assert code == 1  # the stand-in vllm wrote no result file: each level is reported failed
     assert "level concurrency=4: FAILED (exit 0, no result file)" in out
+
+
+# -- warm spare nodes are left out of the cost per token ------------------------------------------
+
+
+class _KubeApiError(Exception):
+    pass
+
+
+class _Cluster:
+    """What ``gpu_nodes`` reads: the GPU nodes and the warm-up namespace's pods."""
+
+    def __init__(self, nodes: list[dict[str, Any]], warmup: list[dict[str, Any]] | None) -> None:
+        self.nodes, self.warmup = nodes, warmup
+        self.app = type("App", (), {"config": DEFAULTS})()
+        self.kube = type("Kube", (), {"KubeApiError": _KubeApiError})()
+        self.client = self
+
+    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        assert path == "/api/v1/nodes" and params == {"labelSelector": "role=gpu-worker"}
+        return {"items": self.nodes}
+
+    def get_json(self, path: str) -> dict[str, Any]:
+        assert path == f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods"
+        if self.warmup is None:
+            raise _KubeApiError("forbidden")
+        return {"items": self.warmup}
+
+
+def _spare_pod(node: str | None, phase: str = "Running", app: str = "gpu-warm-spare") -> dict:
+    return {
+        "metadata": {"labels": {"app.kubernetes.io/name": app}},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase},
+    }
+
+
+def _gpu(name: str, instance_type: str = "g6.8xlarge") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": instance_type}}
+    }
+
+
+def test_a_node_held_by_a_warm_spare_is_not_a_serving_node() -> None:
+    nodes = [_gpu("a"), _gpu("b"), _gpu("c")]
+    warmup = [
+        _spare_pod("c"),
+        _spare_pod(None, phase="Pending"),  # the next spare, not placed yet
+        _spare_pod("a", app="image-prepull"),
+        _spare_pod("b", phase="Pending"),
+    ]
+    assert bench.gpu_nodes(_Cluster(nodes, warmup)) == ("g6.8xlarge", 2, 1)  # type: ignore[arg-type]
+
+
+def test_without_the_warm_up_namespace_every_gpu_node_counts() -> None:
+    nodes = [_gpu("a"), _gpu("b")]
+    assert bench.gpu_nodes(_Cluster(nodes, None)) == ("g6.8xlarge", 2, 0)  # type: ignore[arg-type]
+
+
+def test_the_settings_answer_when_the_serving_nodes_do_not_agree() -> None:
+    nodes = [_gpu("a"), _gpu("b", "g6e.8xlarge")]
+    assert bench.gpu_nodes(_Cluster(nodes, [])) == ("g6.8xlarge", 2, 0)  # type: ignore[arg-type]
+    assert bench.gpu_nodes(_Cluster([], [])) == (  # type: ignore[arg-type]
+        DEFAULTS.gpu_node_type,
+        DEFAULTS.gpu_node_count,
+        0,
+    )
+
+
+def test_the_placeholders_label_is_the_one_the_app_renders() -> None:
+    spare_config = DEFAULTS.with_overrides(
+        {"decodeMaxReplicas": 3, "gpuNodeMaxCount": 4, "gpuWarmSpareNodes": 1}
+    )
+    (_, deployment) = render_warm_spares(spare_config, image="pause@sha256:" + "0" * 64)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == bench.WARM_SPARE_APP

@@ -26,10 +26,13 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, UsageError
 from ray_pd_eks.cli.output import duration, table
+from ray_pd_eks.cli.status import WARMUP_NAMESPACE
 from ray_pd_eks.config import is_hf_revision
 from ray_pd_eks.instance_types import gpu_spec
 
 NAME = "bench"
+# The placeholders' label (assets/manifests/gpu-warm-spare.yaml, pd_constructs/warmup.py).
+WARM_SPARE_APP = "gpu-warm-spare"
 HELP = "benchmark the endpoint (TTFT, ITL, throughput, cost) with vllm bench serve; `report`"
 DESCRIPTION = """\
 Run `vllm bench serve` (from the Ray LLM image the RayService runs) as a Kubernetes Job on the
@@ -357,17 +360,39 @@ def head_image(rayservice: dict[str, Any]) -> str:
     return image
 
 
-def gpu_nodes(cluster: Cluster) -> tuple[str, int]:
-    """(instance type, count) of the GPU nodes as the cluster has them."""
+def gpu_nodes(cluster: Cluster) -> tuple[str, int, int]:
+    """(instance type, GPU nodes that serve, warm spare nodes) as the cluster has them. A node
+    held by a warm spare's placeholder (``gpuWarmSpareNodes``) runs no engine, so the cost per
+    token leaves it out and the report names it."""
     config = cluster.app.config
     items = cluster.get("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}).get("items") or []
+    spares = warm_spare_nodes(cluster)
+    serving = [n for n in items if (n.get("metadata") or {}).get("name") not in spares]
+    held = len(items) - len(serving)
     types = {
         str(((n.get("metadata") or {}).get("labels") or {}).get("node.kubernetes.io/instance-type"))
-        for n in items
+        for n in serving
     }
     if len(types) == 1 and None not in types:
-        return types.pop(), len(items)
-    return config.gpu_node_type, len(items) or config.gpu_node_count
+        return types.pop(), len(serving), held
+    return config.gpu_node_type, len(serving) or config.gpu_node_count, held
+
+
+def warm_spare_nodes(cluster: Cluster) -> set[str]:
+    """Names of the nodes a warm spare's placeholder pod runs on (assets/manifests/
+    gpu-warm-spare.yaml); none when the warm-up namespace cannot be read."""
+    try:
+        found = cluster.client.get_json(f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods")
+    except cluster.kube.KubeApiError:
+        return set()
+    return {
+        str(p["spec"]["nodeName"])
+        for p in found.get("items") or []
+        if ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name")
+        == WARM_SPARE_APP
+        and (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") == "Running"
+    }
 
 
 def node_price(app: App, instance_type: str) -> pricing.Price:
@@ -542,7 +567,7 @@ def run(app: App) -> int:
             f"deployed maxModelLen {deployed['maxModelLen']}: shorten them"
         )
     image = head_image(rayservice)
-    node_type, node_count = gpu_nodes(cluster)
+    node_type, node_count, spare_count = gpu_nodes(cluster)
     price = node_price(app, node_type)
     mode = deployed["servingMode"]
     label = args.label or (
@@ -584,6 +609,7 @@ def run(app: App) -> int:
             "gpuModel": spec.gpu_model if spec else None,
             "gpusPerNode": spec.gpus if spec else None,
             "gpuNodeCount": node_count,
+            "gpuWarmSpareNodes": spare_count,
             "gpuCount": node_count * spec.gpus if spec else None,
             "gpuPricePerHourUsd": price.usd_per_hour,
             "priceSource": price.source,
@@ -607,6 +633,11 @@ def run(app: App) -> int:
         f"concurrency {','.join(map(str, levels))}, {args.input_len} tokens in / "
         f"{args.output_len} out, prompts per level {','.join(map(str, sweep.prompts))}"
     )
+    if spare_count:
+        app.print(
+            f"  {spare_count} warm spare GPU node(s) (gpuWarmSpareNodes) run no engine: left out "
+            "of the cost per token"
+        )
     with cluster.errors():
         cluster.client.post_json(f"/apis/batch/v1/namespaces/{config.namespace}/jobs", manifest)
     app.print(f"  Job {config.namespace}/{name} created (image {image})")
