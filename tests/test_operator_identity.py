@@ -15,7 +15,11 @@ import pytest
 import yaml
 
 from pd_constructs import identities
-from pd_constructs.admission import DAEMONSET_CONTROLLER_USERS, OPERATOR_USER
+from pd_constructs.admission import (
+    DAEMONSET_CONTROLLER_USERS,
+    OPERATOR_USER,
+    REPLICASET_CONTROLLER_USERS,
+)
 from pd_constructs.helm import (
     KUBERAY_CHART,
     KUBERAY_CHART_NAMING,
@@ -93,7 +97,8 @@ def test_policies_table_chart_and_network_policy_name_one_operator(
 
     # Every operator user any manifest of the workload stack names is that one ...
     template = json.dumps(default_app.templates["Workload"])
-    named = set(_USER.findall(template)) - set(DAEMONSET_CONTROLLER_USERS)
+    controllers = {*DAEMONSET_CONTROLLER_USERS, *REPLICASET_CONTROLLER_USERS}
+    named = set(_USER.findall(template)) - controllers
     assert named == {installed}
     # ... in exactly the policies the table says.
     (row,) = identities.CHART_ACCOUNTS
