@@ -256,6 +256,19 @@ def metrics_env() -> list[dict[str, Any]]:
     return [{"name": "RAY_metric_cardinality_level", "value": RAY_METRIC_CARDINALITY}]
 
 
+# Serve's text log lines carry the process's local time (Ray 2.58
+# ray/serve/_private/logging_utils.py ServeFormatter: "%(levelname)s %(asctime)s ...";
+# logging.Formatter.formatTime uses time.localtime, which follows TZ). ``ray-pd-eks coldstart``
+# reads the engine's start and the replica's first RUNNING from those lines
+# (ray_pd_eks/cli/coldstart.py), so the clock is UTC whatever the image's /etc/localtime says.
+LOG_CLOCK_ENV = ({"name": "TZ", "value": "UTC"},)
+
+
+def log_clock_env() -> list[dict[str, Any]]:
+    """Environment of head and workers that makes Serve's log timestamps UTC."""
+    return [dict(item) for item in LOG_CLOCK_ENV]
+
+
 def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     """Environment of each GPU worker; the transport part depends on ``kvBackend``, and an
     aggregated app (no KV transfer) has none."""
@@ -268,6 +281,7 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     env += [
         *model_env(config),
         *metrics_env(),
+        *log_clock_env(),
         *serve_switches_env(),
         # vLLM's own caches (torch.compile and CUDA-graph artefacts when enforceEager is off)
         # on the node cache too, so a restarted worker skips the recompilation.
@@ -496,7 +510,12 @@ def _render_rayservice_template(
                 "HEAD_INIT_CONTAINERS": fetch_init_containers(
                     config, region=region, config_only=True, aws_cli_image=aws_cli_image
                 ),
-                "HEAD_ENV": [*model_env(config), *metrics_env(), *serve_switches_env()],
+                "HEAD_ENV": [
+                    *model_env(config),
+                    *metrics_env(),
+                    *log_clock_env(),
+                    *serve_switches_env(),
+                ],
                 "HEAD_VOLUME_MOUNTS": head_mounts,
                 "HEAD_VOLUMES": head_vols,
                 "HEAD_CPU": str(system.vcpus // 2),

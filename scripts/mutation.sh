@@ -133,6 +133,7 @@ SCOPE=(
   'ray_pd_eks.cli.status.xǁSnapshotǁ_waiting_for__*'
   'ray_pd_eks.cli.status.x_warmup_pod_state__*'
   'ray_pd_eks.cli.status.x__container_failure__*'
+  'ray_pd_eks.cli.status.x_spare_nodes__*'
   'ray_pd_eks.cli.preflight.xǁPreflightǁquota__*'
   'ray_pd_eks.cli.preflight.xǁPreflightǁbootstrap__*'
   'ray_pd_eks.cli.drill.x_drill_rules__*'
@@ -152,6 +153,11 @@ SCOPE=(
   'ray_pd_eks.cli.coldstart.x_pulled_figure__*'
   'ray_pd_eks.cli.coldstart.x_launch_times__*'
   'ray_pd_eks.cli.coldstart.x_scale_out_of__*'
+  'ray_pd_eks.cli.coldstart.x_serve_lines__*'
+  'ray_pd_eks.cli.coldstart.x_engine_times__*'
+  'ray_pd_eks.cli.coldstart.x_running_at__*'
+  'ray_pd_eks.cli.coldstart.x_serve_steps__*'
+  'ray_pd_eks.cli.coldstart.x_read_serve__*'
   'ray_pd_eks.timeline.x_scale_out_model__*'
 )
 if [ "$#" -gt 0 ]; then SCOPE=("$@"); fi

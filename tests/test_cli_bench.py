@@ -16,7 +16,7 @@ from pd_constructs.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
 from ray_pd_eks.bench import pricing, report
 from ray_pd_eks.cli import bench
-from ray_pd_eks.cli.status import WARMUP_NAMESPACE
+from ray_pd_eks.cli.status import WARM_SPARE_APP, WARMUP_NAMESPACE
 from ray_pd_eks.config import DEFAULTS
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes.kube_api import (
@@ -737,4 +737,4 @@ def test_the_placeholders_label_is_the_one_the_app_renders() -> None:
     )
     (_, deployment) = render_warm_spares(spare_config, image="pause@sha256:" + "0" * 64)
     labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert labels["app.kubernetes.io/name"] == bench.WARM_SPARE_APP
+    assert labels["app.kubernetes.io/name"] == WARM_SPARE_APP

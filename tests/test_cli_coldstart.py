@@ -8,11 +8,26 @@ from typing import Any
 
 import pytest
 
-from ray_pd_eks import timeline
+from ray_pd_eks import lambda_code, timeline
 from ray_pd_eks.cli import coldstart
 from ray_pd_eks.cli.errors import CheckFailed
-from tests.cli_fixtures import REGION, Harness, cli_harness, write_cdk_json
-from tests.fakes.kube_api import GPU_NODE_A, GPU_NODE_B, WARMUP_NAMESPACE, FakeKubeApi, make_node
+from tests.cli_fixtures import REGION, Harness, cli_harness, stub_cluster, write_cdk_json
+from tests.fakes.kube_api import (
+    CONTROLLER_LOG,
+    DECODE_DEPLOYMENT,
+    GPU_NODE_A,
+    GPU_NODE_B,
+    PREFILL_DEPLOYMENT,
+    RAY_HEAD_ID,
+    RAY_NODE_A,
+    WARMUP_NAMESPACE,
+    WORKER_IP_A,
+    WORKER_IP_B,
+    FakeKubeApi,
+    make_node,
+    make_pd_serve_applications,
+    make_rayservice,
+)
 from tests.synth import Synthesized
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -143,14 +158,19 @@ def prefetch(node: str = GPU_NODE_A, *, download: dict[str, Any] | None = None) 
     )
 
 
-def worker(node: str = GPU_NODE_A, *, started: float | None = 4.1) -> dict[str, Any]:
-    return pod(
+def worker(
+    node: str = GPU_NODE_A, *, started: float | None = 4.1, ip: str | None = WORKER_IP_A
+) -> dict[str, Any]:
+    found = pod(
         f"ray-worker-{node[:8]}",
         node=node,
         labels={"ray.io/node-type": "worker"},
         namespace="inference",
         containers=[container("ray-worker", started=started)],
     )
+    if ip:
+        found["status"]["podIP"] = ip
+    return found
 
 
 def pulled_event(pod_name: str, message: str) -> dict[str, Any]:
@@ -187,7 +207,12 @@ def test_a_scaled_out_node_is_measured_from_its_launch() -> None:
     assert weights.name == "weights downloaded (model-prefetch: prefetch-model)"
     assert (minutes(weights.start), minutes(weights.end)) == (2.9, 3.9)
     assert minutes(by["Ray worker container started"].end) == 4.1
-    assert all(s.note == "" for s in found.steps)
+    assert all(s.note == "" for s in found.steps[:4])
+    # Without Serve's view the engine's two steps say so rather than guess.
+    assert [(s.name, s.end, s.note) for s in found.steps[4:]] == [
+        (coldstart.ENGINE_STEP, None, "Serve not read"),
+        (coldstart.SERVING_STEP, None, ""),
+    ]
 
 
 def test_without_the_launch_time_the_registration_stands_in() -> None:
@@ -212,13 +237,21 @@ def test_a_node_not_ready_has_no_join_time() -> None:
 
 def test_pods_of_other_nodes_are_not_counted() -> None:
     found = coldstart.measure(
-        gpu_node(), T0, "EC2", [prepull(GPU_NODE_B), prefetch(GPU_NODE_B)], [worker(GPU_NODE_B)], []
+        gpu_node(),
+        T0,
+        "EC2",
+        [prepull(GPU_NODE_B), prefetch(GPU_NODE_B)],
+        [worker(GPU_NODE_B, ip=WORKER_IP_B)],
+        [],
+        view(replicas=(replica(ip=WORKER_IP_B),)),
     )
     assert [s.note for s in found.steps] == [
         "",
         "no image-prepull pod on the node",
         "no model-prefetch pod on the node",
         "no Ray worker pod on the node",
+        "no Ray worker pod on the node",
+        "",
     ]
 
 
@@ -487,7 +520,7 @@ def test_the_command_prints_each_step_with_the_models(cli: Harness) -> None:
         "3.4-4.4",
     ]
     assert cells(run.out, "Ray worker container started") == ["4.1", "4.1", "-", "4.6"]
-    assert "not timed: the engine's start and Serve's (modelled 4.6-7.1" in run.out
+    assert "in the model a new node serves after 7.1 min" in run.out
 
 
 def test_the_model_follows_the_settings(kube_api: FakeKubeApi, tmp_path: Path) -> None:
@@ -693,3 +726,510 @@ def test_the_spares_steps() -> None:
         ("vLLM engine loads the weights and starts", 0.2, 2.2),
         ("replica serves", 2.2, 2.7),
     ]
+
+
+# -- the engine and Serve, from Serve's logs ------------------------------------------------------
+
+
+def serve_at(minutes: float) -> str:
+    """A Serve log time ``minutes`` after T0, as Ray's text format writes it (logging's default
+    ``%Y-%m-%d %H:%M:%S,mmm``), in UTC (the Ray pods' TZ)."""
+    when = T0 + timedelta(minutes=minutes)
+    return f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d}"
+
+
+def replica_line(minutes: float, message: str, replica: str = "abcd1234") -> str:
+    # ServeFormatter: "%(levelname)s %(asctime)s {component} {component id} -- %(message)s".
+    return f"INFO {serve_at(minutes)} {DECODE_DEPLOYMENT} {replica} -- {message}"
+
+
+def controller_line(minutes: float, replica: str, *, init: float | None = 95.1) -> str:
+    # deployment_state.py's line when a replica turns RUNNING (Ray 2.58, word for word).
+    text = (
+        f"INFO {serve_at(minutes)} controller 521 -- Replica(id='{replica}', "
+        f"deployment='{DECODE_DEPLOYMENT}', app='qwen') started successfully on node "
+        f"'{RAY_NODE_A}' after 380.2s (PID: 4242)."
+    )
+    if init is not None:
+        text += (
+            f" Replica constructor, reconfigure method, and initial health check took {init:.1f}s."
+        )
+    return text
+
+
+REPLICA_LOG = "\n".join(
+    [
+        replica_line(4.7, coldstart.ENGINE_STARTED),
+        "INFO 12-02 10:04:50 [loader.py:456] Loading weights took 9.87 seconds",  # vLLM's own
+        "Traceback (most recent call last):",
+        replica_line(6.2, coldstart.ENGINE_DONE),
+        replica_line(6.3, "GET /health 200 1.2ms"),
+    ]
+)
+
+
+def replica(
+    replica_id: str = "abcd1234",
+    *,
+    ip: str = WORKER_IP_A,
+    state: str = "RUNNING",
+    deployment: str = DECODE_DEPLOYMENT,
+) -> Any:
+    from ray_pd_eks import lambda_code
+
+    return lambda_code.checks().ServeReplica(
+        deployment=deployment,
+        role="decode",
+        state=state,
+        node_id=RAY_NODE_A,
+        node_ip=ip,
+        actor_name="",
+        worker_id="",
+        pid=4242,
+        log_file_path=f"/serve/replica_qwen_{replica_id}.log",
+        replica_id=replica_id,
+    )
+
+
+def view(**kwargs: Any) -> coldstart.ServeView:
+    defaults: dict[str, Any] = {
+        "replicas": (replica(),),
+        "logs": {"abcd1234": REPLICA_LOG},
+        "controller": coldstart.serve_lines(controller_line(6.5, "abcd1234")),
+    }
+    return coldstart.ServeView(**{**defaults, **kwargs})
+
+
+def test_serve_lines_read_rays_text_format_in_utc_and_skip_the_rest() -> None:
+    lines = coldstart.serve_lines(REPLICA_LOG)
+    assert [(minutes(line.at), line.message) for line in lines] == [
+        (4.7, "Started initializing replica."),
+        (6.2, "Finished initializing replica."),
+        (6.3, "GET /health 200 1.2ms"),
+    ]
+    assert all(line.at.tzinfo is UTC for line in lines)
+    (line,) = coldstart.serve_lines("WARNING 2026-12-02 10:00:01,250 controller 1 -- late ")
+    assert (line.at, line.message) == (T0 + timedelta(seconds=1.25), "late")
+
+
+def test_the_engine_is_bracketed_by_the_replicas_two_lines() -> None:
+    start, end = coldstart.engine_times(REPLICA_LOG)
+    assert (minutes(start), minutes(end)) == (4.7, 6.2)
+
+
+@pytest.mark.parametrize(
+    ("lines", "found"),
+    [
+        ([(4.7, coldstart.ENGINE_STARTED)], (4.7, None)),  # still starting
+        ([(4.6, coldstart.ENGINE_DONE)], (None, None)),  # no start line: no time
+        # A "finished" before the start belongs to nothing; the first start counts.
+        (
+            [
+                (4.6, coldstart.ENGINE_DONE),
+                (4.7, coldstart.ENGINE_STARTED),
+                (4.8, coldstart.ENGINE_STARTED),
+                (6.0, coldstart.ENGINE_DONE),
+                (6.1, coldstart.ENGINE_DONE),
+            ],
+            (4.7, 6.0),
+        ),
+        ([], (None, None)),
+    ],
+)
+def test_engine_times_branches(
+    lines: list[tuple[float, str]], found: tuple[float | None, float | None]
+) -> None:
+    start, end = coldstart.engine_times("\n".join(replica_line(m, text) for m, text in lines))
+    assert (minutes(start), minutes(end)) == found
+
+
+def test_the_controller_line_of_the_replica_counts() -> None:
+    lines = coldstart.serve_lines(
+        "\n".join(
+            [
+                f"INFO {serve_at(5.0)} controller 521 -- Starting Replica(id='abcd1234', "
+                f"deployment='{DECODE_DEPLOYMENT}', app='qwen').",
+                controller_line(6.4, "other999"),
+                controller_line(6.5, "abcd1234", init=None),  # without the latency sentence
+                controller_line(9.0, "abcd1234"),  # a later recovery: the first one counts
+            ]
+        )
+    )
+    assert minutes(coldstart.running_at(lines, "abcd1234")) == 6.5
+    assert coldstart.running_at(lines, "abcd123") is None  # ids match whole
+    assert coldstart.running_at(lines, "missing") is None
+
+
+def test_serve_steps_time_the_engine_and_the_first_running() -> None:
+    engine, serving = coldstart.serve_steps(view(), worker())
+    assert (engine.name, minutes(engine.start), minutes(engine.end)) == (
+        coldstart.ENGINE_STEP,
+        4.7,
+        6.2,
+    )
+    assert engine.note == DECODE_DEPLOYMENT
+    assert (serving.name, minutes(serving.start), minutes(serving.end), serving.note) == (
+        coldstart.SERVING_STEP,
+        6.2,
+        6.5,
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("serve", "pod", "engine_note", "serving_note"),
+    [
+        (
+            coldstart.ServeView(reason="Serve unreadable: 503"),
+            worker(),
+            "Serve unreadable: 503",
+            "",
+        ),
+        (coldstart.ServeView(), {}, "no Ray worker pod on the node", ""),
+        (coldstart.ServeView(), worker(ip=None), "the worker pod has no IP yet", ""),
+        (coldstart.ServeView(), worker(), "no engine replica on the worker pod (yet)", ""),
+        (
+            view(replicas=(replica(ip=WORKER_IP_B),)),
+            worker(),
+            "no engine replica on the worker pod (yet)",
+            "",
+        ),
+        (
+            view(logs={}, log_errors={"abcd1234": "its log unreadable (500)"}),
+            worker(),
+            f"{DECODE_DEPLOYMENT}: its log unreadable (500)",
+            "",
+        ),
+        (view(logs={}), worker(), f"{DECODE_DEPLOYMENT}: its log was not read", ""),
+        (
+            view(logs={"abcd1234": replica_line(6.2, coldstart.ENGINE_DONE)}),
+            worker(),
+            f"{DECODE_DEPLOYMENT}: no start line in its log's head",
+            "",
+        ),
+        (
+            view(
+                replicas=(replica(state="STARTING"),),
+                logs={"abcd1234": replica_line(4.7, coldstart.ENGINE_STARTED)},
+                controller=(),
+            ),
+            worker(),
+            f"{DECODE_DEPLOYMENT}: starting",
+            "replica STARTING",
+        ),
+        (
+            view(replicas=(replica(state=""),), controller=()),
+            worker(),
+            DECODE_DEPLOYMENT,
+            "replica in no known state",
+        ),
+        (
+            view(controller=(), controller_error="the controller's log unreadable (500)"),
+            worker(),
+            DECODE_DEPLOYMENT,
+            "the controller's log unreadable (500)",
+        ),
+        (
+            view(controller=()),
+            worker(),
+            DECODE_DEPLOYMENT,
+            "not in the controller's log lines read (--log-lines)",
+        ),
+    ],
+)
+def test_serve_steps_say_why_a_time_is_missing(
+    serve: coldstart.ServeView, pod: dict[str, Any], engine_note: str, serving_note: str
+) -> None:
+    engine, serving = coldstart.serve_steps(serve, pod)
+    assert (engine.name, serving.name) == (coldstart.ENGINE_STEP, coldstart.SERVING_STEP)
+    assert (engine.note, serving.note) == (engine_note, serving_note)
+    if serving_note:
+        assert serving.end is None and serving.start is None
+
+
+def test_of_two_replicas_on_the_node_the_first_to_finish_counts() -> None:
+    late = "\n".join(
+        [replica_line(4.8, coldstart.ENGINE_STARTED), replica_line(6.9, coldstart.ENGINE_DONE)]
+    )
+    starting = replica_line(4.5, coldstart.ENGINE_STARTED)
+    serve = view(
+        replicas=(
+            replica("late0001", deployment=PREFILL_DEPLOYMENT),
+            replica("start001"),
+            replica("first001"),
+        ),
+        logs={"late0001": late, "start001": starting, "first001": REPLICA_LOG},
+        controller=coldstart.serve_lines(controller_line(6.5, "first001")),
+    )
+    engine, serving = coldstart.serve_steps(serve, worker())
+    assert (minutes(engine.start), minutes(engine.end), minutes(serving.end)) == (4.7, 6.2, 6.5)
+    # None finished: the first to start; none started: the first listed.
+    later = replica_line(4.8, coldstart.ENGINE_STARTED)
+    pair = (replica("later001", deployment=PREFILL_DEPLOYMENT), replica("start001"))
+    unread = replica("unread01")
+    engine, _ = coldstart.serve_steps(
+        view(replicas=(unread, *pair), logs={"later001": later, "start001": starting}), worker()
+    )
+    assert (minutes(engine.start), engine.end, engine.note) == (
+        4.5,
+        None,
+        f"{DECODE_DEPLOYMENT}: starting",
+    )
+    engine, _ = coldstart.serve_steps(view(replicas=pair, logs={}), worker())
+    assert engine.note == f"{PREFILL_DEPLOYMENT}: its log was not read"
+
+
+def test_the_ray_pods_log_in_utc_as_the_command_reads_them() -> None:
+    """Two-way: coldstart reads Serve's times as UTC; every Ray container of the rendered
+    RayService (the head runs the controller, the workers the replicas) pins TZ=UTC."""
+    from pd_constructs.workload import LOG_CLOCK_ENV, render_rayservice
+    from ray_pd_eks.config import DEFAULTS
+
+    assert LOG_CLOCK_ENV == ({"name": "TZ", "value": "UTC"},)
+    spec = render_rayservice(DEFAULTS, image="img:1")["spec"]["rayClusterConfig"]
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    ray_containers = [
+        c
+        for group in groups
+        for c in group["template"]["spec"]["containers"]
+        if c["name"] in ("ray-head", "ray-worker")
+    ]
+    assert len(ray_containers) == 2
+    for c in ray_containers:
+        assert {"name": "TZ", "value": "UTC"} in c["env"], c["name"]
+    (line,) = coldstart.serve_lines(replica_line(0.0, "x"))
+    assert line.at == T0
+
+
+def serving_cluster(kube_api: FakeKubeApi, *, logs: bool = True) -> None:
+    """The fake dashboard with Serve's replicas and, with ``logs``, the decode replica's log on
+    node A and the controller's log on the head."""
+    serve = make_pd_serve_applications(decode=(RAY_NODE_A, WORKER_IP_A), prefill=("d" * 56, "x"))
+    kube_api.rayservice = make_rayservice()  # KubeRay's head Service exists with it
+    kube_api.serve_applications = serve
+    decode = serve["applications"]["qwen"]["deployments"][DECODE_DEPLOYMENT]["replicas"][0]
+    if logs:
+        kube_api.ray_logs[RAY_NODE_A] = {
+            decode["log_file_path"].lstrip("/"): REPLICA_LOG.replace("abcd1234", "x")
+        }
+        kube_api.ray_logs[RAY_HEAD_ID] = {
+            CONTROLLER_LOG.lstrip("/"): controller_line(6.5, decode["replica_id"])
+        }
+
+
+def test_the_command_times_the_engine_and_serve_from_their_logs(
+    cli: Harness, kube_api: FakeKubeApi
+) -> None:
+    serving_cluster(kube_api)
+    stub_launch(cli, {INSTANCE_A: T0})
+    run = cli.run("coldstart")
+    assert run.code == 0, run.err
+    assert cells(run.out, coldstart.ENGINE_STEP) == [
+        "4.7",
+        "6.2",
+        "1.5",
+        "4.6-6.6",
+        DECODE_DEPLOYMENT,
+    ]
+    assert cells(run.out, coldstart.SERVING_STEP) == ["6.2", "6.5", "0.3", "6.6-7.1"]
+    assert "in the model a new node serves after 7.1 min" in run.out
+    assert "not timed" not in run.out
+
+
+def test_the_controller_read_is_bounded_by_log_lines(cli: Harness, kube_api: FakeKubeApi) -> None:
+    serving_cluster(kube_api)
+    path = CONTROLLER_LOG.lstrip("/")
+    kube_api.ray_logs[RAY_HEAD_ID][path] += "\n" + "\n".join(
+        f"INFO {serve_at(7.0)} controller 521 -- autoscaling decision {i}" for i in range(5)
+    )
+    stub_launch(cli, {INSTANCE_A: T0})
+    run = cli.run("coldstart", "--log-lines", "5")
+    assert run.code == 0, run.err
+    assert cells(run.out, coldstart.SERVING_STEP)[-1] == (
+        "not in the controller's log lines read (--log-lines)"
+    )
+    (read,) = [r for r in kube_api.requests_to("api/v0/logs/file") if path in str(r.query)]
+    assert read.query["lines"] == "5"
+    stub_cluster(cli.session, kube_api.url, kube_api.ca_data)
+    stub_launch(cli, {INSTANCE_A: T0})
+    run = cli.run("coldstart", "--log-lines", "6")
+    assert cells(run.out, coldstart.SERVING_STEP)[:2] == ["6.2", "6.5"]
+
+
+def test_without_serve_the_kubernetes_steps_are_still_measured(
+    cli: Harness, kube_api: FakeKubeApi
+) -> None:
+    stub_launch(cli, {INSTANCE_A: T0})  # serve_applications unset: the dashboard answers 503
+    run = cli.run("coldstart")
+    assert run.code == 0, run.err
+    engine = cells(run.out, coldstart.ENGINE_STEP)
+    assert engine[:3] == ["-", "-", "-"] and engine[-1].startswith("Serve unreadable: ")
+    assert cells(run.out, "Ray worker container started")[:2] == ["4.1", "4.1"]
+
+
+def test_unreadable_logs_are_named(cli: Harness, kube_api: FakeKubeApi) -> None:
+    serving_cluster(kube_api, logs=False)
+    assert kube_api.serve_applications is not None
+    kube_api.serve_applications["controller_info"].pop("log_file_path")
+    stub_launch(cli, {INSTANCE_A: T0})
+    run = cli.run("coldstart")
+    assert run.code == 0, run.err
+    engine = cells(run.out, coldstart.ENGINE_STEP)
+    assert engine[:3] == ["-", "-", "-"]
+    # Ray 2.58 answers a missing file with a 500 naming it (the fake does the same).
+    assert engine[-1].startswith(f"{DECODE_DEPLOYMENT}: its log unreadable (")
+    assert "A file is not found at: /tmp/ray/session_latest/logs/serve/replica_" in engine[-1]
+    assert cells(run.out, coldstart.SERVING_STEP)[-1] == "the controller's log unnamed"
+
+
+class _Dashboard:
+    """The Ray dashboard's three reads ``read_serve`` makes, recorded; ``fail`` names what
+    raises (``serve``, or a file name)."""
+
+    def __init__(self, serve_json: dict[str, Any], files: dict[str, str], fail: set[str]) -> None:
+        self.serve_json, self.files, self.fail = serve_json, files, fail
+        self.heads: list[tuple[str, str, int, bool, bool]] = []
+        self.tails: list[tuple[str, str, int]] = []
+
+    def _error(self, what: str, reason: str) -> Exception:
+        return lambda_code.kube().KubeApiError(f"GET {what} failed", status=500, reason=reason)
+
+    def serve_applications(self) -> dict[str, Any]:
+        if "serve" in self.fail:
+            raise self._error("api/serve/applications/", "")
+        return self.serve_json
+
+    def read_log_head(
+        self, node_id: str, filename: str, *, max_bytes: int, until: Any
+    ) -> tuple[str, bool]:
+        done = replica_line(6.2, coldstart.ENGINE_DONE)
+        self.heads.append((node_id, filename, max_bytes, until(done), until(REPLICA_LOG[:80])))
+        if filename in self.fail:
+            raise self._error(filename, "boom" if "quiet" not in filename else "")
+        return self.files[filename], True
+
+    def read_log(self, node_id: str, filename: str, *, lines: int) -> str:
+        self.tails.append((node_id, filename, lines))
+        if filename in self.fail:
+            raise self._error(filename, "boom")
+        return self.files[filename]
+
+
+class _Cluster:
+    def __init__(self, dashboard: _Dashboard) -> None:
+        self.kube = lambda_code.kube()
+        self._dashboard = dashboard
+
+    def dashboard(self) -> _Dashboard:
+        return self._dashboard
+
+
+def _replica_json(rid: str, deployment: str, ip: str, node: str = RAY_NODE_A) -> dict[str, Any]:
+    return {
+        "replica_id": rid,
+        "state": "RUNNING",
+        "node_id": node,
+        "node_ip": ip,
+        "log_file_path": f"/serve/replica_qwen_{rid}.log",
+    }
+
+
+def _serve_json(*replicas: tuple[str, dict[str, Any]], controller: bool = True) -> dict[str, Any]:
+    deployments: dict[str, Any] = {}
+    for deployment, rep in replicas:
+        deployments.setdefault(deployment, {"name": deployment, "replicas": []})
+        deployments[deployment]["replicas"].append(rep)
+    info = {"node_id": RAY_HEAD_ID, "log_file_path": CONTROLLER_LOG} if controller else {}
+    return {"controller_info": info, "applications": {"qwen": {"deployments": deployments}}}
+
+
+def read(
+    serve_json: dict[str, Any], files: dict[str, str], fail: set[str] | None = None
+) -> tuple[coldstart.ServeView, _Dashboard]:
+    from types import SimpleNamespace
+
+    dashboard = _Dashboard(serve_json, files, fail or set())
+    cluster: Any = _Cluster(dashboard)
+    config: Any = SimpleNamespace(application_name="qwen")
+    return coldstart.read_serve(cluster, config, {WORKER_IP_A}, 7), dashboard
+
+
+CONTROLLER_FILE = CONTROLLER_LOG.lstrip("/")
+FILES = {
+    "serve/replica_qwen_dec1.log": REPLICA_LOG,
+    CONTROLLER_FILE: controller_line(6.5, "dec1"),
+}
+
+
+def test_read_serve_reads_the_engines_on_the_nodes_and_the_controller() -> None:
+    serve = _serve_json(
+        (DECODE_DEPLOYMENT, _replica_json("dec1", DECODE_DEPLOYMENT, WORKER_IP_A)),
+        (PREFILL_DEPLOYMENT, _replica_json("pre1", PREFILL_DEPLOYMENT, WORKER_IP_B)),  # elsewhere
+        ("OpenAiIngress", _replica_json("ing1", "OpenAiIngress", WORKER_IP_A)),  # no engine
+    )
+    found, dashboard = read(serve, FILES)
+    assert [r.replica_id for r in found.replicas] == ["dec1"]
+    assert found.logs == {"dec1": REPLICA_LOG} and found.log_errors == {}
+    # The head of the replica's log, relative to Ray's log directory, up to the end line.
+    assert dashboard.heads == [
+        (RAY_NODE_A, "serve/replica_qwen_dec1.log", coldstart.REPLICA_LOG_HEAD_BYTES, True, False)
+    ]
+    assert coldstart.REPLICA_LOG_HEAD_BYTES == 4 * 1024 * 1024
+    assert dashboard.tails == [(RAY_HEAD_ID, CONTROLLER_FILE, 7)]
+    assert found.controller == coldstart.serve_lines(FILES[CONTROLLER_FILE])
+    assert (found.controller_error, found.reason) == ("", "")
+
+
+def test_read_serve_names_what_it_could_not_read() -> None:
+    unnamed = _replica_json("dec0", DECODE_DEPLOYMENT, WORKER_IP_A, node="")
+    failing = _replica_json("dec2", DECODE_DEPLOYMENT, WORKER_IP_A)
+    quiet = _replica_json("dec3quiet", DECODE_DEPLOYMENT, WORKER_IP_A)
+    serve = _serve_json(
+        (DECODE_DEPLOYMENT, unnamed),
+        (DECODE_DEPLOYMENT, _replica_json("dec1", DECODE_DEPLOYMENT, WORKER_IP_A)),
+        (DECODE_DEPLOYMENT, failing),
+        (DECODE_DEPLOYMENT, quiet),
+    )
+    fail = {"serve/replica_qwen_dec2.log", "serve/replica_qwen_dec3quiet.log"}
+    found, _ = read(serve, FILES, fail)
+    assert found.logs == {"dec1": REPLICA_LOG}  # the ones after an unnamed log are read
+    assert found.log_errors == {
+        "dec0": "its log is not named yet",
+        "dec2": "its log unreadable (boom)",
+        "dec3quiet": "its log unreadable (GET serve/replica_qwen_dec3quiet.log failed)",
+    }
+    assert found.controller_error == ""
+
+
+def test_read_serve_without_the_controllers_log_keeps_the_replicas() -> None:
+    replica_json = _replica_json("dec1", DECODE_DEPLOYMENT, WORKER_IP_A)
+    for serve in (
+        _serve_json((DECODE_DEPLOYMENT, replica_json), controller=False),
+        {
+            **_serve_json((DECODE_DEPLOYMENT, replica_json)),
+            "controller_info": {"log_file_path": CONTROLLER_LOG},  # no node
+        },
+    ):
+        found, dashboard = read(serve, FILES, {"serve/replica_qwen_dec1.log"})
+        assert found.controller_error == "the controller's log unnamed"
+        assert [r.replica_id for r in found.replicas] == ["dec1"]
+        assert found.log_errors == {"dec1": "its log unreadable (boom)"}
+        assert dashboard.tails == []
+    found, _ = read(_serve_json((DECODE_DEPLOYMENT, replica_json)), FILES, {CONTROLLER_FILE})
+    assert found.controller_error == "the controller's log unreadable (boom)"
+    assert (found.logs, found.controller) == ({"dec1": REPLICA_LOG}, ())
+    assert [r.replica_id for r in found.replicas] == ["dec1"]
+    found, _ = read(
+        _serve_json((DECODE_DEPLOYMENT, replica_json)),
+        FILES,
+        {"serve/replica_qwen_dec1.log", CONTROLLER_FILE},
+    )
+    # Both unreadable: each says so.
+    assert found.log_errors == {"dec1": "its log unreadable (boom)"}
+    assert found.controller_error == "the controller's log unreadable (boom)"
+
+
+def test_read_serve_when_serve_is_unreadable() -> None:
+    found, dashboard = read(_serve_json(), FILES, {"serve"})
+    assert found.reason == "Serve unreadable: GET api/serve/applications/ failed"
+    assert (found.replicas, dashboard.heads, dashboard.tails) == ((), [], [])

@@ -36,6 +36,7 @@ from tests.fakes.kube_api import (
     make_container_status,
     make_daemonset,
     make_event,
+    make_node,
     make_object_event,
     make_pd_serve_applications,
     make_pod,
@@ -579,10 +580,16 @@ def test_warmup_pod_states(
     assert status.warmup_pod_state(pod)[0] == expected
 
 
-def test_warmup_not_deployed_changes_nothing(kube_api: FakeKubeApi, cli: Harness) -> None:
-    """An older deployment: no warm-up namespace, its endpoints answer 404."""
+@pytest.mark.parametrize("answer", ["empty", "404"])
+def test_warmup_not_deployed_changes_nothing(
+    kube_api: FakeKubeApi, cli: Harness, answer: str
+) -> None:
+    """An older deployment: no warm-up namespace. The real API server lists it as empty; a
+    404 (an API server without the list, a proxy in front) means the same."""
     kube_api.set_stage("serving")
-    assert kube_api.warmup_daemonsets is None
+    assert kube_api.warmup_daemonsets == [] and kube_api.warmup_pods == []
+    if answer == "404":
+        kube_api.inject_fault(404, path_contains=f"/namespaces/{WARMUP_NAMESPACE}/daemonsets")
     result = cli.run("status")
     assert result.code == 0, result.err
     assert warmup_section(result.out) == [
@@ -609,7 +616,6 @@ def test_warmup_empty_namespace_is_not_deployed(kube_api: FakeKubeApi, cli: Harn
 def test_warmup_one_daemonset_missing(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
     set_warmup(kube_api)
-    assert kube_api.warmup_daemonsets is not None
     del kube_api.warmup_daemonsets[1]
     result = cli.run("status")
     assert row(result.out, "image-prepull") == ["image-prepull", "3", "2"]
@@ -639,7 +645,6 @@ def test_watch_shows_warmup_progress_and_does_not_wait_for_it(
 
     def running_with_a_failed_prefetch() -> None:
         kube_api.set_stage("running")
-        assert kube_api.warmup_daemonsets is not None
         kube_api.warmup_daemonsets[0] = make_daemonset("image-prepull", desired=3, ready=3)
         kube_api.warmup_pods[4] = make_warmup_pod(
             PREFETCH_B,
@@ -843,3 +848,63 @@ def test_waiting_names_the_first_pod_problem(kube_api: FakeKubeApi, cli: Harness
     assert result.out.rstrip().splitlines()[-1] == (
         f"Verdict: WAITING: pod {WORKER_POD_A} container ray-worker: ErrImagePull: timeout"
     )
+
+
+SPARE_NODE = "ip-10-0-1-12.us-west-2.compute.internal"
+
+
+def spare_placeholder(name: str, node: str | None, *, app: str = status.WARM_SPARE_APP) -> dict:
+    """A warm spare's placeholder pod (the Deployment's pause container), running on ``node``
+    (None: pending, waiting for the Cluster Autoscaler's node)."""
+    pod = make_warmup_pod(name, daemonset=app, node=node, ready=node is not None)
+    pod["metadata"]["labels"] = {"app.kubernetes.io/name": app}
+    return pod
+
+
+def test_a_warm_spare_node_is_marked_and_counted_apart(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    set_warmup(kube_api)
+    kube_api.nodes.append(make_node(SPARE_NODE))
+    kube_api.warmup_pods += [
+        spare_placeholder("gpu-warm-spare-7d9f-a", SPARE_NODE),
+        spare_placeholder("gpu-warm-spare-7d9f-b", None),  # pending: holds no node yet
+        # Another app's running pod on a serving node marks nothing.
+        spare_placeholder("other-1", GPU_NODE_A, app="image-prepull-extra"),
+    ]
+    result = cli.run("status")
+    assert result.code == 0, result.err
+    assert (
+        "GPU nodes (role=gpu-worker): 3/2 usable, 1 of them a warm spare (a placeholder holds "
+        "the GPU until a decode replica needs it)"
+    ) in result.out
+    assert row(result.out, SPARE_NODE)[1:4] == ["Ready,", "warm", "spare"]
+    assert row(result.out, GPU_NODE_A)[1:3] == ["Ready", "g6.8xlarge"]
+
+
+def test_the_spare_rule_is_the_placeholders_running_on_a_node() -> None:
+    pods = {
+        "items": [
+            spare_placeholder("a", SPARE_NODE),
+            spare_placeholder("b", GPU_NODE_B),
+            spare_placeholder("pending", None),
+            spare_placeholder("other", GPU_NODE_A, app="image-prepull"),
+        ]
+    }
+    pods["items"][1]["status"]["phase"] = "Succeeded"  # ended: holds nothing any more
+    assert status.spare_nodes(pods) == {SPARE_NODE}
+    assert status.spare_nodes({}) == frozenset()
+
+
+def test_watch_counts_spares_in_its_progress_line(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("running")
+    set_warmup(kube_api)
+    kube_api.nodes.append(make_node(SPARE_NODE))
+    kube_api.warmup_pods += [
+        spare_placeholder("gpu-warm-spare-7d9f-a", SPARE_NODE),
+        spare_placeholder("gpu-warm-spare-7d9f-b", GPU_NODE_B),
+    ]
+    result = cli.run("status", "--watch", "--interval", "30")
+    assert result.code == 0, result.err
+    (progress,) = [line for line in result.out.splitlines() if line.startswith("[")]
+    assert "| GPU nodes 3/2 (2 spare) |" in progress
+    assert "3/2 usable, 2 of them warm spares (" in result.out

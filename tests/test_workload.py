@@ -315,6 +315,7 @@ def test_aggregated_workers_need_neither_efa_nor_privilege() -> None:
         "HF_HOME",
         "VLLM_CACHE_ROOT",
         "RAY_metric_cardinality_level",
+        "TZ",
         *(switch.name for switch in SERVE_SWITCHES),
     }
     from pd_constructs.workload import render_namespace
@@ -408,6 +409,7 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "VLLM_CACHE_ROOT": "/data/model-cache/vllm",
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
         "RAY_metric_cardinality_level": "low",
+        "TZ": "UTC",
         **{switch.name: "0" for switch in SERVE_SWITCHES},
         "FI_PROVIDER": "efa",
     }

@@ -19,6 +19,7 @@ import pytest
 
 from ray_pd_eks import lambda_code
 from tests.fakes.kube_api import (
+    WARMUP_NAMESPACE,
     FakeKubeApi,
     make_event,
     make_object_event,
@@ -503,3 +504,22 @@ def test_the_event_list_and_its_field_selectors_match(
         names = sorted(e["metadata"]["name"] for e in listed["items"])
         assert names, f"the real server listed no event for {selector}"
         assert sorted(e["metadata"]["name"] for e in fake_listed["items"]) == names, selector
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/apis/apps/v1/namespaces/{}/daemonsets", "DaemonSetList"),
+        ("/api/v1/namespaces/{}/pods", "PodList"),
+    ],
+)
+def test_a_namespace_that_does_not_exist_lists_empty_on_both(
+    deployed: Cluster, kube_api: FakeKubeApi, path: str, kind: str
+) -> None:
+    """``status`` and ``coldstart`` list the warm-up namespace, which an older deployment does
+    not have: the real API server answers an empty list (200), not 404, and so does the fake
+    for its warm-up namespace when nothing is set."""
+    status, listed = real(deployed, "admin-cli", "GET", path.format("tier-no-such-namespace"))
+    fake_status, fake_listed = fake(kube_api, "GET", path.format(WARMUP_NAMESPACE))
+    assert (status, listed["kind"], listed["items"]) == (200, kind, [])
+    assert (fake_status, fake_listed["kind"], fake_listed["items"]) == (200, kind, [])

@@ -38,6 +38,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "decodeMaxReplicas": 2,
         "gpuNodeMaxCount": 3,
     },
+    # One GPU node more than the workers need, held by a placeholder pod (docs/scaling.md,
+    # "Warm spare GPU nodes"): the real scheduler's preemption is what hands it to a new worker.
+    "warm-spares": {
+        "gpuNodeCount": 3,
+        "decodeReplicas": 1,
+        "decodeMaxReplicas": 2,
+        "gpuNodeMaxCount": 4,
+        "gpuWarmSpareNodes": 1,
+    },
     "ucx": {"kvBackend": "UCX"},
     "s3-staging": {"modelS3Uri": S3_URI},
     "hf-token": {"hfTokenSecretArn": TOKEN_SECRET},

@@ -26,13 +26,12 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, UsageError
 from ray_pd_eks.cli.output import duration, table
-from ray_pd_eks.cli.status import WARMUP_NAMESPACE
+from ray_pd_eks.cli.status import WARMUP_NAMESPACE, spare_nodes
 from ray_pd_eks.config import is_hf_revision
 from ray_pd_eks.instance_types import gpu_spec
 
 NAME = "bench"
 # The placeholders' label (assets/manifests/gpu-warm-spare.yaml, pd_constructs/warmup.py).
-WARM_SPARE_APP = "gpu-warm-spare"
 HELP = "benchmark the endpoint (TTFT, ITL, throughput, cost) with vllm bench serve; `report`"
 DESCRIPTION = """\
 Run `vllm bench serve` (from the Ray LLM image the RayService runs) as a Kubernetes Job on the
@@ -379,20 +378,13 @@ def gpu_nodes(cluster: Cluster) -> tuple[str, int, int]:
 
 
 def warm_spare_nodes(cluster: Cluster) -> set[str]:
-    """Names of the nodes a warm spare's placeholder pod runs on (assets/manifests/
-    gpu-warm-spare.yaml); none when the warm-up namespace cannot be read."""
+    """Names of the nodes a warm spare's placeholder pod runs on (``status.spare_nodes``, the
+    rule ``status`` marks them by); none when the warm-up namespace cannot be read."""
     try:
         found = cluster.client.get_json(f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods")
     except cluster.kube.KubeApiError:
         return set()
-    return {
-        str(p["spec"]["nodeName"])
-        for p in found.get("items") or []
-        if ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name")
-        == WARM_SPARE_APP
-        and (p.get("spec") or {}).get("nodeName")
-        and (p.get("status") or {}).get("phase") == "Running"
-    }
+    return set(spare_nodes(found))
 
 
 def node_price(app: App, instance_type: str) -> pricing.Price:

@@ -20,21 +20,33 @@ model is off:
 * **weights**: the ``model-prefetch`` pod's download container (``prefetch-model`` from
   Hugging Face, ``stage-model`` from S3): its start to its exit;
 * **Ray worker**: the ``ray-worker`` container of the Ray worker pod on the node, when it
-  started. The engine's start and Serve's after it are not timed here (no timestamp of them
-  is kept by Kubernetes); ``status`` and the replica's log show them.
+  started;
+* **engine**: Kubernetes keeps no timestamp of it, Serve's logs do. The engine replica on the
+  node (Serve's replica details, ``node_ip`` the worker pod's IP) logs "Started initializing
+  replica." before it runs the deployment's constructor and "Finished initializing replica."
+  after it (Ray 2.58 ``ray/serve/_private/replica.py``, ``initialize_callable``); Ray Serve
+  LLM's ``LLMServer.__init__`` awaits the vLLM engine's start (``llm_server.py``), so the two
+  lines bracket it. Read through the Ray dashboard's log API, the head of the replica's log
+  (``log_file_path``) only;
+* **serving**: the Serve controller's "Replica(id='...', ...) started successfully on node
+  ..." (``deployment_state.py``), logged when the replica turns RUNNING, after its reconfigure
+  and first health check: the last lines of the controller's log (``controller_info``).
 
-Only durable status fields are read (the events are a bonus), so the command works on a node
-of any age. The minutes "from launch" describe a node added to a running cluster (a scale-out,
-a replaced node); on the first deploy's nodes the warm-up starts when the workload stack
-applies it, so there only the durations compare with the model.
+Serve writes its times in the process's local time; the app pins the Ray pods' ``TZ`` to UTC
+(``pd_constructs/workload.py``, ``LOG_CLOCK_ENV``). Only durable status fields and logs are
+read (the events are a bonus), so the command works on a node of any age. The minutes "from
+launch" describe a node added to a running cluster (a scale-out, a replaced node); on the
+first deploy's nodes the warm-up starts when the workload stack applies it, so there only
+the durations compare with the model.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore import exceptions as bce
@@ -48,14 +60,15 @@ from ray_pd_eks.cli.status import WARMUP_NAMESPACE
 from ray_pd_eks.config import AppConfig
 
 NAME = "coldstart"
-HELP = "measure each GPU node's launch, join, image pull, weights and worker start vs the model"
+HELP = "measure each GPU node's launch, join, image, weights, engine and serving vs the model"
 DESCRIPTION = """\
 For each GPU node (role=gpu-worker), or the one --node names, measure from what Kubernetes
 and EC2 keep: the instance's launch (ec2:DescribeInstances; else the node's registration),
 the node's Ready, the Ray image pull of the image-prepull pod, the weights' download of the
 model-prefetch pod and the start of the Ray worker container, in minutes from the launch,
-with the modelled minutes of the same steps (scripts/critical_path.py, scale-out) beside
-them. The engine's start and Serve's are not timed (Kubernetes keeps no timestamp of them).
+the start of the Ray worker container, the vLLM engine's start and the replica's first
+RUNNING (both from Serve's logs through the Ray dashboard), in minutes from the launch, with
+the modelled minutes of the same steps (scripts/critical_path.py, scale-out) beside them.
 
 Exit 0 when at least one GPU node was measured, 1 when there is none (or not the one
 --node names)."""
@@ -71,6 +84,29 @@ _PULLED = re.compile(
     r"(?: \((?P<waited>[0-9.hmsµnu]+) including waiting\))?"
     r"(?:\. Image size: (?P<size>\d+) bytes)?"
 )
+# Serve's text log line (Ray 2.58 ray/serve/_private/logging_utils.py, ServeFormatter:
+# "%(levelname)s %(asctime)s {component} {component id} ", optional attributes, then
+# "-- %(message)s"; asctime in logging's default "2026-12-02 10:05:00,123").
+_SERVE_LINE = re.compile(
+    r"^[A-Z]+ (?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*? -- (?P<message>.*)$"
+)
+# The replica's own lines around its constructor (replica.py, initialize_callable).
+ENGINE_STARTED = "Started initializing replica."
+ENGINE_DONE = "Finished initializing replica."
+# The controller's line when a replica turns RUNNING (deployment_state.py; ReplicaID.__str__ in
+# common.py): the time since the controller started the replica's actor (so with the node's
+# launch, for a replica that waited for one) and the constructor's, reconfigure's and first
+# health check's.
+_REPLICA_RUNNING = re.compile(
+    r"^Replica\(id='(?P<id>[^']+)', deployment='[^']*', app='[^']*'\) started successfully "
+    r"on node '[^']*' after (?P<e2e>\d+(?:\.\d+)?)s \(PID: \d+\)\."
+)
+# A replica's log holds its constructor's two lines near its start; the read stops at the second.
+REPLICA_LOG_HEAD_BYTES = 4 * 1024 * 1024
+CONTROLLER_LOG_LINES = 20000
+_NEVER = datetime.max.replace(tzinfo=UTC)
+ENGINE_STEP = "vLLM engine started (replica constructor)"
+SERVING_STEP = "replica serves (Serve controller)"
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|µs|us|ns|m|s)")
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
 
@@ -78,6 +114,13 @@ _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--node", metavar="NAME", help="measure only this GPU node (default: every GPU node)"
+    )
+    parser.add_argument(
+        "--log-lines",
+        type=int,
+        default=CONTROLLER_LOG_LINES,
+        metavar="N",
+        help="read the last N lines of the Serve controller's log (default: %(default)s)",
     )
 
 
@@ -102,6 +145,104 @@ class NodeColdStart:
     launch_source: str  # "EC2 LaunchTime" or why the registration stands in
     steps: tuple[Step, ...]
     pulled: str | None = None  # the kubelet's own pull figure, while its event lasts
+
+
+@dataclass(frozen=True)
+class ServeLine:
+    """One line of a Serve component's log: when (UTC) and the message."""
+
+    at: datetime
+    message: str
+
+
+@dataclass(frozen=True)
+class ServeView:
+    """What the Ray dashboard told about Serve: the app's engine replicas (``checks.
+    ServeReplica``), the head of each one's log by replica id, or why it was not read, and the
+    controller's last lines. ``reason``: Serve itself was unreadable, so nothing is known."""
+
+    replicas: tuple[Any, ...] = ()
+    logs: Mapping[str, str] = field(default_factory=dict)
+    log_errors: Mapping[str, str] = field(default_factory=dict)
+    controller: tuple[ServeLine, ...] = ()
+    controller_error: str = ""
+    reason: str = ""
+
+
+def serve_lines(text: str) -> tuple[ServeLine, ...]:
+    """The lines of a Serve log in its text format, times read as UTC (the Ray pods' ``TZ``);
+    other lines (a traceback's, an engine's own output) are skipped."""
+    found = []
+    for line in text.splitlines():
+        m = _SERVE_LINE.match(line)
+        if m:
+            at = datetime.strptime(m["at"], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+            found.append(ServeLine(at, m["message"].strip()))
+    return tuple(found)
+
+
+def engine_times(text: str) -> tuple[datetime | None, datetime | None]:
+    """The first "Started initializing replica." of a replica's log and the first "Finished
+    initializing replica." after it (None: not, or not yet, logged)."""
+    start: datetime | None = None
+    for line in serve_lines(text):
+        if start is None and line.message == ENGINE_STARTED:
+            start = line.at
+        elif start is not None and line.message == ENGINE_DONE:
+            return start, line.at
+    return start, None
+
+
+def running_at(controller: tuple[ServeLine, ...], replica_id: str) -> datetime | None:
+    """When the controller first logged the replica RUNNING, else None."""
+    for line in controller:
+        m = _REPLICA_RUNNING.match(line.message)
+        if m and m["id"] == replica_id:
+            return line.at
+    return None
+
+
+def serve_steps(serve: ServeView, worker: dict[str, Any]) -> tuple[Step, Step]:
+    """The engine's start and the replica's first RUNNING on the worker pod's node: of its
+    engine replicas (``node_ip`` the pod's IP), the first to finish its constructor."""
+    if serve.reason:
+        return Step(ENGINE_STEP, None, None, serve.reason), Step(SERVING_STEP, None, None)
+    ip = str((worker.get("status") or {}).get("podIP") or "")
+    if not ip:
+        note = "no Ray worker pod on the node" if not worker else "the worker pod has no IP yet"
+        return Step(ENGINE_STEP, None, None, note), Step(SERVING_STEP, None, None)
+    on_node = [r for r in serve.replicas if r.node_ip == ip]
+    if not on_node:
+        return (
+            Step(ENGINE_STEP, None, None, "no engine replica on the worker pod (yet)"),
+            Step(SERVING_STEP, None, None),
+        )
+    rows = []
+    for replica in on_node:
+        text = serve.logs.get(replica.replica_id)
+        start, end = engine_times(text) if text is not None else (None, None)
+        rows.append((replica, text is not None, start, end))
+    # The first to finish its constructor; else the first to start it; else the first listed
+    # (the sort is stable).
+    rows.sort(key=lambda row: (row[3] is None, row[3] or row[2] or _NEVER))
+    replica, read, start, end = rows[0]
+    note = replica.deployment
+    if not read:
+        note += ": " + serve.log_errors.get(replica.replica_id, "its log was not read")
+    elif start is None:
+        note += ": no start line in its log's head"
+    elif end is None:
+        note += ": starting"
+    engine = Step(ENGINE_STEP, start, end, note)
+    serving_end = running_at(serve.controller, replica.replica_id)
+    serving_note = ""
+    if serving_end is None:
+        serving_note = (
+            f"replica {replica.state or 'in no known state'}"
+            if replica.state != "RUNNING"
+            else serve.controller_error or "not in the controller's log lines read (--log-lines)"
+        )
+    return engine, Step(SERVING_STEP, end if serving_end else None, serving_end, serving_note)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -258,8 +399,10 @@ def measure(
     warmup_pods: list[dict[str, Any]],
     ray_pods: list[dict[str, Any]],
     events: list[dict[str, Any]],
+    serve: ServeView | None = None,
 ) -> NodeColdStart:
-    """The node's steps. ``launch`` None: the node's registration stands in."""
+    """The node's steps. ``launch`` None: the node's registration stands in. ``serve`` None:
+    Serve was not asked (its two steps say so)."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name") or "?")
     if launch is None:
@@ -269,6 +412,7 @@ def measure(
     prepull = _on_node(warmup_pods, name, "app.kubernetes.io/name", PREPULL)
     prefetch = _on_node(warmup_pods, name, "app.kubernetes.io/name", PREFETCH)
     worker = _on_node(ray_pods, name, "ray.io/node-type", "worker")
+    engine, serving = serve_steps(serve or ServeView(reason="Serve not read"), worker)
     return NodeColdStart(
         node=name,
         instance_type=str((meta.get("labels") or {}).get("node.kubernetes.io/instance-type", "?")),
@@ -280,6 +424,8 @@ def measure(
             image_step(prepull),
             weights_step(prefetch),
             worker_step(worker),
+            engine,
+            serving,
         ),
         pulled=pulled_figure(events, prepull),
     )
@@ -335,17 +481,18 @@ def model_steps(config: AppConfig) -> dict[str, tuple[float, float]]:
     by_name = {name: (start, end) for name, start, end in model.steps}
     pull = next(v for k, v in by_name.items() if k.startswith("pull Ray image"))
     weights = next(v for k, v in by_name.items() if k.startswith("download weights"))
-    engine_start = by_name[timeline.SCALE_OUT_ENGINE_STEP][0]
+    engine = by_name[timeline.SCALE_OUT_ENGINE_STEP]
     return {
         "joined": by_name[timeline.SCALE_OUT_JOIN_STEP],
         "image": pull,
         "weights": weights,
-        "worker": (engine_start, engine_start),
-        "serving": (model.minutes, model.minutes),
+        "worker": (engine[0], engine[0]),
+        "engine": engine,
+        "serving": (engine[1], model.minutes),
     }
 
 
-_MODEL_KEYS = ("joined", "image", "weights", "worker")
+_MODEL_KEYS = ("joined", "image", "weights", "worker", "engine", "serving")
 
 
 def render(found: NodeColdStart, model: dict[str, tuple[float, float]]) -> list[str]:
@@ -378,12 +525,7 @@ def render(found: NodeColdStart, model: dict[str, tuple[float, float]]) -> list[
     )
     if found.pulled:
         lines.append(f"  {found.pulled}")
-    serving = model["serving"][1]
-    engine = model["worker"][0]
-    lines.append(
-        f"  not timed: the engine's start and Serve's (modelled {engine:.1f}-{serving:.1f}: "
-        f"a new node serves after {serving:.1f} min in the model)"
-    )
+    lines.append(f"  in the model a new node serves after {model['serving'][1]:.1f} min")
     return lines
 
 
@@ -407,10 +549,17 @@ def run(app: App) -> int:
     ids = [i for i in (instance_id(n) for n in nodes) if i]
     launched, source = launch_times(app, ids)
     model = model_steps(config)
+    names = {(n.get("metadata") or {}).get("name") for n in nodes}
+    worker_ips = {
+        str((p.get("status") or {}).get("podIP") or "")
+        for p in ray
+        if (p.get("spec") or {}).get("nodeName") in names
+    }
+    serve = read_serve(cluster, config, worker_ips - {""}, app.args.log_lines)
     for node in nodes:
         iid = instance_id(node)
         at = launched.get(iid) if iid else None
-        found = measure(node, at, source if at else _fallback(source), warmup, ray, events)
+        found = measure(node, at, source if at else _fallback(source), warmup, ray, events, serve)
         app.print(*render(found, model), "")
     app.print(
         "On the first deploy's nodes the warm-up starts when the workload stack applies it:",
@@ -418,6 +567,53 @@ def run(app: App) -> int:
         "the minutes compare too. docs/cold-start.md, 'Measure a node', explains each step.",
     )
     return EXIT_OK
+
+
+def read_serve(cluster: Cluster, config: AppConfig, ips: set[str], lines: int) -> ServeView:
+    """Serve's view of the engines through the Ray dashboard: the app's engine replicas on
+    the worker pods at ``ips``, the head of each one's log, and the last ``lines`` lines of the
+    controller's log. Anything unreadable becomes the reason in the view (the Kubernetes
+    steps are measured all the same)."""
+    checks = lambda_code.checks()
+    dashboard = cluster.dashboard()
+    try:
+        serve_json = dashboard.serve_applications()
+    except cluster.kube.KubeApiError as err:
+        return ServeView(reason=f"Serve unreadable: {err}")
+    replicas = tuple(
+        r
+        for r in checks.serve_replicas(serve_json, config.application_name)
+        if r.role != "other" and r.node_ip in ips
+    )
+    logs: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for replica in replicas:
+        if not (replica.node_id and replica.log_file_path):
+            errors[replica.replica_id] = "its log is not named yet"
+            continue
+        try:
+            logs[replica.replica_id], _ = dashboard.read_log_head(
+                replica.node_id,
+                replica.log_file_path.lstrip("/"),  # relative to Ray's log directory
+                max_bytes=REPLICA_LOG_HEAD_BYTES,
+                until=lambda text: ENGINE_DONE in text,
+            )
+        except cluster.kube.KubeApiError as err:
+            errors[replica.replica_id] = f"its log unreadable ({err.reason or err})"
+    info = serve_json.get("controller_info") or {}
+    node_id, path = str(info.get("node_id") or ""), str(info.get("log_file_path") or "")
+    if not (node_id and path):
+        return ServeView(replicas, logs, errors, controller_error="the controller's log unnamed")
+    try:
+        text = dashboard.read_log(node_id, path.lstrip("/"), lines=lines)
+    except cluster.kube.KubeApiError as err:
+        return ServeView(
+            replicas,
+            logs,
+            errors,
+            controller_error=f"the controller's log unreadable ({err.reason or err})",
+        )
+    return ServeView(replicas, logs, errors, serve_lines(text))
 
 
 def pull_events(cluster: Cluster) -> list[dict[str, Any]]:

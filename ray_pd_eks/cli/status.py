@@ -44,6 +44,9 @@ WAITING, RUNNING, FAILED = "waiting", "running", "failed"
 # model-prefetch.yaml); not imported from there because pd_constructs loads aws_cdk.
 WARMUP_NAMESPACE = "ray-pd-eks-warmup"
 WARMUP_DAEMONSETS = ("image-prepull", "model-prefetch")
+# The warm spares' placeholder pods (assets/manifests/gpu-warm-spare.yaml): a node one runs on
+# holds no engine, only the GPU until a decode replica preempts it.
+WARM_SPARE_APP = "gpu-warm-spare"
 # Waiting reasons of a container that will not start without a change (or only after back-off).
 _FAILED_WAITING = frozenset(
     {
@@ -128,9 +131,11 @@ class Snapshot:
         if not state.exists:
             return "RayService not created yet (the workload stack creates it)" + warmup
         running = sum(p.phase == "Running" for p in self.placement.pods)
+        held = sum(n.name in self.warmup.spare_nodes for n in self.nodes.nodes)
+        spares = f" ({held} spare)" if held else ""
         return (
             f"app {state.app_status or 'not started'} | Ready={state.ready_status or 'none'} | "
-            f"GPU nodes {len(self.nodes.usable)}/{self.nodes.expected} | "
+            f"GPU nodes {len(self.nodes.usable)}/{self.nodes.expected}{spares} | "
             f"Ray pods {running}/{len(self.placement.pods)} Running" + warmup
         )
 
@@ -151,6 +156,7 @@ class Warmup:
     daemonsets: dict[str, tuple[int, int]]  # the ones that exist: name -> (desired, ready)
     pods: list[WarmupPod]
     unread: str | None = None  # e.g. access denied; None when read (or absent: not deployed)
+    spare_nodes: frozenset[str] = frozenset()  # nodes a warm spare's placeholder holds
 
     @property
     def deployed(self) -> bool:
@@ -213,7 +219,20 @@ def read_warmup(cluster: Cluster) -> Warmup:
     ordered = dict(sorted(daemonsets.items(), key=lambda kv: WARMUP_DAEMONSETS.index(kv[0])))
     pods = [warmup_pod(p) for p in pods_json.get("items") or []]
     pods.sort(key=lambda p: (p.daemonset, p.node, p.name))
-    return Warmup(ordered, pods)
+    return Warmup(ordered, pods, spare_nodes=spare_nodes(pods_json))
+
+
+def spare_nodes(pods_json: dict[str, Any]) -> frozenset[str]:
+    """The nodes a warm spare's placeholder pod runs on, from the warm-up namespace's pod
+    list: ``status`` marks them, ``bench`` leaves them out of the cost per token."""
+    return frozenset(
+        str(p["spec"]["nodeName"])
+        for p in pods_json.get("items") or []
+        if ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name")
+        == WARM_SPARE_APP
+        and (p.get("spec") or {}).get("nodeName")
+        and (p.get("status") or {}).get("phase") == "Running"
+    )
 
 
 def warmup_pod(pod: dict[str, Any]) -> WarmupPod:
@@ -421,11 +440,19 @@ def render(snapshot: Snapshot, app: App, now: datetime, events_shown: int) -> li
         lines.append("  none yet")
 
     nodes = snapshot.nodes
-    lines += ["", f"GPU nodes (role=gpu-worker): {len(nodes.usable)}/{nodes.expected} usable"]
+    spares = snapshot.warmup.spare_nodes
+    headline = f"GPU nodes (role=gpu-worker): {len(nodes.usable)}/{nodes.expected} usable"
+    held = sum(n.name in spares for n in nodes.nodes)
+    if held:
+        headline += (
+            f", {held} of them {'a warm spare' if held == 1 else 'warm spares'} "
+            "(a placeholder holds the GPU until a decode replica needs it)"
+        )
+    lines += ["", headline]
     node_rows = [
         [
             n.name,
-            "Ready" if n.ready else "NotReady",
+            ("Ready" if n.ready else "NotReady") + (", warm spare" if n.name in spares else ""),
             n.instance_type or "?",
             n.zone or "?",
             f"{n.gpu_capacity}/{n.gpu_allocatable}",

@@ -24,8 +24,10 @@ State is plain mutable attributes (``nodes``, ``pods``, ``events``, ``rayservice
   ``GET /apis/ray.io/v1/namespaces/{ns}/rayservices/{name}`` (404 ``Status`` when unset);
 * the node warm-up namespace (``WARMUP_NAMESPACE``): ``GET /apis/apps/v1/namespaces/{it}/
   daemonsets`` and ``GET /api/v1/namespaces/{it}/pods`` from ``warmup_daemonsets`` and
-  ``warmup_pods`` (built with ``make_daemonset``/``make_warmup_pod``); while
-  ``warmup_daemonsets`` is None (the default, and what ``set_stage`` leaves) both answer 404;
+  ``warmup_pods`` (built with ``make_daemonset``/``make_warmup_pod``); both empty (the
+  default, and what ``set_stage`` leaves) is a cluster without the warm-up: the real API
+  server lists a namespace that does not exist as empty, 200 (tests_cluster/
+  test_fake_vs_real.py);
 * the benchmark's Job: ``POST /apis/batch/v1/namespaces/{ns}/jobs`` (201, 409 when the name is
   taken, 422 for a name that is no DNS subdomain or longer than the 63 bytes of the Job
   controller's pod label), ``GET``/``DELETE`` ``.../jobs/{name}`` (404 when missing;
@@ -112,6 +114,10 @@ RAY_TOKEN = base64.b64encode(bytes(range(32))).decode("ascii")
 FAKE_REGION = "us-west-2"
 FAKE_ACCESS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 WARMUP_NAMESPACE = "ray-pd-eks-warmup"
+# Ray's log directory on every node (the agent resolves the log API's file names in it).
+RAY_LOG_DIR = "/tmp/ray/session_latest/logs"
+# The Serve controller's log (serve/controller_<pid>.log), as its controller_info names it.
+CONTROLLER_LOG = "/serve/controller_521.log"
 
 STAGES = ("nodes-not-ready", "deploying", "running", "models", "serving")
 
@@ -687,7 +693,12 @@ def make_serve_applications(
 ) -> dict[str, Any]:
     """``GET /api/serve/applications/`` as the dashboard returns it (trimmed)."""
     return {
-        "controller_info": {"node_id": RAY_HEAD_ID, "node_ip": HEAD_IP},
+        # Ray 2.58 ServeActorDetails: the controller's log relative to Ray's log directory.
+        "controller_info": {
+            "node_id": RAY_HEAD_ID,
+            "node_ip": HEAD_IP,
+            "log_file_path": CONTROLLER_LOG,
+        },
         "proxy_location": "EveryNode",
         "applications": {
             app: {
@@ -988,8 +999,8 @@ class FakeKubeApi:
         # Serve replica and vLLM GPU worker (pids 4242 and 5151, as in ``_worker_logs``).
         self.ray_actors: list[dict[str, Any]] = []
         self.ray_logs: dict[str, dict[str, str]] = {}
-        # None: the warm-up namespace's endpoints answer 404 (not deployed).
-        self.warmup_daemonsets: list[dict[str, Any]] | None = None
+        # Empty: not deployed (the lists are empty, as for a namespace that does not exist).
+        self.warmup_daemonsets: list[dict[str, Any]] = []
         self.warmup_pods: list[dict[str, Any]] = []
         # Jobs by name (created through POST .../jobs) and each pod's container log text.
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -1322,7 +1333,7 @@ class FakeKubeApi:
             selector = query.get("fieldSelector", "")
             items = [e for e in self.events if _field_matches(e, selector)]
             return _json(200, _list("EventList", items))
-        if method == "GET" and self.warmup_daemonsets is not None:
+        if method == "GET":
             if path == f"/apis/apps/v1/namespaces/{WARMUP_NAMESPACE}/daemonsets":
                 return _json(200, _list("DaemonSetList", self.warmup_daemonsets))
             if path == f"/api/v1/namespaces/{WARMUP_NAMESPACE}/pods":
@@ -1565,9 +1576,11 @@ class FakeKubeApi:
         if rest == "api/v0/logs/file":
             text = self.ray_logs.get(node_id, {}).get(query.get("filename", ""))
             if text is None:
-                return ProxyResponse(
-                    200, b"[get_logs] Fetch log error: file not found", "text/plain"
-                )
+                # Ray 2.58: the agent's FileNotFoundError travels as gRPC metadata
+                # (log_agent.StreamLog, LOG_GRPC_ERROR), the state manager raises it as a
+                # ValueError on the first chunk and state_head.get_logs answers 500 with it.
+                missing = f"A file is not found at: {RAY_LOG_DIR}/{query.get('filename', '')}"
+                return ProxyResponse(500, missing.encode(), "text/plain")
             # Ray 2.58's log agent (log_agent.StreamLog): 0 or absent means 1000; -1 the
             # whole file from offset 0; N the last N lines.
             lines = int(query.get("lines", "1000")) or 1000

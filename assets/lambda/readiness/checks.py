@@ -648,6 +648,7 @@ class ServeReplica:
     worker_id: str
     pid: int | None
     log_file_path: str
+    replica_id: str = ""  # Serve's unique id, as its controller's log lines name the replica
 
 
 def serve_replicas(serve_json: Mapping[str, Any] | None, app_name: str) -> list[ServeReplica]:
@@ -671,6 +672,7 @@ def serve_replicas(serve_json: Mapping[str, Any] | None, app_name: str) -> list[
                     worker_id=_str(replica.get("worker_id")),
                     pid=pid if isinstance(pid, int) else None,
                     log_file_path=_str(replica.get("log_file_path")),
+                    replica_id=_str(replica.get("replica_id")),
                 )
             )
     return replicas
