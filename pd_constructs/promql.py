@@ -79,6 +79,20 @@ def _quantile(config: AppConfig, q: float, histogram: str) -> str:
     return f"histogram_quantile({q}, sum by (deployment) ({by_phase(config, rate)}))"
 
 
+# Replicas start rarely (a deploy, a scale-out, a restart): the start panel looks back an hour.
+START_WINDOW = "1h"
+
+
+def _start_minutes(sel: str, which: str) -> str:
+    """The p99 of Serve's ``ray_serve_replica_<which>_latency_ms`` over the last hour, per
+    deployment, in minutes."""
+    histogram = f"ray_serve_replica_{which}_latency_ms{sel}"
+    return (
+        f"histogram_quantile(0.99, sum by (deployment) (increase({histogram}[{START_WINDOW}])))"
+        " / 60000"
+    )
+
+
 def alarm_specs(config: AppConfig) -> tuple[AlarmSpec, ...]:
     sel = ray_selector(config)
     worker = ray_selector(config, 'ray_io_node_type="worker"')
@@ -259,6 +273,22 @@ def dashboard_panels(config: AppConfig) -> tuple[Panel, ...]:
                 (
                     "expired KV requests",
                     per_phase(f"increase(ray_vllm_nixl_num_kv_expired_reqs_total{sel}[{w}])"),
+                ),
+            ),
+        ),
+        Panel(
+            "Replica start",
+            "Per deployment, over the last hour: minutes from Serve starting a replica to its "
+            "serving (on a new GPU node: the node's launch, join, image, weights and engine; "
+            "p99), minutes of its constructor (the vLLM engine's start; p99), and how many "
+            "replicas started.",
+            (
+                ("start to serving p99 min", _start_minutes(sel, "startup")),
+                ("engine start p99 min", _start_minutes(sel, "initialization")),
+                (
+                    "replicas started",
+                    "histogram_count(sum by (deployment) "
+                    f"(increase(ray_serve_replica_startup_latency_ms{sel}[{START_WINDOW}])))",
                 ),
             ),
         ),

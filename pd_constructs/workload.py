@@ -269,6 +269,26 @@ def log_clock_env() -> list[dict[str, Any]]:
     return [dict(item) for item in LOG_CLOCK_ENV]
 
 
+# The buckets of Serve's replica start and shutdown histograms (Ray 2.58
+# ray/serve/_private/constants.py: RAY_SERVE_REPLICA_STARTUP_SHUTDOWN_LATENCY_BUCKETS_MS, read
+# by the controller, which runs on the head; ascending positive milliseconds). Serve's default
+# ends at 240000 (4 minutes): every scale-out onto a new GPU node (7 modelled minutes,
+# docs/cold-start.md) would fall in its overflow bucket, so the dashboard's "replica start"
+# panel could not tell 5 minutes from 15. These keep Serve's buckets up to a minute, then one a
+# minute to 10 and wider ones to 30.
+REPLICA_START_BUCKETS_MS = (
+    *(5, 20, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000),
+    *(120000, 180000, 240000, 300000, 360000, 420000, 480000, 540000, 600000),
+    *(900000, 1200000, 1800000),
+)
+
+
+def serve_metrics_env() -> list[dict[str, Any]]:
+    """Environment of the head (where Serve's controller records replica starts)."""
+    buckets = ",".join(str(b) for b in REPLICA_START_BUCKETS_MS)
+    return [{"name": "RAY_SERVE_REPLICA_STARTUP_SHUTDOWN_LATENCY_BUCKETS_MS", "value": buckets}]
+
+
 def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     """Environment of each GPU worker; the transport part depends on ``kvBackend``, and an
     aggregated app (no KV transfer) has none."""
@@ -513,6 +533,7 @@ def _render_rayservice_template(
                 "HEAD_ENV": [
                     *model_env(config),
                     *metrics_env(),
+                    *serve_metrics_env(),
                     *log_clock_env(),
                     *serve_switches_env(),
                 ],

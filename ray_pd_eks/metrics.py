@@ -47,6 +47,7 @@ _VLLM_LOGGERS = "vllm 0.26 vllm/v1/metrics/loggers.py"
 _VLLM_NIXL = "vllm 0.26 vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py"
 _SERVE_INGRESS = "ray 2.58 ray/serve/_private/request_ingress_metrics.py"
 _SERVE_REPLICA = "ray 2.58 ray/serve/_private/replica.py"
+_SERVE_CONTROLLER = "ray 2.58 ray/serve/_private/deployment_state.py"
 _DCGM = (
     "amazon-cloudwatch-observability chart templates/linux/dcgm-exporter-daemonset.yaml "
     "(metricsConfig)"
@@ -131,6 +132,22 @@ METRICS: tuple[Metric, ...] = (
         "gauge",
         _SERVE_REPLICA,
         ("deployment", "replica", "application"),
+    ),
+    # Serve's controller (on the head), once per replica that turns RUNNING: from the replica's
+    # start (before its node exists, for a replica a scale-out waits for) and its constructor
+    # (the vLLM engine's start, for an engine replica). Buckets: pd_constructs/workload.py
+    # REPLICA_START_BUCKETS_MS, since Serve's own stop at 4 minutes.
+    Metric(
+        "ray_serve_replica_startup_latency_ms",
+        "histogram",
+        _SERVE_CONTROLLER,
+        ("deployment", "application"),
+    ),
+    Metric(
+        "ray_serve_replica_initialization_latency_ms",
+        "histogram",
+        _SERVE_CONTROLLER,
+        ("deployment", "application"),
     ),
     # GPUs (DCGM exporter on the GPU nodes).
     Metric("DCGM_FI_DEV_GPU_UTIL", "gauge", _DCGM),

@@ -862,3 +862,50 @@ def _role_statements(app: Synthesized, role_id: str) -> list[dict[str, Any]]:
         if {r["Ref"] for r in policy["Properties"]["Roles"]} == {role_id}:
             out.extend(policy["Properties"]["PolicyDocument"]["Statement"])
     return out
+
+
+def test_the_replica_start_buckets_reach_past_the_scale_out_goal() -> None:
+    """Serve's replica start histogram ends at 4 minutes by default; the head's environment
+    extends it so the "Replica start" panel can tell a 6-minute scale-out (the goal, and a
+    bucket edge) from the modelled 7.1 and from a stuck one. Serve's parser takes the value:
+    positive milliseconds, strictly ascending (Ray 2.58 constants_utils.parse_latency_buckets)."""
+    from pd_constructs.workload import REPLICA_START_BUCKETS_MS, render_rayservice
+    from ray_pd_eks import timeline
+
+    buckets = list(REPLICA_START_BUCKETS_MS)
+    assert all(b > 0 for b in buckets) and sorted(set(buckets)) == buckets
+    # Serve's own buckets, kept as they are up to a minute.
+    assert buckets[:13] == [5, 20, 50, 100, 250, 500, 1000, 2000, 5000, 10000, 20000, 30000, 60000]
+    assert 6 * 60000 in buckets  # the scale-out goal is a bucket edge
+    model = timeline.scale_out_model(
+        fast_pull=True, disk_mbps=timeline.NVME_MBPS, weights_in_s3=False
+    ).minutes
+    assert buckets[-1] >= 4 * model * 60000  # room above the model, for what goes wrong
+    # One bucket a minute from 1 to 10 minutes.
+    minutes = [b // 60000 for b in buckets if 60000 <= b <= 600000]
+    assert minutes == list(range(1, 11))
+    spec = render_rayservice(DEFAULTS, image="img:1")["spec"]["rayClusterConfig"]
+    (head,) = [
+        c
+        for c in spec["headGroupSpec"]["template"]["spec"]["containers"]
+        if c["name"] == "ray-head"
+    ]
+    env = {e["name"]: e.get("value") for e in head["env"]}
+    value = env["RAY_SERVE_REPLICA_STARTUP_SHUTDOWN_LATENCY_BUCKETS_MS"]
+    assert [float(x) for x in value.split(",")] == [float(b) for b in buckets]
+    # The controller runs on the head: the workers do not need it.
+    for group in spec["workerGroupSpecs"]:
+        for c in group["template"]["spec"]["containers"]:
+            names = {e["name"] for e in c.get("env") or []}
+            assert "RAY_SERVE_REPLICA_STARTUP_SHUTDOWN_LATENCY_BUCKETS_MS" not in names
+
+
+def test_the_replica_start_panel_reads_serves_controller_histograms() -> None:
+    (panel,) = [p for p in dashboard_panels(DEFAULTS) if p.title == "Replica start"]
+    queries = dict(panel.queries)
+    assert queries["start to serving p99 min"] == (
+        "histogram_quantile(0.99, sum by (deployment) (increase("
+        'ray_serve_replica_startup_latency_ms{ray_service="ray-llm"}[1h]))) / 60000'
+    )
+    assert "ray_serve_replica_initialization_latency_ms" in queries["engine start p99 min"]
+    assert queries["replicas started"].startswith("histogram_count(sum by (deployment) ")
