@@ -463,6 +463,7 @@ def _placeholders(cluster: Cluster) -> list[dict[str, Any]]:
     return pods(cluster, WARMUP_NAMESPACE, f"app.kubernetes.io/name={WARM_SPARE_APP}")
 
 
+@pytest.mark.parametrize("variant", ["warm-spares"], indirect=True)
 def test_a_new_worker_preempts_a_warm_spares_placeholder(cluster: Cluster, variant: str) -> None:
     """Warm spares (``gpuWarmSpareNodes``): the placeholder holds the GPU node the workers
     leave free; a new Ray worker (decode scaling out: Ray's autoscaler raises the worker
@@ -470,8 +471,7 @@ def test_a_new_worker_preempts_a_warm_spares_placeholder(cluster: Cluster, varia
     ReplicaSet's next placeholder waits, Pending, for the node the Cluster Autoscaler would
     add. Last of the module: it leaves the variant one worker up."""
     config = _config(variant)
-    if not config.gpu_warm_spare_nodes:
-        pytest.skip("the variant has no warm spare")
+    assert config.gpu_warm_spare_nodes, variant
     ns = config.namespace
     workers = _ray_pods(cluster, variant)["worker"]
     worker_nodes = {w["spec"]["nodeName"] for w in workers}
