@@ -520,7 +520,7 @@ def test_the_command_prints_each_step_with_the_models(cli: Harness) -> None:
         "3.4-4.4",
     ]
     assert cells(run.out, "Ray worker container started") == ["4.1", "4.1", "-", "4.6"]
-    assert "in the model a new node serves after 7.1 min" in run.out
+    assert "\n  in the model a new node serves after 7.1 min\n" in run.out  # not served: no figure
 
 
 def test_the_model_follows_the_settings(kube_api: FakeKubeApi, tmp_path: Path) -> None:
@@ -1032,7 +1032,9 @@ def test_the_command_times_the_engine_and_serve_from_their_logs(
         DECODE_DEPLOYMENT,
     ]
     assert cells(run.out, coldstart.SERVING_STEP) == ["6.2", "6.5", "0.3", "6.6-7.1"]
-    assert "in the model a new node serves after 7.1 min" in run.out
+    assert (
+        "  this node served 6.5 min after its launch; in the model a new node serves after 7.1 min"
+    ) in run.out
     assert "not timed" not in run.out
 
 

@@ -525,7 +525,15 @@ def render(found: NodeColdStart, model: dict[str, tuple[float, float]]) -> list[
     )
     if found.pulled:
         lines.append(f"  {found.pulled}")
-    lines.append(f"  in the model a new node serves after {model['serving'][1]:.1f} min")
+    modelled = model["serving"][1]
+    served = _minutes(found.steps[-1].end, found.launch)
+    if served is None:
+        lines.append(f"  in the model a new node serves after {modelled:.1f} min")
+    else:
+        lines.append(
+            f"  this node served {served:.1f} min after its launch; in the model a new node "
+            f"serves after {modelled:.1f} min"
+        )
     return lines
 
 
