@@ -1235,3 +1235,24 @@ def test_read_serve_when_serve_is_unreadable() -> None:
     found, dashboard = read(_serve_json(), FILES, {"serve"})
     assert found.reason == "Serve unreadable: GET api/serve/applications/ failed"
     assert (found.replicas, dashboard.heads, dashboard.tails) == ((), [], [])
+
+
+def test_log_lines_of_one_reads_the_controllers_last_line(
+    cli: Harness, kube_api: FakeKubeApi
+) -> None:
+    serving_cluster(kube_api)
+    stub_launch(cli, {INSTANCE_A: T0})
+    run = cli.run("coldstart", "--log-lines", "1")
+    assert run.code == 0, run.err
+    assert cells(run.out, coldstart.SERVING_STEP)[:2] == ["6.2", "6.5"]  # the one line it is
+
+
+@pytest.mark.parametrize("lines", ["0", "-1"])
+def test_log_lines_below_one_is_refused_before_any_call(
+    kube_api: FakeKubeApi, tmp_path: Path, lines: str
+) -> None:
+    h = Harness(write_cdk_json(tmp_path))  # no AWS call is stubbed: none may be made
+    run = h.run("coldstart", "--log-lines", lines)
+    assert run.code == 2
+    assert f"--log-lines {lines}: must be at least 1 (the last N lines of the Serve" in run.err
+    assert kube_api.requests == []

@@ -224,3 +224,26 @@ def test_a_transfer_count_that_did_not_rise_fails_the_check(
     result = cli.run("efa-check")
     assert result.code == 1
     assert "the NIXL transfer count did not rise during the probe" in result.out
+
+
+def test_log_lines_of_one_is_the_least_accepted(kube_api: FakeKubeApi, cli: Harness) -> None:
+    serving(kube_api)
+    result = cli.run("efa-check", "--no-probe", "--log-lines", "1")
+    assert result.code != 2, result.err  # read (one line per file), not refused
+    files = [r for r in kube_api.requests_to("api/v0/logs/file") if r.query.get("lines") == "1"]
+    assert files
+
+
+@pytest.mark.parametrize("lines", ["0", "-1"])
+def test_log_lines_below_one_is_refused_before_any_call(
+    kube_api: FakeKubeApi, tmp_path: Path, lines: str
+) -> None:
+    """0 would be Ray's default of 1,000 lines and -1 the whole file: refused, naming the flag,
+    the value and the limit, before any AWS or cluster call."""
+    from tests.cli_fixtures import Harness, write_cdk_json
+
+    h = Harness(write_cdk_json(tmp_path))  # no AWS call is stubbed: none may be made
+    result = h.run("efa-check", "--log-lines", lines)
+    assert result.code == 2
+    assert f"--log-lines {lines}: must be at least 1" in result.err
+    assert kube_api.requests == []

@@ -54,7 +54,7 @@ from botocore import exceptions as bce
 from ray_pd_eks import lambda_code, timeline
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
-from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed
+from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed, UsageError
 from ray_pd_eks.cli.output import table
 from ray_pd_eks.cli.status import WARMUP_NAMESPACE
 from ray_pd_eks.config import AppConfig
@@ -65,13 +65,13 @@ DESCRIPTION = """\
 For each GPU node (role=gpu-worker), or the one --node names, measure from what Kubernetes
 and EC2 keep: the instance's launch (ec2:DescribeInstances; else the node's registration),
 the node's Ready, the Ray image pull of the image-prepull pod, the weights' download of the
-model-prefetch pod and the start of the Ray worker container, in minutes from the launch,
-the start of the Ray worker container, the vLLM engine's start and the replica's first
-RUNNING (both from Serve's logs through the Ray dashboard), in minutes from the launch, with
-the modelled minutes of the same steps (scripts/critical_path.py, scale-out) beside them.
+model-prefetch pod, the start of the Ray worker container, the vLLM engine's start and the
+replica's first RUNNING (both from Serve's logs through the Ray dashboard), in minutes from
+the launch, with the modelled minutes of the same steps (scripts/critical_path.py,
+scale-out) beside them.
 
 Exit 0 when at least one GPU node was measured, 1 when there is none (or not the one
---node names)."""
+--node names), 2 for a --log-lines below 1."""
 
 PREPULL, PREFETCH = "image-prepull", "model-prefetch"
 PREPULL_CONTAINER = "hold-image"
@@ -538,6 +538,11 @@ def render(found: NodeColdStart, model: dict[str, tuple[float, float]]) -> list[
 
 
 def run(app: App) -> int:
+    if app.args.log_lines < 1:
+        raise UsageError(
+            f"--log-lines {app.args.log_lines}: must be at least 1 (the last N lines of the "
+            f"Serve controller's log; default {CONTROLLER_LOG_LINES})"
+        )
     config = app.config
     cluster = Cluster(app)
     nodes = cluster.get("/api/v1/nodes", {"labelSelector": "role=gpu-worker"}).get("items") or []

@@ -15,7 +15,7 @@ from ray_pd_eks import lambda_code
 from ray_pd_eks.cli import probe
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.cluster import Cluster
-from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK
+from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import set_hint
 
@@ -205,6 +205,12 @@ def kubectl_commands(app: App) -> list[str]:
 
 
 def run(app: App) -> int:
+    if app.args.log_lines < 1:
+        # Ray's log API reads 0 as its default of 1,000 lines and -1 as the whole file.
+        raise UsageError(
+            f"--log-lines {app.args.log_lines}: must be at least 1 (the last N lines of each "
+            "worker log file; default 3000)"
+        )
     config = app.config
     checks = lambda_code.checks()
     handler = lambda_code.handler()
