@@ -861,16 +861,23 @@ def spare_placeholder(name: str, node: str | None, *, app: str = status.WARM_SPA
     return pod
 
 
-def test_a_warm_spare_node_is_marked_and_counted_apart(kube_api: FakeKubeApi, cli: Harness) -> None:
-    kube_api.set_stage("serving")
+def with_spare_node(kube_api: FakeKubeApi, stage: str, *placeholders: dict) -> None:
+    """The stage with the warm-up, a third GPU node (``SPARE_NODE``) and ``placeholders``."""
+    kube_api.set_stage(stage)
     set_warmup(kube_api)
     kube_api.nodes.append(make_node(SPARE_NODE))
-    kube_api.warmup_pods += [
+    kube_api.warmup_pods += list(placeholders)
+
+
+def test_a_warm_spare_node_is_marked_and_counted_apart(kube_api: FakeKubeApi, cli: Harness) -> None:
+    with_spare_node(
+        kube_api,
+        "serving",
         spare_placeholder("gpu-warm-spare-7d9f-a", SPARE_NODE),
         spare_placeholder("gpu-warm-spare-7d9f-b", None),  # pending: holds no node yet
         # Another app's running pod on a serving node marks nothing.
         spare_placeholder("other-1", GPU_NODE_A, app="image-prepull-extra"),
-    ]
+    )
     result = cli.run("status")
     assert result.code == 0, result.err
     assert (
@@ -896,13 +903,12 @@ def test_the_spare_rule_is_the_placeholders_running_on_a_node() -> None:
 
 
 def test_watch_counts_spares_in_its_progress_line(kube_api: FakeKubeApi, cli: Harness) -> None:
-    kube_api.set_stage("running")
-    set_warmup(kube_api)
-    kube_api.nodes.append(make_node(SPARE_NODE))
-    kube_api.warmup_pods += [
+    with_spare_node(
+        kube_api,
+        "running",
         spare_placeholder("gpu-warm-spare-7d9f-a", SPARE_NODE),
         spare_placeholder("gpu-warm-spare-7d9f-b", GPU_NODE_B),
-    ]
+    )
     result = cli.run("status", "--watch", "--interval", "30")
     assert result.code == 0, result.err
     (progress,) = [line for line in result.out.splitlines() if line.startswith("[")]
