@@ -250,6 +250,12 @@ def test_cold_start_states_the_scale_out_figure(default_app: Synthesized) -> Non
     assert names[0] == "node launches, boots and joins" and names[-1] == "replica serves"
     doc = (ROOT / "docs" / "cold-start.md").read_text()
     assert f"serves after **{growth.minutes:.1f} minutes**" in doc
+    readme = (ROOT / "README.md").read_text()
+    assert f"serves after **about {growth.minutes:.1f} modelled minutes**" in readme
+    spare = timeline.scale_out_model(
+        fast_pull=True, disk_mbps=timeline.NVME_MBPS, weights_in_s3=False, warm_spares=True
+    ).spare_steps[-1][2]
+    assert f"a new replica on a warm spare after {spare:.1f} " in readme
 
 
 def test_staged_weights_leave_the_scale_out_to_the_image(
