@@ -309,8 +309,12 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     ]
     if not config.is_pd:
         return env
-    # A fixed NIXL handshake port (Ray Serve LLM would pick a random one), so the
-    # NetworkPolicy between the workers can name it.
+    # A fixed NIXL handshake port from the ports table, so the NetworkPolicy between the
+    # workers names it. Left unset, Ray Serve LLM 2.58 would set 20000 + the replica's rank x
+    # its GPUs (kv_transfer/nixl.py NixlConnectorBackend._set_side_channel_port, base.py
+    # _compute_port_offset), a port the table does not hold; with it set Ray keeps it (one
+    # engine per pod here), and vLLM 0.26 listens on it plus the data-parallel index
+    # (nixl/base_scheduler.py), 0 without data parallelism.
     env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(RAY_PORTS.nixl_side_channel)})
     if config.uses_efa_transport:
         env.append({"name": "FI_PROVIDER", "value": "efa"})

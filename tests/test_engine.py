@@ -154,26 +154,42 @@ def test_fp8_reaches_every_engine_and_the_default_renders_neither(mode: dict[str
         {"gpuNodeType": "p5.48xlarge", "tensorParallelSize": 8, **FP8, "enforceEager": False},
     ],
 )
-def test_prefill_and_decode_engines_are_identical_but_for_their_id(
+def test_prefill_and_decode_engines_are_identical_but_for_their_kv_role(
     overrides: dict[str, Any],
 ) -> None:
     """NIXL moves raw KV blocks: vLLM 0.26's NixlConnector refuses a peer whose model, dtype,
     KV cache dtype or attention backend differ (nixl/metadata.py compute_nixl_compatibility_hash,
     checked at the handshake), and block size and layout must match too
-    (_validate_remote_agent_handshake). The two engines differ only in engine_id."""
+    (_validate_remote_agent_handshake). The two engines differ only in kv_role: prefill
+    produces, decode consumes (vLLM 0.26 deprecates kv_both for NixlConnector,
+    nixl/connector.py NixlConnector.__init__; both roles are in config/kv_transfer.py KVRole)."""
     engines = _engines(DEFAULTS.with_overrides(overrides))
     prefill, decode = engines["prefill"], engines["decode"]
 
     def engine_side(cfg: dict[str, Any]) -> dict[str, Any]:
         kwargs = {**cfg["engine_kwargs"]}
-        kwargs["kv_transfer_config"] = {**kwargs["kv_transfer_config"], "engine_id": "-"}
+        kwargs["kv_transfer_config"] = {**kwargs["kv_transfer_config"], "kv_role": "-"}
         return {
             k: v for k, v in {**cfg, "engine_kwargs": kwargs}.items() if k != "deployment_config"
         }
 
     assert engine_side(prefill) == engine_side(decode)
-    assert prefill["engine_kwargs"]["kv_transfer_config"]["engine_id"] == "prefill"
-    assert decode["engine_kwargs"]["kv_transfer_config"]["engine_id"] == "decode"
+    assert prefill["engine_kwargs"]["kv_transfer_config"]["kv_role"] == "kv_producer"
+    assert decode["engine_kwargs"]["kv_transfer_config"]["kv_role"] == "kv_consumer"
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"kvBackend": "UCX"}, {"gpuNodeCount": 3, "prefillReplicas": 2}]
+)
+def test_no_engine_pins_its_nixl_engine_id(overrides: dict[str, Any]) -> None:
+    """Ray 2.58 makes the NIXL engine id ``<engine_id or a random suffix>-<host>-<port>``
+    (kv_transfer/nixl.py NixlConnectorBackend.setup; base.py _get_unique_suffix). A pinned
+    ``engine_id`` gives a prefill engine restarted on the same pod (same IP, same port) the id
+    of the dead one, and vLLM 0.26's decode handshakes only with ids it has not seen
+    (nixl/pull_worker.py start_load_kv): it would keep reading from the dead agent. Left
+    unset, every engine start gets a fresh id."""
+    for cfg in _engines(DEFAULTS.with_overrides(overrides)).values():
+        assert "engine_id" not in cfg["engine_kwargs"]["kv_transfer_config"]
 
 
 # -- the request router ---------------------------------------------------------------------

@@ -158,19 +158,43 @@ def test_read_log_head_stops_once_its_condition_holds(
     assert len(text) <= 2 * kube.READ_CHUNK_BYTES  # up to the chunk that held it, no further
 
 
-def test_read_log_head_asks_for_the_whole_file_as_text(
-    kube_api: FakeKubeApi, dashboard: Any
-) -> None:
+def test_read_log_head_asks_for_the_whole_file(kube_api: FakeKubeApi, dashboard: Any) -> None:
     """The same query as the tail read (``read_log``), with ``lines=-1``: from offset 0."""
     prefill_logs(kube_api)[OUT] = "z\n"
     dashboard.read_log_head(fake.RAY_NODE_A, OUT, max_bytes=4096)
     (request,) = kube_api.requests_to("api/v0/logs/file")
-    assert request.query == {
-        "node_id": fake.RAY_NODE_A,
-        "filename": OUT,
-        "lines": "-1",
-        "format": "text",
-    }
+    assert request.query == {"node_id": fake.RAY_NODE_A, "filename": OUT, "lines": "-1"}
+
+
+# The query parameters Ray 2.58's log API reads (dashboard/modules/state/state_head.py
+# StateHead.get_logs): any other is ignored, so sending one would only mislead a reader.
+RAY_LOG_QUERY = {
+    "timeout",
+    "node_id",
+    "node_ip",
+    "filename",
+    "download_filename",
+    "actor_id",
+    "task_id",
+    "submission_id",
+    "pid",
+    "lines",
+    "interval",
+    "suffix",
+    "attempt_number",
+    "filter_ansi_code",
+}
+
+
+def test_log_reads_send_only_parameters_ray_reads(kube_api: FakeKubeApi, dashboard: Any) -> None:
+    """``format=text`` was sent once; Ray 2.58 ignores it (the body is the file's bytes)."""
+    prefill_logs(kube_api)[OUT] = "z\n"
+    dashboard.read_log(fake.RAY_NODE_A, OUT, lines=10)
+    dashboard.read_log_head(fake.RAY_NODE_A, OUT, max_bytes=4096)
+    requests = kube_api.requests_to("api/v0/logs/file")
+    assert len(requests) == 2
+    for request in requests:
+        assert set(request.query) <= RAY_LOG_QUERY
 
 
 @pytest.mark.parametrize("stop", [False, True])

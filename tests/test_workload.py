@@ -168,8 +168,7 @@ def test_serve_config_is_the_pd_app_of_the_brief(rs: dict[str, Any]) -> None:
                 "tensor_parallel_size": 1,
                 "kv_transfer_config": {
                     "kv_connector": "NixlConnector",
-                    "kv_role": "kv_both",
-                    "engine_id": phase,
+                    "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[phase],
                     "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
                 },
                 # modelRevision pins weights, config and tokenizer (vLLM EngineArgs).

@@ -10,9 +10,11 @@ What vLLM 0.26's NixlConnector does when its peer restarts (docs/readiness.md, "
 drill", says where this was read): decode keeps, per remote *engine id*, the NIXL agent
 metadata of each prefill engine it has talked to, and handshakes only with an engine id it has
 not seen (``start_load_kv``: ``if remote_engine_id not in self._remote_agents``). A restarted
-prefill engine starts with a new engine id (``kv_transfer_config.engine_id`` is a fresh UUID
-per engine unless set), so decode handshakes with it afresh on the first request; the old entry
-is never used again. A restarted decode engine has no peers yet and handshakes on its first
+prefill engine starts with a new engine id: the serve config sets no
+``kv_transfer_config.engine_id``, so Ray Serve LLM 2.58 makes it ``<random suffix>-<host>-<port>``
+at every engine start (``kv_transfer/nixl.py`` ``NixlConnectorBackend.setup``, ``base.py``
+``_get_unique_suffix``), even for a replica restarted on the same pod; decode handshakes with it
+afresh on the first request and the old entry is never used again. A restarted decode engine has no peers yet and handshakes on its first
 request. So we expect recovery without touching the other engine. A *stale peer* is decode
 still reading from the dead prefill agent (an engine id that did not change): the probe then
 fails (failed transfers, a count that does not rise, or an answer without the code) after the

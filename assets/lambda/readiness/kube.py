@@ -608,10 +608,11 @@ class RayDashboard:
         return files
 
     def read_log(self, node_id: str, filename: str, *, lines: int = 2000) -> str:
-        """The last ``lines`` lines of one log file, as text."""
+        """The last ``lines`` lines of one log file, as text (the body is the file's bytes:
+        Ray 2.58's ``state_head.get_logs`` has no format parameter, so none is sent)."""
         _, body = self._get(
             "api/v0/logs/file",
-            {"node_id": node_id, "filename": filename, "lines": str(lines), "format": "text"},
+            {"node_id": node_id, "filename": filename, "lines": str(lines)},
         )
         return body.decode("utf-8", errors="replace")
 
@@ -639,7 +640,7 @@ class RayDashboard:
         stop = None if until is None else (lambda data: until(data.decode("utf-8", "replace")))
         _, body = self._get(
             "api/v0/logs/file",
-            {"node_id": node_id, "filename": filename, "lines": "-1", "format": "text"},
+            {"node_id": node_id, "filename": filename, "lines": "-1"},
             max_bytes=max_bytes,
             until=stop,
         )
