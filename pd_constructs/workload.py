@@ -317,7 +317,13 @@ def worker_env(config: AppConfig) -> list[dict[str, Any]]:
     # (nixl/base_scheduler.py), 0 without data parallelism.
     env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(RAY_PORTS.nixl_side_channel)})
     if config.uses_efa_transport:
+        # libfabric offers NIXL only its EFA provider: without an EFA device the LIBFABRIC
+        # backend cannot start, which makes "Backend LIBFABRIC was instantiated" proof of EFA
+        # (assets/lambda/readiness/kvproof.py).
         env.append({"name": "FI_PROVIDER", "value": "efa"})
+        # NIXL's C++ default level is WARN (nixl_log.cpp): INFO adds the plugin's start-up
+        # lines, "Discovered <n> EFA devices" among them, for an operator reading the log.
+        env.append({"name": "NIXL_LOG_LEVEL", "value": "INFO"})
     else:
         # The walkthrough's fallback for nodes without EFA: NIXL over UCX on TCP sockets, on
         # ports the NetworkPolicy allows between the workers.

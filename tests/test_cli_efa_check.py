@@ -194,6 +194,29 @@ def test_serving_mode_is_read_from_the_live_app() -> None:
     assert checks.serving_mode(None) is None
 
 
+def test_fi_provider_efa_and_libfabric_prove_efa_without_the_discovered_line(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """NIXL's 'Discovered <n> EFA devices' is INFO, below its default level: not required."""
+    serving(kube_api)
+    kube_api.set_nixl_backend("LIBFABRIC", provider=None)
+    result = cli.run("efa-check", "--no-probe")
+    assert result.code == 0, result.out
+    assert finding(result.out, DECODE, "provider") == f"OK    provider      {DECODE}: efa"
+
+
+def test_without_fi_provider_the_discovered_line_is_still_needed(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    serving(kube_api, fi_provider=None)
+    kube_api.set_nixl_backend("LIBFABRIC", provider=None)
+    result = cli.run("efa-check", "--no-probe")
+    assert result.code == 1
+    assert finding(result.out, DECODE, "provider").startswith(
+        f"FAIL  provider      {DECODE}: unknown: no 'Discovered <n> EFA|tcp devices' line"
+    )
+
+
 def test_the_tcp_provider_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
     serving(kube_api)
     kube_api.set_nixl_backend("LIBFABRIC", provider="tcp")

@@ -254,3 +254,28 @@ def test_every_slow_or_unknown_engine_is_named() -> None:
     assert slow is not None and "TCP provider (d=tcp, p=sockets)" in slow
     unknown = kvproof.provider_failure("LIBFABRIC", {"p": "unknown: a", "d": "unknown: b"}, "l")
     assert unknown is not None and "d: unknown: b; p: unknown: a; looked at l" in unknown
+
+
+@pytest.mark.parametrize(
+    ("backend", "fi_provider", "provider"),
+    [
+        ("LIBFABRIC", "efa", "efa"),
+        ("LIBFABRIC", " EFA ", "efa"),
+        ("LIBFABRIC", "", None),
+        ("LIBFABRIC", "tcp", None),
+        ("UCX", "efa", None),
+        (None, "efa", None),
+    ],
+)
+def test_libfabric_with_fi_provider_efa_implies_the_efa_provider(
+    backend: str | None, fi_provider: str, provider: str | None
+) -> None:
+    """With FI_PROVIDER=efa libfabric lists only EFA devices to NIXL, so a LIBFABRIC backend
+    exists only where EFA does; nothing else implies a provider."""
+    assert kvproof.implied_provider(backend, fi_provider) == provider
+
+
+def test_no_provider_evidence_names_both_ways_to_prove_efa() -> None:
+    message = kvproof.provider_failure("LIBFABRIC", {"d": "unknown: x"}, "2 files")
+    assert message is not None
+    assert "NIXL_LOG_LEVEL=INFO" in message and "FI_PROVIDER=efa" in message

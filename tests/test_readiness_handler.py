@@ -865,6 +865,57 @@ def test_no_provider_evidence_fails_the_deploy_with_libfabric(
     assert "Discovered <n> EFA devices" in message and "looked at" in message
 
 
+def set_worker_env(kube_api: FakeKubeApi, **env: str) -> None:
+    """Give the Ray worker pods this environment, as the RayService manifest renders it (the
+    shared fake builds pods without env)."""
+    for pod in kube_api.pods:
+        if pod["metadata"]["labels"]["ray.io/node-type"] == "worker":
+            pod["spec"]["containers"][0]["env"] = [
+                {"name": name, "value": value} for name, value in env.items()
+            ]
+
+
+def test_libfabric_with_fi_provider_efa_proves_efa_without_nixls_info_line(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """NIXL 1.3.1 logs 'Discovered <n> EFA devices' at INFO, below its default C++ level
+    (WARN): a worker that does not set NIXL_LOG_LEVEL=INFO never prints it. With
+    FI_PROVIDER=efa libfabric offers NIXL no other provider, so LIBFABRIC instantiated is
+    itself the proof (kvproof.implied_provider); before, every such deploy failed."""
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", provider=None)
+    set_worker_env(kube_api, FI_PROVIDER="efa", NIXL_LOG_LEVEL="INFO")
+    result = poll(started(cfn_event(kube_api)))
+    assert result["IsComplete"] is True
+    assert result["Data"]["KvProvider"] == "efa,efa"
+    # The backend line in the .out tail sufficed: no file's beginning was read for the
+    # provider line.
+    assert not [r for r in kube_api.requests_to("api/v0/logs/file") if r.query["lines"] == "-1"]
+
+
+def test_a_tcp_provider_line_fails_even_with_fi_provider_efa(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", provider="tcp")
+    set_worker_env(kube_api, FI_PROVIDER="efa")
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "chose libfabric's TCP provider" in message
+
+
+@pytest.mark.parametrize("fi_provider", ["", "tcp"])
+def test_libfabric_without_fi_provider_efa_is_no_provider_evidence(
+    kube_api: FakeKubeApi, sleeps: list[float], fi_provider: str
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_nixl_backend("LIBFABRIC", provider=None)
+    if fi_provider:
+        set_worker_env(kube_api, FI_PROVIDER=fi_provider)
+    message = fail_message(started(cfn_event(kube_api)))
+    assert "no libfabric provider evidence" in message
+    assert f"FI_PROVIDER is {fi_provider or 'not efa on every worker pod'}" in message
+
+
 def test_an_answer_without_the_code_fails_the_deploy(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:

@@ -732,3 +732,31 @@ def test_an_engine_whose_log_rotated_past_its_start_publishes_unknown_not_tcp(
     (line,) = probe_env
     names = [m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
     assert names == ["ProbeOk", "KvTransferStalled", "ProviderUnknown"]
+
+
+def _pod(node_type: str, *envs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {checks.RAY_NODE_TYPE_LABEL: node_type}},
+        "spec": {"containers": [{"name": f"c{i}", "env": env} for i, env in enumerate(envs)]},
+    }
+
+
+EFA = [{"name": "FI_PROVIDER", "value": "efa"}]
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        ([_pod("head", []), _pod("worker", EFA), _pod("worker", [], EFA)], "efa"),
+        ([_pod("worker", EFA), _pod("worker", [])], ""),  # one worker without it
+        ([_pod("worker", EFA), _pod("worker", [{"name": "FI_PROVIDER", "value": "tcp"}])], ""),
+        ([_pod("worker", [{"name": "FI_PROVIDER", "valueFrom": {"configMapKeyRef": {}}}])], ""),
+        ([_pod("head", EFA)], ""),  # no worker: nothing proven
+        ([], ""),
+    ],
+    ids=["all-efa", "one-unset", "differ", "reference", "head-only", "none"],
+)
+def test_workers_fi_provider_is_efa_only_when_every_worker_sets_it(
+    pods: list[dict[str, Any]], expected: str
+) -> None:
+    assert checks.workers_fi_provider({"items": pods}) == expected

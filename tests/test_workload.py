@@ -411,6 +411,8 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "TZ": "UTC",
         **{switch.name: "0" for switch in SERVE_SWITCHES},
         "FI_PROVIDER": "efa",
+        # NIXL's C++ default level is WARN; its "Discovered <n> EFA devices" line is INFO.
+        "NIXL_LOG_LEVEL": "INFO",
     }
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
@@ -457,6 +459,7 @@ def test_ucx_variant_renders_the_tcp_fallback(variant_app: Synthesized) -> None:
     c = _worker_container(rs)
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert "FI_PROVIDER" not in env and env["UCX_TLS"] == "tcp,cuda_copy"
+    assert "NIXL_LOG_LEVEL" not in env
     assert env["UCX_TCP_PORT_RANGE"] == "5700-5799"
     assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"]
     assert c["securityContext"] == {

@@ -27,8 +27,10 @@ Prove the prefill->decode KV-cache path uses EFA:
   pods     each Ray worker requests vpc.amazonaws.com/efa and sets FI_PROVIDER=efa
   backend  the NIXL backend each worker instantiated, from its logs via the Ray dashboard
            ("Backend LIBFABRIC was instantiated" vs "Backend UCX ...")
-  provider with LIBFABRIC, the libfabric provider NIXL chose ("Discovered <n> EFA devices"
-           vs "... tcp devices (TCP fallback)")
+  provider with LIBFABRIC, the libfabric provider NIXL chose: "Discovered <n> EFA devices"
+           vs "... tcp devices (TCP fallback)" (logged with NIXL_LOG_LEVEL=INFO), or
+           LIBFABRIC instantiated in pods that set FI_PROVIDER=efa (libfabric then offers
+           NIXL only EFA, so without an EFA device the backend cannot start)
   probe    the KV integrity probe (a ~2,500-token prompt with a random code at its start,
            temperature 0: the answer must hold the code) and the decode engines' NIXL
            counters around it (transfers rose, none failed, bytes fit the prompt)
@@ -263,7 +265,11 @@ def run(app: App) -> int:
             app.debug(f"serve applications unreadable, reading every worker node: {err}")
     with cluster.errors():  # a refused Ray token is an access problem, not "unknown"
         report = handler.read_nixl_backends(
-            dashboard, serve_json, config.application_name, lines=app.args.log_lines
+            dashboard,
+            serve_json,
+            config.application_name,
+            lines=app.args.log_lines,
+            fi_provider=checks.workers_fi_provider(pods),
         )
     backend_findings = _backend_findings(report, config.kv_backend)
     backend_findings += _provider_findings(report, config.kv_backend)

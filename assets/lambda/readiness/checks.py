@@ -404,6 +404,26 @@ def ray_pods(
     return {"items": selected}
 
 
+def workers_fi_provider(pods_json: Mapping[str, Any] | None) -> str:
+    """The ``FI_PROVIDER`` every Ray worker pod sets (a literal value in one of its containers),
+    or "" when there is no worker, one sets none (or only through a reference), or they
+    differ. With ``efa`` an instantiated LIBFABRIC backend proves EFA
+    (``kvproof.implied_provider``)."""
+    values: set[str] = set()
+    workers = 0
+    for pod in _items(pods_json):
+        if _str(_get(pod, "metadata", "labels", RAY_NODE_TYPE_LABEL)) != "worker":
+            continue
+        workers += 1
+        found = ""
+        for container in _get(pod, "spec", "containers") or []:
+            for item in container.get("env") or []:
+                if item.get("name") == "FI_PROVIDER" and isinstance(item.get("value"), str):
+                    found = item["value"]
+        values.add(found)
+    return values.pop() if workers and len(values) == 1 else ""
+
+
 def _pod_gpus(pod: Mapping[str, Any]) -> int:
     total = 0
     for container in _get(pod, "spec", "containers") or []:

@@ -583,6 +583,7 @@ def check(
         props.app_name,
         deadline=budget_ends,
         monotonic=monotonic,
+        fi_provider=checks.workers_fi_provider(pods),
     )
     fallbacks = kv.fallbacks(props.kv_backend)
     if fallbacks:
@@ -999,6 +1000,7 @@ def read_nixl_backends(
     head_bytes: int = LOG_HEAD_BYTES,
     deadline: float | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    fi_provider: str = "",
 ) -> checks.KvBackendReport:
     """Which NIXL backend each worker instantiated, read from its logs without exec.
 
@@ -1007,7 +1009,11 @@ def read_nixl_backends(
     read. Anything unreadable is reported as ``unknown: <reason>``, never as success; the
     caller decides (``backend_failure``: no evidence fails the deploy). With LIBFABRIC it also
     reads the libfabric provider NIXL chose (``kvproof.libfabric_provider``), which NIXL logs on
-    the engine worker's stderr.
+    the engine worker's stderr with ``NIXL_LOG_LEVEL=INFO``. When the worker pods set
+    ``FI_PROVIDER`` (``fi_provider``, from ``checks.workers_fi_provider``) to ``efa``, the
+    LIBFABRIC line alone is the evidence (``kvproof.implied_provider``): the chosen files'
+    tails are still read for a provider line (a ``tcp`` one fails), but no file's beginning is
+    read for it.
 
     Only the files of live processes count once the dashboard's actor list says which are
     alive (``checks.log_files_to_read``). Each file's last ``lines`` lines come first; NIXL
@@ -1071,7 +1077,7 @@ def read_nixl_backends(
             # A tail of fewer lines than asked for is the whole file (one fewer when the file
             # does not end in a newline: log_agent counts that last line too).
             whole_tail = head == filename and text.count("\n") < lines - 1
-            if not _evidence_complete(found, provider) and not whole_tail:
+            if not _evidence_complete(found, provider, fi_provider) and not whole_tail:
                 # The tail is not the whole file: read its beginning, where NIXL's lines are.
                 if deadline is not None and monotonic() > deadline:
                     partial.append("poll budget used up while reading logs")
@@ -1082,7 +1088,7 @@ def read_nixl_backends(
                         target.node_id,
                         head,
                         max_bytes=head_bytes,
-                        until=_completes(found, provider),
+                        until=_completes(found, provider, fi_provider),
                     )
                 except kube.KubeApiError as exc:
                     partial.append(f"{head} unreadable ({exc.reason or exc})")
@@ -1090,7 +1096,7 @@ def read_nixl_backends(
                 read_count += 1
                 found = found or checks.nixl_backend(start)
                 provider = provider or kvproof.libfabric_provider(start)
-                if not _evidence_complete(found, provider):
+                if not _evidence_complete(found, provider, fi_provider):
                     if head != filename:
                         partial.append(f"{filename} rotated: its oldest piece {head} starts later")
                     elif not whole:
@@ -1098,14 +1104,17 @@ def read_nixl_backends(
             if found and target.label not in sources:
                 sources[target.label] = filename
             if _evidence_complete(found, provider):
-                break
+                break  # the tails of the other files are still read for a tcp provider line
         why = f" ({'; '.join(partial)})" if partial else ""
         note = f"no 'Backend ... was instantiated' line in {len(chosen)} log file(s){why}"
         provider_note = f"no 'Discovered <n> EFA|tcp devices' line in {len(chosen)} log file(s)"
+        if found == "LIBFABRIC":  # only FI_PROVIDER=efa would have made the backend line enough
+            provider_note += f", and FI_PROVIDER is {fi_provider or 'not efa on every worker pod'}"
         backends.append((target.label, found or f"unknown: {note} on {target.label}"))
+        provider = provider or kvproof.implied_provider(found, fi_provider)
         if found == "LIBFABRIC" or not found:
             providers.append((target.label, provider or f"unknown: {provider_note}{why}"))
-        if partial and not _evidence_complete(found, provider):
+        if partial and not _evidence_complete(found, provider, fi_provider):
             unseen.append(target.label)
     return checks.KvBackendReport(
         backends=tuple(backends),
@@ -1117,17 +1126,25 @@ def read_nixl_backends(
     )
 
 
-def _evidence_complete(backend: str | None, provider: str | None) -> bool:
-    """UCX has no libfabric provider to find; LIBFABRIC needs both lines."""
-    return bool(backend and (provider or backend != "LIBFABRIC"))
+def _evidence_complete(backend: str | None, provider: str | None, fi_provider: str = "") -> bool:
+    """UCX has no libfabric provider to find; LIBFABRIC needs the provider line too, unless the
+    pods' FI_PROVIDER=efa makes the backend line the proof (``kvproof.implied_provider``)."""
+    return bool(
+        backend
+        and (provider or backend != "LIBFABRIC" or kvproof.implied_provider(backend, fi_provider))
+    )
 
 
-def _completes(backend: str | None, provider: str | None) -> Callable[[str], bool]:
+def _completes(
+    backend: str | None, provider: str | None, fi_provider: str = ""
+) -> Callable[[str], bool]:
     """Whether a file's beginning, read so far, completes the evidence already found."""
 
     def enough(text: str) -> bool:
         return _evidence_complete(
-            backend or checks.nixl_backend(text), provider or kvproof.libfabric_provider(text)
+            backend or checks.nixl_backend(text),
+            provider or kvproof.libfabric_provider(text),
+            fi_provider,
         )
 
     return enough
@@ -1201,7 +1218,11 @@ def probe_outcome(props: Props, client: kube.KubeClient) -> dict[str, Any]:
         outcome["Detail"] += f"; {run.verdict.summary}"
     if pd and props.kv_backend == "LIBFABRIC":
         kv = read_nixl_backends(
-            dashboard, serve_json, props.app_name, deadline=time.monotonic() + 60.0
+            dashboard,
+            serve_json,
+            props.app_name,
+            deadline=time.monotonic() + 60.0,
+            fi_provider=checks.workers_fi_provider(pods),
         )
         outcome.update(provider_metrics(kv))
         outcome["Detail"] += f"; provider {kv.provider_value(props.kv_backend)}"

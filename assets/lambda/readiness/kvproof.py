@@ -23,10 +23,21 @@ What a pass proves, and what it relies on upstream:
   (it is the side that records transfers), so the proof reads the decode engines' pods.
 * **Provider.** NIXL 1.3's LIBFABRIC plugin picks libfabric's provider itself: ``efa`` when
   ``fi_getinfo`` lists an EFA device, else ``tcp`` or ``sockets`` (``getAvailableNetworkDevices``
-  in ``src/utils/libfabric/libfabric_common.cpp``), and logs at INFO (NIXL's default level)
-  either ``Discovered <n> EFA devices`` or ``Discovered <n> tcp devices (TCP fallback)``
-  (``nixlLibfabricTopology::discoverProviderWithDevices`` in ``libfabric_topology.cpp``). That
-  line, on the engine worker's stderr, is the provider evidence.
+  in ``src/utils/libfabric/libfabric_common.cpp``), and logs either ``Discovered <n> EFA
+  devices`` or ``Discovered <n> tcp devices (TCP fallback)``
+  (``nixlLibfabricTopology::discoverProviderWithDevices`` in ``libfabric_topology.cpp``) on the
+  engine worker's stderr. That line is ``NIXL_INFO`` (absl ``LOG(INFO)``) and NIXL's default
+  C++ level is WARN (``src/utils/common/nixl_log.cpp``, ``kDefaultLogLevel``; the 1.3.1
+  wheel's ``libnixl_common.so`` reads ``NIXL_LOG_LEVEL``), so it appears only because the EFA
+  workers set ``NIXL_LOG_LEVEL=INFO`` (``pd_constructs/workload.py`` ``worker_env``). The
+  proof does not need it: the workers also set ``FI_PROVIDER=efa``, which limits
+  ``fi_getinfo`` to the EFA provider, so in a pod without an EFA device it finds nothing and
+  NIXL cannot create the LIBFABRIC backend at all (``getAvailableNetworkDevices`` returns
+  ``none``; the topology discovery then fails). ``Backend LIBFABRIC was instantiated`` (NIXL's
+  Python logger, ``nixl/_api.py`` ``nixl_agent.create_backend``, INFO to stdout by default:
+  ``nixl/logging.py``) in a pod whose FI_PROVIDER is ``efa`` is therefore itself proof of EFA
+  (``implied_provider``). A ``tcp``/``sockets`` line, when one appears (FI_PROVIDER unset or
+  changed by hand), still fails.
 """
 
 from __future__ import annotations
@@ -315,6 +326,15 @@ def libfabric_provider(log_text: str) -> str | None:
     return matches[-1].lower() if matches else None
 
 
+def implied_provider(backend: str | None, fi_provider: str) -> str | None:
+    """``efa`` when NIXL instantiated LIBFABRIC in worker pods whose ``FI_PROVIDER`` is
+    ``efa``: libfabric then offers NIXL no other provider, so without an EFA device the backend
+    could not have been created (module docstring). None otherwise: no inference."""
+    if backend == "LIBFABRIC" and fi_provider.strip().lower() == "efa":
+        return "efa"
+    return None
+
+
 def provider_failure(kv_backend: str, providers: Mapping[str, str], looked_at: str) -> str | None:
     """With LIBFABRIC, every engine must report the ``efa`` provider: ``tcp``/``sockets`` is the
     silent fallback, and no evidence is no proof. ``providers`` maps an engine's label to the
@@ -331,7 +351,8 @@ def provider_failure(kv_backend: str, providers: Mapping[str, str], looked_at: s
         found = ", ".join(f"{label}={p}" for label, p in sorted(slow.items()))
         return (
             f"NIXL's LIBFABRIC plugin chose libfabric's TCP provider ({found}): it saw no EFA "
-            "device, so the KV cache moves at TCP speed; check that the worker pods request "
+            "device, so the KV cache moves at TCP speed (possible only where FI_PROVIDER is not "
+            "efa: with it NIXL cannot fall back); check that the worker pods request "
             "vpc.amazonaws.com/efa, the EFA device plugin runs, FI_PROVIDER=efa is set, and run "
             "python -m ray_pd_eks efa-check"
         )
@@ -339,8 +360,10 @@ def provider_failure(kv_backend: str, providers: Mapping[str, str], looked_at: s
     if unknown:
         found = "; ".join(f"{label}: {p}" for label, p in sorted(unknown.items()))
         return (
-            "no libfabric provider evidence (NIXL logs 'Discovered <n> EFA devices' at INFO "
-            f"when it uses EFA): {found}; looked at {looked_at}; check NIXL_LOG_LEVEL is not "
-            "above INFO and run python -m ray_pd_eks efa-check"
+            "no libfabric provider evidence (neither NIXL's 'Discovered <n> EFA devices' line, "
+            "logged with NIXL_LOG_LEVEL=INFO, nor 'Backend LIBFABRIC was instantiated' in a "
+            f"worker pod that sets FI_PROVIDER=efa): {found}; looked at {looked_at}; check "
+            "that the worker pods set FI_PROVIDER=efa and NIXL_LOG_LEVEL=INFO and run "
+            "python -m ray_pd_eks efa-check"
         )
     return None
