@@ -986,6 +986,34 @@ def test_chat_completion_error_is_final_only_for_a_client_error(
     assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1
 
 
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (499, "final"),  # a client error, as without kv_transfer
+        (500, "kv-load-failed"),
+        (501, "pending"),
+        (502, "pending"),
+        (503, "pending"),
+        (504, "pending"),
+    ],
+)
+def test_in_pd_only_a_500_is_a_kv_load_failure(
+    kube_api: FakeKubeApi, status: int, outcome: str
+) -> None:
+    """vLLM 0.26 answers a failed KV load with exactly 500 (GenerationError); the proxy and
+    Serve answer 502/503/504 while nothing is reachable, which the next poll retries."""
+    client = _completion_client(kube_api, status, {"object": "error", "message": "x"})
+    props = handler.Props.from_properties(kube_api.props())
+    if outcome == "pending":
+        result, why = handler._chat_completion(client, props, CODE, kv_transfer=True)
+        assert result is None and why == f"{CHAT_WHERE}: x"
+        return
+    error = handler.KvLoadFailed if outcome == "kv-load-failed" else handler.ReadinessError
+    with pytest.raises(error) as info:
+        handler._chat_completion(client, props, CODE, kv_transfer=True)
+    assert (outcome == "kv-load-failed") == str(info.value).startswith(handler.KV_LOAD_FAILED)
+
+
 def _completion_client(kube_api: FakeKubeApi, status: int, body: Any) -> Any:
     kube_api.set_stage("models")
     kube_api.set_proxy(

@@ -82,6 +82,30 @@ def test_a_stale_peer_fails_with_reason_event_and_recover_command(
     assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in result.err
 
 
+def test_a_500_from_the_running_endpoint_is_a_stale_peer(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """vLLM 0.26 answers a request whose KV load failed with HTTP 500: before, the drill took
+    it for "not judged yet", so its stale-peer verdict could never appear."""
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(
+        kube_api.serve_service,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        status=500,
+        body={"object": "error", "message": "Internal server error", "code": 500},
+    )
+    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1
+    assert "decode holds a stale peer (KV transfer failed: POST /v1/chat/completions" in result.err
+    assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in result.err
+
+
+def test_the_kv_load_sign_is_the_handlers_message() -> None:
+    assert lambda_code.handler().KV_LOAD_FAILED in drill.STALE_PEER_SIGNS
+
+
 def test_never_running_again_says_so(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
     cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
@@ -105,6 +129,7 @@ def test_without_yes_nothing_is_deleted(kube_api: FakeKubeApi, cli: Harness) -> 
         ("1 NIXL transfer(s) failed during the probe", True, "stale peer"),
         ("the NIXL transfer count did not rise during the probe", True, "stale peer"),
         ("KV integrity probe failed: the answer does not contain the code", True, "stale peer"),
+        ("KV transfer failed: POST /v1/chat/completions ... answered HTTP 500", True, "stale"),
         ("GET /metrics of pod x: 503", True, "the probe never passed"),
         ("RayService: Ready=False", False, "did not return to RUNNING"),
     ],

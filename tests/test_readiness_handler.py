@@ -865,6 +865,77 @@ def test_no_provider_evidence_fails_the_deploy_with_libfabric(
     assert "Discovered <n> EFA devices" in message and "looked at" in message
 
 
+# What a serving P/D endpoint answers when decode could not load the KV cache: vLLM 0.26's
+# GenerationError (500) as Ray Serve LLM 2.58's ingress relays it (OpenAIHTTPException).
+KV_LOAD_500 = {
+    "object": "error",
+    "message": "Internal server error",
+    "type": "InternalServerError",
+    "code": 500,
+}
+
+
+def test_a_500_from_the_serving_pd_endpoint_fails_at_once_as_a_kv_failure(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    """vLLM's kv_load_failure_policy "fail" answers a failed KV load with HTTP 500; before, the
+    check took it for "not ready yet" and the deploy ended only at the poll time-out."""
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(
+        kube_api.serve_service,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        status=500,
+        body=KV_LOAD_500,
+    )
+    message = fail_message(started(cfn_event(kube_api)))
+    assert message.startswith(
+        f"Readiness check failed for {fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}: "
+        "KV transfer failed: POST /v1/chat/completions via ray-llm-serve-svc:8000 answered "
+        "HTTP 500 to the KV integrity probe (Internal server error)"
+    )
+    assert "kv_load_failure_policy" in message and "decode worker's log" in message
+    assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1  # no retry
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_a_proxy_or_serve_5xx_other_than_500_stays_pending(
+    kube_api: FakeKubeApi, sleeps: list[float], status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The API server's proxy and Serve answer these while no replica is reachable or free."""
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(
+        kube_api.serve_service,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        status=status,
+        body={"object": "error", "message": "busy"},
+    )
+    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
+    assert pending_check(caplog) == "chat-completion"
+
+
+def test_a_500_from_an_aggregated_endpoint_is_not_a_kv_failure(
+    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """No KV moves in an aggregated app: the 500 is not read as a KV load failure."""
+    kube_api.set_stage("serving")
+    kube_api.set_aggregated()
+    kube_api.set_proxy(
+        kube_api.serve_service,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        status=500,
+        body=KV_LOAD_500,
+    )
+    event = started(cfn_event(kube_api, ServingMode="aggregated"))
+    assert poll(event) == {"IsComplete": False}
+    assert pending_check(caplog) == "chat-completion"
+
+
 def set_worker_env(kube_api: FakeKubeApi, **env: str) -> None:
     """Give the Ray worker pods this environment, as the RayService manifest renders it (the
     shared fake builds pods without env)."""

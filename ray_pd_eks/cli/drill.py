@@ -54,8 +54,16 @@ warning event and the command that recovers."""
 DRILLS = {"prefill-restart": "prefill", "decode-restart": "decode"}
 DEFAULT_TIMEOUT_MINUTES = 20
 DEFAULT_INTERVAL_SECONDS = 15
-# Probe failures that mean "the KV cache does not arrive" once the replacement is RUNNING.
-STALE_PEER_SIGNS = ("failed during the probe", "did not rise", "does not contain the code")
+# Probe failures that mean "the KV cache does not arrive" once the replacement is RUNNING:
+# failed transfers, a count that did not rise, a wrong answer, and the endpoint's HTTP 500 to
+# the probe (the readiness handler's KV_LOAD_FAILED: vLLM 0.26 fails a request whose KV load
+# failed with 500, so a stale peer shows first as that).
+STALE_PEER_SIGNS = (
+    "failed during the probe",
+    "did not rise",
+    "does not contain the code",
+    "KV transfer failed",
+)
 
 # The Role a principal needs to run the drill (and nothing else), in the Ray namespace; the
 # names are filled from the settings by :func:`drill_rules`.

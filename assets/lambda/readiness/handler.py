@@ -106,6 +106,21 @@ class ReadinessError(Exception):
     """A terminal failure: the deploy should stop now, with this message as the reason."""
 
 
+class KvLoadFailed(ReadinessError):
+    """The P/D endpoint answered the probe with HTTP 500 once serving: a failed KV load."""
+
+
+# How a P/D endpoint that serves answers a request whose KV cache decode could not load: vLLM
+# 0.26's default kv_load_failure_policy "fail" (vllm/config/kv_transfer.py KVTransferConfig)
+# ends the request with finish reason "error", its OpenAI layer raises GenerationError, HTTP
+# 500 (vllm/entrypoints/generate/base/serving.py _raise_if_error; GenerationError.status_code
+# in entrypoints/openai/engine/protocol.py), and Ray Serve LLM 2.58's ingress relays the code
+# (ray/llm/_internal/serve/core/ingress/ingress.py, OpenAIHTTPException). 502/503/504 are what
+# the API server's proxy and Serve answer while no replica is reachable or free: pending.
+KV_LOAD_FAILED_STATUS = 500
+KV_LOAD_FAILED = "KV transfer failed"
+
+
 # --- configuration -------------------------------------------------------------------------
 
 
@@ -647,7 +662,12 @@ def kv_probe(
         before, status = read_nixl_counters(client, props, metric_pods)
         if before is None:
             return KvProbeRun(pending=status, pending_check="kv-counters")
-    probe, status = _chat_completion(client, props, kvproof.new_code())
+    try:
+        probe, status = _chat_completion(
+            client, props, kvproof.new_code(), kv_transfer=metric_pods is not None
+        )
+    except KvLoadFailed as exc:
+        return KvProbeRun(failure=str(exc))
     if probe is None:
         return KvProbeRun(pending=status, pending_check="chat-completion")
     if failure := kvproof.probe_failure(probe):
@@ -666,6 +686,18 @@ def kv_probe(
             break
     assert verdict is not None
     return KvProbeRun(probe=probe, verdict=verdict, failure=verdict.failure)
+
+
+def kv_load_failure(props: Props, where: str, reason: str) -> str:
+    """The message of a probe answered with HTTP 500 by a serving P/D app."""
+    return (
+        f"{KV_LOAD_FAILED}: {where} answered HTTP {KV_LOAD_FAILED_STATUS} to the KV integrity "
+        f"probe ({reason[:200]}) although the app is RUNNING and serves {props.model_id}: vLLM "
+        "answers 500 when decode cannot load the prompt's KV cache from prefill "
+        "(kv_load_failure_policy 'fail'); read the decode worker's log for the NIXL error, run "
+        "python -m ray_pd_eks efa-check, and restart the decode worker pod (python -m "
+        "ray_pd_eks drill decode-restart shows the way)"
+    )
 
 
 def ray_token_enforced(dashboard: kube.RayDashboard) -> str:
@@ -955,10 +987,13 @@ def _list_models(client: kube.KubeClient, props: Props) -> tuple[list[str], str]
 
 
 def _chat_completion(
-    client: kube.KubeClient, props: Props, code: str
+    client: kube.KubeClient, props: Props, code: str, *, kv_transfer: bool = False
 ) -> tuple[kvproof.ProbeResult | None, str]:
     """Send the KV integrity probe (one attempt: a completion is never sent twice in a poll);
-    the result when the engine answered with text, else None and why (the next poll retries)."""
+    the result when the engine answered with text, else None and why (the next poll retries).
+
+    ``kv_transfer`` (a P/D app, called once it serves its models): HTTP 500 is a failed KV
+    load (``KV_LOAD_FAILED_STATUS``), raised at once as :class:`KvLoadFailed`."""
     where = f"POST /v1/chat/completions via {props.serve_service}:{SERVE_PORT}"
     try:
         _, body = client.service_proxy(
@@ -975,6 +1010,8 @@ def _chat_completion(
     except kube.KubeAuthError:
         raise
     except kube.KubeApiError as exc:
+        if kv_transfer and exc.status == KV_LOAD_FAILED_STATUS:
+            raise KvLoadFailed(kv_load_failure(props, where, exc.reason or str(exc))) from None
         if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (404, 408, 429):
             raise ReadinessError(
                 f"the endpoint rejected the KV integrity probe ({where} returned {exc.status}: "
