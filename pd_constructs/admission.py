@@ -54,7 +54,7 @@ def _cel_list(values: list[str]) -> str:
 
 def worker_capabilities(config: AppConfig) -> list[str]:
     """Capabilities a GPU worker may add (pd_constructs/workload.worker_security_context)."""
-    return ["IPC_LOCK"] if config.uses_efa_transport and not config.gpu_worker_privileged else []
+    return ["IPC_LOCK"] if config.uses_efa_transport and not config.workers_privileged else []
 
 
 def render_ray_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
@@ -68,7 +68,7 @@ def render_ray_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
                 "OPERATOR": OPERATOR_USER,
                 "CACHE_DIR": config.node_cache_dir,
                 "WORKER_CAPABILITIES": _cel_list(worker_capabilities(config)),
-                "PRIVILEGED_WORKERS": "true" if config.gpu_worker_privileged else "false",
+                "PRIVILEGED_WORKERS": "true" if config.workers_privileged else "false",
             },
         )
     )

@@ -120,6 +120,12 @@ class ReadinessCheck(KubernetesWaiter):
     ``provider_scope`` (default: here) takes its functions, access entry and Provider, so they
     can be created in an earlier stack, beside the cluster (docs/deploy-timeline.md).
 
+    ``kv_bytes_per_token`` (default 0: unknown, the generic floor) is the model's KV bytes per
+    prompt token (``ray_pd_eks/kv_shapes.py``), the KV byte check's floor.
+    ``gpu_workers_privileged`` (default true, as the app deploys them with EFA) says whether
+    the GPU workers run privileged: when not, a failure of the EFA path names
+    ``gpuWorkerPrivileged``.
+
     The facts it found are attributes of ``resource`` (``AppStatus``, ``PrefillNode``,
     ``DecodeNode``, ``KvBackend``, ``Models``, ``GpuNodes``, ``CompletionSample``, ...).
     """
@@ -140,6 +146,8 @@ class ReadinessCheck(KubernetesWaiter):
         serving_mode: str = "pd",
         ray_auth_secret: str = "",
         metrics_port: int = 8080,
+        kv_bytes_per_token: int = 0,
+        gpu_workers_privileged: bool = True,
         timeout: Duration,
         manifest_fingerprint: str,
         log_retention: logs.RetentionDays,
@@ -166,6 +174,8 @@ class ReadinessCheck(KubernetesWaiter):
             "ServingMode": serving_mode,
             "RayAuthSecret": ray_auth_secret,
             "MetricsPort": str(metrics_port),
+            "KvBytesPerToken": str(kv_bytes_per_token),
+            "GpuWorkersPrivileged": "true" if gpu_workers_privileged else "false",
             "ExpectedGpuNodes": str(expected_gpu_nodes),
             "GpusPerWorker": str(gpus_per_worker),
             "TimeoutSeconds": str(int(timeout.to_seconds())),

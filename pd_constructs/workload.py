@@ -359,14 +359,17 @@ def worker_resources(config: AppConfig) -> dict[str, Any]:
 
 def worker_security_context(config: AppConfig) -> dict[str, Any]:
     """The GPU worker container's securityContext (docs/security.md, "GPU workers without
-    privileged"). ``gpuWorkerPrivileged`` on: ``privileged`` (every device, every capability,
-    no seccomp), the walkthrough's setting. Off (the default): no capability but ``IPC_LOCK``
-    when the KV cache moves over EFA, so libfabric's EFA provider may pin the memory it
+    privileged"). With EFA and ``gpuWorkerPrivileged`` on (the default):
+    ``privileged`` (every device, every capability, no seccomp), the walkthrough's setting and
+    that of every public EFA + NIXL deployment (libfabric's ``fi_mr_reg`` pins GPU memory for
+    RDMA; IPC_LOCK alone was not enough in the walkthrough). Off (an explicit opt-in, not yet
+    proven on EFA hardware): no capability but ``IPC_LOCK`` when the KV cache moves over EFA,
+    so libfabric's EFA provider may pin the memory it
     registers beyond the container's locked-memory limit (the kernel's ``ib_umem_get`` lets a
     process with ``CAP_IPC_LOCK`` exceed ``RLIMIT_MEMLOCK``); the GPU and EFA device files come
     from their device plugins, which mount exactly the allocated ones. KubeRay copies this
     context onto its ``wait-gcs-ready`` init container."""
-    if config.gpu_worker_privileged:
+    if config.workers_privileged:
         return {"privileged": True}
     capabilities: dict[str, Any] = {"drop": ["ALL"]}
     if config.uses_efa_transport:

@@ -339,9 +339,11 @@ class AppConfig:
     # graceful_shutdown_timeout_s); 0 = the longest answer the configuration allows.
     graceful_shutdown_seconds: int = 0
     kv_backend: str = "LIBFABRIC"
-    # true = the GPU workers run privileged (the walkthrough's setting); false = only the
-    # devices their GPUs and EFA interfaces bring, plus IPC_LOCK with EFA (docs/security.md).
-    gpu_worker_privileged: bool = False
+    # true (default) = with EFA (servingMode pd, kvBackend LIBFABRIC) the GPU workers run
+    # privileged, what every known EFA + NIXL deployment runs (fi_mr_reg pins GPU memory);
+    # false = opt in to the unprivileged variant: only the devices their GPUs and EFA
+    # interfaces bring, plus IPC_LOCK (docs/security.md). Without EFA never privileged.
+    gpu_worker_privileged: bool = True
     serving_mode: str = "pd"  # "aggregated": build_openai_app, one engine per GPU node
     prefill_replicas: int = 1
     decode_replicas: int = 1
@@ -506,6 +508,12 @@ class AppConfig:
         """Whether the workers move KV cache over EFA: they then request an EFA interface and
         run privileged (NIXL registers GPU memory with the NIC). Only PD over LIBFABRIC does."""
         return self.is_pd and self.kv_backend == "LIBFABRIC"
+
+    @property
+    def workers_privileged(self) -> bool:
+        """Whether the GPU workers run privileged: with ``gpuWorkerPrivileged`` and EFA only
+        (registering GPU memory with the EFA NIC is what needs it; nothing else does)."""
+        return self.gpu_worker_privileged and self.uses_efa_transport
 
     @property
     def gpu_spec(self) -> instance_types.InstanceSpec:

@@ -20,6 +20,7 @@ from pd_constructs.network_policy import RAY_PORTS
 from pd_constructs.readiness import ReadinessCheck, config_hash
 from pd_constructs.workload import render_rayservice
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.kv_shapes import kv_bytes_per_token
 from stacks.app_stack import InClusterStack, InClusterStackProps
 
 # Readiness facts surfaced as stack outputs (and to the pipeline's post-deploy step).
@@ -81,6 +82,10 @@ class ReadinessStack(InClusterStack):
             serving_mode=config.serving_mode,
             ray_auth_secret=config.ray_auth_secret_name,
             metrics_port=RAY_PORTS.metrics_export,
+            kv_bytes_per_token=kv_bytes_per_token(
+                config.model_source, config.dtype, config.kv_cache_dtype
+            ),
+            gpu_workers_privileged=config.workers_privileged,
             # At least the group's minimum: it may hold more while decode has scaled out.
             expected_gpu_nodes=config.gpu_node_min,
             gpus_per_worker=config.tensor_parallel_size,

@@ -184,7 +184,8 @@ def _cluster_request(op: str, ns: str, user: str, obj: dict, old: dict | None = 
 
 
 def cases(config: AppConfig) -> list[AdmissionCase]:
-    """The table for ``config`` (run it for the defaults and for ``gpuWorkerPrivileged``)."""
+    """The table for ``config`` (run it for the defaults, privileged GPU workers with EFA, and
+    for ``gpuWorkerPrivileged=false``)."""
     ns = config.namespace
     head_sa = f"system:serviceaccount:{ns}:{config.ray_service_name}-ray-head"
     pods = ray_pods(config)
@@ -235,7 +236,7 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
     def sys_admin(p: dict) -> None:
         p["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
 
-    if config.gpu_worker_privileged:
+    if config.workers_privileged:
         case(
             "operator creates the privileged GPU worker (gpuWorkerPrivileged)",
             _pod_request("CREATE", ns, OPERATOR_USER, _with(worker, privileged)),
@@ -243,7 +244,7 @@ def cases(config: AppConfig) -> list[AdmissionCase]:
         )
     else:
         case(
-            "operator creates a privileged GPU worker without gpuWorkerPrivileged",
+            "operator creates a privileged GPU worker without gpuWorkerPrivileged or EFA",
             _pod_request("CREATE", ns, OPERATOR_USER, _with(worker, privileged)),
             False,
             ray_pods_policy,

@@ -34,7 +34,8 @@ from tests.admission_cases import (
 )
 from tests.synth import ROOT, Synthesized, resolve
 
-PRIVILEGED = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
+# The unprivileged GPU workers of the explicit opt-in (the default runs them privileged).
+UNPRIVILEGED = DEFAULTS.with_overrides({"gpuWorkerPrivileged": False})
 # UCX (no IPC_LOCK), weights staged from S3 (init containers), decode autoscaling (the head's
 # token volume and sidecar), the cache on the root volume, no observability namespace.
 VARIANT = DEFAULTS.with_overrides(
@@ -49,7 +50,7 @@ VARIANT = DEFAULTS.with_overrides(
         "observability": "none",
     }
 )
-CONFIGS = {"defaults": DEFAULTS, "gpuWorkerPrivileged": PRIVILEGED, "variant": VARIANT}
+CONFIGS = {"defaults": DEFAULTS, "gpuWorkerPrivileged=false": UNPRIVILEGED, "variant": VARIANT}
 POLICIES = (
     "ray-pd-eks-ray-pods.inference",
     "ray-pd-eks-rayclusters.inference",

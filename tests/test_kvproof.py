@@ -149,7 +149,122 @@ def test_transfer_verdict(after: object, ok: bool, says: str) -> None:
 
 def test_without_a_token_count_only_the_rise_is_judged() -> None:
     verdict = kvproof.transfer_verdict(_counters(0), _counters(1, 10.0), None)
-    assert verdict.ok and verdict.summary == "1 transfer(s), 0.0 MiB"
+    assert verdict.ok
+    assert verdict.summary == f"1 transfer(s), ~0.0 MiB ({kvproof.BYTES_SUM})"
+
+
+# -- the byte check from the histogram's buckets ----------------------------------------------
+
+INF = float("inf")
+
+
+def _bucketed(transfers: float, buckets: tuple[tuple[float, float], ...]) -> object:
+    """Counters whose byte histogram has these cumulative (bound, count) buckets; the ``_sum``
+    is set far off to show it is not read."""
+    return kvproof.NixlCounters(transfers, 123.0, 0.0, ("decode-pod",), buckets)
+
+
+ZERO = _bucketed(4, ())
+
+
+def test_ray_rebuilds_sum_from_midpoints_so_the_bounds_come_from_the_buckets() -> None:
+    """Ray 2.58's export of one 279.8 MiB transfer (vLLM's buckets are 4x apart): the
+    ``_sum`` says 320 MiB (the bucket's midpoint), the buckets say (128, 512] MiB."""
+    from tests.fakes.kube_api import count_transfer, nixl_metrics_text
+
+    counters: dict[str, float] = {"xfer": 1.0, "bytes": 279.8 * 2**20}
+    count_transfer(counters, counters["bytes"])
+    after = kvproof.NixlCounters.from_texts({"d": nixl_metrics_text(counters)})
+    assert after.bytes == 320 * 2**20  # the midpoint, not the 279.8 MiB that moved
+    assert kvproof.moved_bytes_bounds(ZERO, after) == (128 * 2**20, 512 * 2**20)
+
+
+def test_bucket_totals_sum_label_sets_by_bound() -> None:
+    text = (
+        f'{kvproof.BYTES_BUCKET}{{ReplicaId="a",le="2048.0",engine="0"}} 1\n'
+        f'{kvproof.BYTES_BUCKET}{{ReplicaId="b",le="2048.0"}} 2\n'
+        f'{kvproof.BYTES_BUCKET}{{le="+Inf",ReplicaId="a"}} 3\n'
+        f'{kvproof.BYTES_BUCKET}{{ReplicaId="a"}} 9\n'  # no le: not a bucket line
+        f'{kvproof.BYTES_BUCKET}{{le="x"}} 9\n'
+    )
+    assert kvproof.bucket_totals(text) == {2048.0: 3.0, INF: 3.0}
+
+
+def test_bounds_count_only_the_transfers_between_the_readings() -> None:
+    before = _bucketed(1, ((2048.0, 1), (8192.0, 1), (INF, 1)))
+    after = _bucketed(3, ((2048.0, 1), (8192.0, 2), (INF, 3)))
+    # One new transfer in (2048, 8192], one above 8192 (at most: unbounded).
+    assert kvproof.moved_bytes_bounds(before, after) == (2048.0 + 8192.0, INF)
+    assert kvproof.moved_bytes_bounds(before, _bucketed(1, ())) is None
+
+
+TOKENS_COUNTED = TOKENS - kvproof.UNCOUNTED_TOKENS
+GENERIC_FLOOR = TOKENS_COUNTED * kvproof.MIN_KV_BYTES_PER_TOKEN
+CEILING = TOKENS * kvproof.MAX_KV_BYTES_PER_TOKEN
+
+
+@pytest.mark.parametrize(
+    ("upper", "ok"),
+    [(GENERIC_FLOOR, True), (GENERIC_FLOOR - 1, False)],
+    ids=["bucket-top-at-the-floor", "one-byte-below"],
+)
+def test_too_few_bytes_only_when_even_the_buckets_upper_bound_is_below_the_floor(
+    upper: float, ok: bool
+) -> None:
+    after = _bucketed(5, ((upper / 4, 0), (upper, 1), (INF, 1)))
+    verdict = kvproof.transfer_verdict(ZERO, after, TOKENS)
+    assert verdict.ok is ok
+    if not ok:
+        assert f"at most {upper:.0f} bytes" in verdict.failure
+        assert "the prompt's KV did not move" in verdict.failure
+
+
+@pytest.mark.parametrize(
+    ("lower", "ok"), [(CEILING, True), (CEILING + 1, False)], ids=["at-ceiling", "one-past"]
+)
+def test_too_many_bytes_only_when_the_buckets_lower_bound_is_above_the_ceiling(
+    lower: float, ok: bool
+) -> None:
+    after = _bucketed(5, ((lower, 0), (lower * 4, 1), (INF, 1)))
+    verdict = kvproof.transfer_verdict(ZERO, after, TOKENS)
+    assert verdict.ok is ok
+    if not ok:
+        assert f"at least {lower:.0f} bytes" in verdict.failure
+
+
+QWEN35_9B = 8 * 4 * 256 * 2 * 2  # full-attention layers x KV heads x head dim x K,V x bf16
+MODEL_FLOOR = TOKENS_COUNTED * QWEN35_9B * kvproof.MODEL_FLOOR_SHARE
+
+
+@pytest.mark.parametrize(
+    ("upper", "ok"),
+    [(MODEL_FLOOR, True), (MODEL_FLOOR - 1, False)],
+    ids=["at-the-model-floor", "one-byte-below"],
+)
+def test_a_known_models_floor_is_its_share_of_the_models_kv_bytes(upper: float, ok: bool) -> None:
+    """The generic floor (4 KiB a token) passes what a 32 KiB-a-token model's floor fails."""
+    after = _bucketed(5, ((upper / 4, 0), (upper, 1), (INF, 1)))
+    assert kvproof.transfer_verdict(ZERO, after, TOKENS).ok  # generic: far below
+    verdict = kvproof.transfer_verdict(ZERO, after, TOKENS, QWEN35_9B)
+    assert verdict.ok is ok
+    if not ok:
+        assert f"0.5 x the model's {QWEN35_9B} bytes a token" in verdict.failure
+
+
+@pytest.mark.parametrize(
+    ("model", "floor"),
+    [(0, 4096.0), (8192, 4096.0), (8194, 4097.0), (32768, 16384.0)],
+)
+def test_the_floor_per_token_is_never_below_the_generic_one(model: int, floor: float) -> None:
+    assert kvproof.floor_bytes_per_token(model) == floor
+
+
+def test_the_summary_gives_the_buckets_range() -> None:
+    after = _bucketed(5, ((128 * 2**20, 0), (512 * 2**20, 1), (INF, 1)))
+    verdict = kvproof.transfer_verdict(ZERO, after, TOKENS)
+    assert verdict.summary == f"1 transfer(s), 128.0-512.0 MiB for {TOKENS} prompt tokens"
+    above = kvproof.transfer_verdict(ZERO, _bucketed(5, ((8 * 2**30, 0), (INF, 1))), TOKENS)
+    assert above.summary.startswith("1 transfer(s), 8192.0-more MiB")
 
 
 @pytest.mark.parametrize(

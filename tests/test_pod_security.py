@@ -32,8 +32,12 @@ def _objects(app: Synthesized) -> list[dict[str, Any]]:
 
 def _pods(app: Synthesized) -> list[tuple[str, str, dict[str, Any]]]:
     """(namespace, name, pod template) of every pod the app's objects create."""
+    return _pods_of(_objects(app))
+
+
+def _pods_of(objects: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
     pods = []
-    for obj in _objects(app):
+    for obj in objects:
         ns = obj["metadata"].get("namespace", "")
         if obj["kind"] in ("DaemonSet", "Deployment"):
             pods.append((ns, obj["metadata"]["name"], obj["spec"]["template"]))
@@ -100,20 +104,31 @@ def test_the_ucx_workers_need_more_than_baseline_for_the_node_cache(
     assert violations(head["spec"], "baseline") == []
 
 
-def test_efa_workers_add_only_ipc_lock_and_nothing_else_needs_more(
-    default_app: Synthesized,
-) -> None:
-    """No pod is privileged by default; beyond the cache's hostPath, the EFA workers (and
-    KubeRay's wait-gcs-ready, which copies their context) add IPC_LOCK and nothing else."""
+def test_only_the_efa_workers_run_privileged_by_default(default_app: Synthesized) -> None:
+    """Beyond the cache's hostPath, the EFA workers (and KubeRay's wait-gcs-ready, which
+    copies their context) run privileged (gpuWorkerPrivileged, on by default with EFA), and
+    no other pod needs more than baseline."""
     for _, name, template in _pods(default_app):
         found = [v for v in violations(template["spec"], "baseline") if "hostPath" not in v]
         if name == "gpu-workers":
-            assert found == [
-                "capabilities_baseline:ray-worker:IPC_LOCK",
-                "capabilities_baseline:wait-gcs-ready:IPC_LOCK",
-            ]
+            assert found == ["privileged:ray-worker", "privileged:wait-gcs-ready"]
         else:
             assert found == [], name
+
+
+def test_unprivileged_efa_workers_add_only_ipc_lock() -> None:
+    """gpuWorkerPrivileged=false, the explicit opt-in: IPC_LOCK and nothing else."""
+    from pd_constructs.workload import render_rayservice
+    from ray_pd_eks.config import DEFAULTS
+
+    config = DEFAULTS.with_overrides({"gpuWorkerPrivileged": False})
+    pods = _pods_of([render_rayservice(config, image="img:1")])
+    (worker,) = [t for _, n, t in pods if n == "gpu-workers"]
+    found = [v for v in violations(worker["spec"], "baseline") if "hostPath" not in v]
+    assert found == [
+        "capabilities_baseline:ray-worker:IPC_LOCK",
+        "capabilities_baseline:wait-gcs-ready:IPC_LOCK",
+    ]
 
 
 @pytest.mark.parametrize("app_name", VARIANTS)

@@ -55,6 +55,9 @@ def test_resource_properties_carry_the_whole_contract(default_app: Synthesized) 
         "ExpectedGpuNodes": "2",
         "GpusPerWorker": "1",
         "MetricsPort": "8080",
+        # Qwen3.5-9B in bfloat16: 8 full-attention layers x 4 KV heads x 256 x K,V x 2 bytes.
+        "KvBytesPerToken": "32768",
+        "GpuWorkersPrivileged": "true",
         "TimeoutSeconds": "3300",
         "QueryIntervalSeconds": "30",
         "ConfigHash": props["ConfigHash"],

@@ -242,10 +242,8 @@ def test_happy_path_waits_through_each_stage_then_returns_data(
             "CompletionSample": f"The access code is {code}.",
             "KvBackend": "LIBFABRIC,LIBFABRIC",
             "KvProvider": "efa,efa",
-            "KvTransfer": (
-                f"1 transfer(s), {moved / 1048576:.1f} MiB for {tokens} prompt tokens "
-                "(96 KiB/token)"
-            ),
+            # The byte histogram's bucket around the truth (Ray's _sum is a midpoint guess).
+            "KvTransfer": f"1 transfer(s), {bucket_mib(moved)} MiB for {tokens} prompt tokens",
             "IntegrityProbe": (
                 f"code {code} returned ({tokens} prompt tokens; answer 'The access code is "
                 f"{code}.')"
@@ -936,6 +934,16 @@ def test_a_500_from_an_aggregated_endpoint_is_not_a_kv_failure(
     assert pending_check(caplog) == "chat-completion"
 
 
+def bucket_mib(moved: float) -> str:
+    """The byte histogram bucket ``moved`` falls in, as the verdict's summary prints it."""
+    lower = 0.0
+    for bound in fake.NIXL_BYTE_BUCKETS:
+        if moved <= bound:
+            return f"{lower / 1048576:.1f}-{bound / 1048576:.1f}"
+        lower = bound
+    return f"{lower / 1048576:.1f}-more"
+
+
 def set_worker_env(kube_api: FakeKubeApi, **env: str) -> None:
     """Give the Ray worker pods this environment, as the RayService manifest renders it (the
     shared fake builds pods without env)."""
@@ -1552,3 +1560,76 @@ def test_a_dashboard_that_cannot_answer_leaves_token_enforcement_unproven(
         )
         with pytest.raises(handler.ReadinessError, match="Ray token authentication is not"):
             handler.ray_token_enforced(dashboard)
+
+
+# --- EFA memory registration and gpuWorkerPrivileged ------------------------------------------
+
+# What Serve reports when vLLM's NIXL worker could not register the KV cache with EFA (NIXL
+# 1.3.1's Python API raises the binding's nixlBackendError).
+REGISTRATION_FAILED = (
+    "The deployments ['PDDecode:qwen'] failed to start: nixlBackendError: NIXL_ERR_BACKEND "
+    "in register_memory"
+)
+
+
+@pytest.mark.parametrize("privileged", ["false", "true"])
+def test_a_failed_efa_registration_names_the_setting_that_restores_privileged_workers(
+    kube_api: FakeKubeApi, sleeps: list[float], privileged: str
+) -> None:
+    kube_api.set_stage("deploying")
+    kube_api.rayservice = make_rayservice(
+        ready=False, app_status="DEPLOY_FAILED", app_message=REGISTRATION_FAILED
+    )
+    message = fail_message(started(cfn_event(kube_api, GpuWorkersPrivileged=privileged)))
+    assert REGISTRATION_FAILED in message
+    hint = "`ray-pd-eks settings --set gpuWorkerPrivileged=true`"
+    assert (hint in message) is (privileged == "false")
+
+
+def test_a_kv_load_failure_with_unprivileged_efa_workers_names_the_setting(
+    kube_api: FakeKubeApi, sleeps: list[float]
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.set_proxy(
+        kube_api.serve_service,
+        8000,
+        "v1/chat/completions",
+        method="POST",
+        status=500,
+        body=KV_LOAD_500,
+    )
+    message = fail_message(started(cfn_event(kube_api, GpuWorkersPrivileged="false")))
+    assert "KV transfer failed" in message
+    assert "gpuWorkerPrivileged=false" in message
+    assert "`ray-pd-eks settings --set gpuWorkerPrivileged=true`" in message
+
+
+@pytest.mark.parametrize(
+    ("properties", "hinted"),
+    [
+        ({"GpuWorkersPrivileged": "false"}, True),
+        ({"GpuWorkersPrivileged": "true"}, False),
+        ({}, False),  # absent: privileged, as the construct's default deploys with EFA
+        ({"GpuWorkersPrivileged": "false", "KvBackend": "UCX"}, False),
+        ({"GpuWorkersPrivileged": "false", "ServingMode": "aggregated"}, False),
+    ],
+)
+def test_the_privilege_hint_is_only_for_unprivileged_efa_workers(
+    kube_api: FakeKubeApi, properties: dict[str, str], hinted: bool
+) -> None:
+    props = handler.Props.from_properties({**kube_api.props(), **properties})
+    assert bool(handler.efa_privilege_hint(props)) is hinted
+
+
+@pytest.mark.parametrize(("raw", "value"), [("0", 0), ("32768", 32768), ("", 0)])
+def test_kv_bytes_per_token_is_a_whole_number_from_zero(
+    kube_api: FakeKubeApi, raw: str, value: int
+) -> None:
+    props = handler.Props.from_properties({**kube_api.props(), "KvBytesPerToken": raw})
+    assert props.kv_bytes_per_token == value
+
+
+@pytest.mark.parametrize("raw", ["-1", "x", "1.5"])
+def test_a_bad_kv_bytes_per_token_is_refused_by_name(kube_api: FakeKubeApi, raw: str) -> None:
+    with pytest.raises(handler.ReadinessError, match=f"KvBytesPerToken .* got '{raw}'"):
+        handler.Props.from_properties({**kube_api.props(), "KvBytesPerToken": raw})

@@ -387,11 +387,8 @@ def test_gpu_workers(rs: dict[str, Any]) -> None:
         "tolerations"
     ]
     c = _worker_container(rs)
-    # Not privileged: every capability dropped but IPC_LOCK (EFA memory registration).
-    assert c["securityContext"] == {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
-    }
+    # With EFA, privileged by default: libfabric's fi_mr_reg pins GPU memory for RDMA.
+    assert c["securityContext"] == {"privileged": True}
     assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     expected = {
         "cpu": "16",
@@ -532,7 +529,7 @@ def validate(instance: Any, validator: Any) -> None:
         {"hfTokenSecretArn": "arn:aws:secretsmanager:us-west-2:123456789012:secret:hf-AbCdEf"},
         {"servingMode": "aggregated", "gpuNodeCount": 3, "decodeReplicas": 2},
         {"decodeMaxReplicas": 3, "gpuNodeMaxCount": 4},
-        {"gpuWorkerPrivileged": True},
+        {"gpuWorkerPrivileged": False},
         {"gpuNodeType": "p5.48xlarge", "tensorParallelSize": 8},
     ],
 )
@@ -669,10 +666,38 @@ def test_the_checks_tell_the_modes_apart_on_the_rendered_rayservice() -> None:
 # -- pod security: what the head and the workers may do on their nodes ------------------------
 
 
-def test_gpu_worker_privileged_restores_the_walkthroughs_worker() -> None:
-    config = DEFAULTS.with_overrides({"gpuWorkerPrivileged": True})
-    c = _worker_container(render_rayservice(config, image="img:1"))
+def test_with_efa_the_gpu_workers_run_privileged_by_default() -> None:
+    """What every public EFA + NIXL deployment runs (the walkthrough: IPC_LOCK alone was not
+    enough; NVIDIA Dynamo's EFA disaggregation test and recipe: fi_mr_reg needs it)."""
+    assert DEFAULTS.gpu_worker_privileged and DEFAULTS.uses_efa_transport
+    c = _worker_container(render_rayservice(DEFAULTS, image="img:1"))
     assert c["securityContext"] == {"privileged": True}
+
+
+def test_the_unprivileged_efa_worker_is_an_explicit_opt_in() -> None:
+    config = DEFAULTS.with_overrides({"gpuWorkerPrivileged": False})
+    c = _worker_container(render_rayservice(config, image="img:1"))
+    # Every capability dropped but IPC_LOCK (libfabric pins the memory it registers).
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+    }
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"kvBackend": "UCX"}, {"servingMode": "aggregated", "gpuNodeCount": 3, "decodeReplicas": 2}],
+)
+def test_without_efa_the_gpu_workers_never_run_privileged(overrides: dict[str, Any]) -> None:
+    """Only registering GPU memory with the EFA NIC needs it: gpuWorkerPrivileged (on by
+    default) leaves the UCX and aggregated workers unprivileged."""
+    config = DEFAULTS.with_overrides(overrides)
+    assert config.gpu_worker_privileged and not config.workers_privileged
+    c = _worker_container(render_rayservice(config, image="img:1"))
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def test_the_head_drops_every_capability_under_runtime_default_seccomp(

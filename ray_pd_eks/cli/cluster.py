@@ -14,6 +14,7 @@ from typing import Any
 from ray_pd_eks import lambda_code
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.errors import ADD_ADMIN_ME_COMMAND, DEPLOY_COMMAND, SET_COMMAND, AccessError
+from ray_pd_eks.kv_shapes import kv_bytes_per_token
 
 # The CLI waits on a person, not a CloudFormation deadline: fewer, shorter retries than the Lambda.
 KUBE_TIMEOUT_SECONDS = 15.0
@@ -63,6 +64,8 @@ class Cluster:
             expected_gpu_nodes=c.gpu_node_min,
             serving_mode=c.serving_mode,
             ray_auth_secret=c.ray_auth_secret_name,
+            kv_bytes_per_token=kv_bytes_per_token(c.model_source, c.dtype, c.kv_cache_dtype),
+            workers_privileged=c.workers_privileged,
         )
 
     def serving_mode(self, rayservice: dict[str, Any] | None) -> str:

@@ -11,15 +11,16 @@ drill", says where this was read): decode keeps, per remote *engine id*, the NIX
 metadata of each prefill engine it has talked to, and handshakes only with an engine id it has
 not seen (``start_load_kv``: ``if remote_engine_id not in self._remote_agents``). A restarted
 prefill engine starts with a new engine id: the serve config sets no
-``kv_transfer_config.engine_id``, so Ray Serve LLM 2.58 makes it ``<random suffix>-<host>-<port>``
-at every engine start (``kv_transfer/nixl.py`` ``NixlConnectorBackend.setup``, ``base.py``
-``_get_unique_suffix``), even for a replica restarted on the same pod; decode handshakes with it
-afresh on the first request and the old entry is never used again. A restarted decode engine has no peers yet and handshakes on its first
-request. So we expect recovery without touching the other engine. A *stale peer* is decode
-still reading from the dead prefill agent (an engine id that did not change): the probe then
-fails (failed transfers, a count that does not rise, or an answer without the code) after the
-replacement is RUNNING; the drill names that and the command that recovers (restart the other
-engine's pod too, which forces a fresh handshake on both sides).
+``kv_transfer_config.engine_id``, so Ray Serve LLM 2.58 makes it
+``<random suffix>-<host>-<port>`` at every engine start (``kv_transfer/nixl.py``
+``NixlConnectorBackend.setup``, ``base.py`` ``_get_unique_suffix``), even for a replica
+restarted on the same pod; decode handshakes with it afresh on the first request and the old
+entry is never used again. A restarted decode engine has no peers yet and handshakes on its
+first request. So we expect recovery without touching the other engine. A *stale peer* is
+decode still reading from the dead prefill agent: the probe then fails (failed transfers, a
+count that does not rise, an answer without the code, or HTTP 500, which vLLM answers when a
+KV load fails) after the replacement is RUNNING; the drill names that and the command that
+recovers (restart the other engine's pod too, which forces a fresh handshake on both sides).
 
 Least privilege (docs/readiness.md lists it; ``DRILL_RULES`` is the Role, and the tests prove
 each request is covered and each rule used): ``get`` the RayService, ``list`` pods and

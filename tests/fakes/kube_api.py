@@ -797,9 +797,38 @@ def provider_log(provider: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# vLLM 0.26's byte buckets (nixl/stats.py NixlPromMetrics: 2**(10+i), i = 1, 3, .. 23).
+NIXL_BYTE_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
+
+
+def count_transfer(counters: dict[str, float], size: float) -> None:
+    """Count one transfer of ``size`` bytes in the byte histogram (keys ``le:<bound>``)."""
+    for bound in (*NIXL_BYTE_BUCKETS, float("inf")):
+        if size <= bound:
+            counters[f"le:{bound}"] = counters.get(f"le:{bound}", 0.0) + 1
+
+
+def _byte_histogram(counters: Mapping[str, float], labels: str) -> str:
+    """The byte histogram as Ray 2.58 re-exports it: exact cumulative bucket counts, and a
+    ``_sum`` rebuilt from bucket midpoints (open_telemetry_metric_recorder.py
+    record_histogram_aggregated_batch; the +Inf bucket's "midpoint" is twice the last bound)."""
+    bounds = (*NIXL_BYTE_BUCKETS, float("inf"))
+    lines, total, previous, below = [], 0.0, 0.0, 0.0
+    for bound in bounds:
+        cumulative = counters.get(f"le:{bound}", 0.0)
+        inf = bound == float("inf")
+        midpoint = NIXL_BYTE_BUCKETS[-1] * 2 if inf else (previous + bound) / 2
+        total += (cumulative - below) * midpoint
+        le = "+Inf" if inf else f"{bound}"
+        lines.append(f'ray_vllm_nixl_bytes_transferred_bucket{{{labels},le="{le}"}} {cumulative}')
+        previous, below = bound, cumulative
+    lines.append(f"ray_vllm_nixl_bytes_transferred_sum{{{labels}}} {total}")
+    return "\n".join(lines) + "\n"
+
+
 def nixl_metrics_text(counters: Mapping[str, float]) -> str:
     """A Ray worker pod's /metrics with vLLM's NIXL series as Ray 2.58 exports them (one label
-    set per engine replica; the histograms' bucket lines are left out)."""
+    set per engine replica): the byte histogram's buckets are exact, its ``_sum`` is not."""
     labels = 'ReplicaId="r1",engine="0",model_name="qwen3.5-9b"'
     return (
         "# HELP ray_vllm_nixl_xfer_time_seconds Histogram of transfer duration.\n"
@@ -808,8 +837,8 @@ def nixl_metrics_text(counters: Mapping[str, float]) -> str:
         f"ray_vllm_nixl_xfer_time_seconds_sum{{{labels}}} {counters.get('xfer', 0.0) * 0.004}\n"
         "# TYPE ray_vllm_nixl_bytes_transferred histogram\n"
         f"ray_vllm_nixl_bytes_transferred_count{{{labels}}} {counters.get('xfer', 0.0)}\n"
-        f"ray_vllm_nixl_bytes_transferred_sum{{{labels}}} {counters.get('bytes', 0.0)}\n"
-        "# TYPE ray_vllm_nixl_num_failed_transfers_total counter\n"
+        + _byte_histogram(counters, labels)
+        + "# TYPE ray_vllm_nixl_num_failed_transfers_total counter\n"
         f"ray_vllm_nixl_num_failed_transfers_total{{{labels}}} {counters.get('failed', 0.0)}\n"
     )
 
@@ -1491,7 +1520,10 @@ class FakeKubeApi:
                 counters["xfer"] += self.kv_transfers_per_chat
                 counters["failed"] += self.kv_failed_per_chat
                 if self.kv_transfers_per_chat:
-                    counters["bytes"] += prompt_tokens * self.kv_bytes_per_token
+                    moved = prompt_tokens * self.kv_bytes_per_token
+                    counters["bytes"] += moved
+                    for _ in range(self.kv_transfers_per_chat):
+                        count_transfer(counters, moved / self.kv_transfers_per_chat)
         answer = chat_completion_body(text, model=self.model_id)
         answer["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8}
         return _json(200, answer)

@@ -41,6 +41,7 @@ import kube
 import kvproof
 from pd_lambda import props as props_helpers
 from pd_lambda import rollback
+from pd_lambda.settings_hint import set_hint
 
 LOG = logging.getLogger("readiness")
 
@@ -173,6 +174,12 @@ class Props:
     ray_auth_secret: str = ""
     # Optional property MetricsPort: the Ray pods' Prometheus port (KubeRay's ``metrics``).
     metrics_port: int = METRICS_PORT
+    # Optional property KvBytesPerToken: the model's KV bytes per prompt token
+    # (ray_pd_eks/kv_shapes.py), the byte check's floor; 0 = unknown, the generic floor.
+    kv_bytes_per_token: int = 0
+    # Optional property GpuWorkersPrivileged: whether the GPU workers run privileged
+    # (gpuWorkerPrivileged with EFA); "false" adds the setting to EFA failures' messages.
+    workers_privileged: bool = True
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     query_interval_seconds: int = DEFAULT_QUERY_INTERVAL_SECONDS
 
@@ -222,11 +229,28 @@ class Props:
             gpus_per_worker=_positive_int(properties, "GpusPerWorker", 1),
             ray_auth_secret=str(properties.get("RayAuthSecret") or ""),
             metrics_port=_positive_int(properties, "MetricsPort", METRICS_PORT),
+            kv_bytes_per_token=_non_negative_int(properties, "KvBytesPerToken"),
+            workers_privileged=str(properties.get("GpuWorkersPrivileged") or "true").lower()
+            != "false",
             timeout_seconds=_positive_int(properties, "TimeoutSeconds", DEFAULT_TIMEOUT_SECONDS),
             query_interval_seconds=_positive_int(
                 properties, "QueryIntervalSeconds", DEFAULT_QUERY_INTERVAL_SECONDS
             ),
         )
+
+
+def _non_negative_int(properties: Mapping[str, Any], key: str) -> int:
+    """An optional whole number >= 0 (absent = 0)."""
+    raw = properties.get(key)
+    if raw in (None, ""):
+        return 0
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ReadinessError(f"{key} must be a whole number >= 0, got {raw!r}")
+    return value
 
 
 def _positive_int(properties: Mapping[str, Any], key: str, default: int | None) -> int:
@@ -681,11 +705,37 @@ def kv_probe(
         after, status = read_nixl_counters(client, props, metric_pods)
         if after is None:
             return KvProbeRun(probe=probe, pending=status, pending_check="kv-counters")
-        verdict = kvproof.transfer_verdict(before, after, probe.prompt_tokens)
+        verdict = kvproof.transfer_verdict(
+            before, after, probe.prompt_tokens, props.kv_bytes_per_token
+        )
         if (after.transfers or 0.0) > (before.transfers or 0.0):
             break
     assert verdict is not None
     return KvProbeRun(probe=probe, verdict=verdict, failure=verdict.failure)
+
+
+# What a failed NIXL memory registration leaves in Serve's message: vLLM 0.26 registers the KV
+# cache at engine start (nixl/base_worker.py, register_kv_caches -> nixl_wrapper.
+# register_memory), and NIXL 1.3.1's Python API raises the binding's nixlBackendError
+# (NIXL_ERR_BACKEND) when the LIBFABRIC plugin's fi_mr_reg fails ("Failed to register memory
+# on rail", "fi_mr_reg failed" in libplugin_LIBFABRIC.so).
+NIXL_REGISTRATION_SIGNS = ("nixlBackendError", "NIXL_ERR_BACKEND", "register_memory", "fi_mr_reg")
+
+
+def _nixl_registration_failed(message: str) -> bool:
+    return any(sign in (message or "") for sign in NIXL_REGISTRATION_SIGNS)
+
+
+def efa_privilege_hint(props: Props) -> str:
+    """What to add to a failure of the EFA path when the GPU workers run unprivileged: the
+    setting that restores the default. Empty when they run privileged or without EFA."""
+    if props.workers_privileged or props.kv_backend != "LIBFABRIC" or props.serving_mode != "pd":
+        return ""
+    return (
+        "; the GPU workers run without privileged (gpuWorkerPrivileged=false), and NIXL may "
+        "fail to register GPU memory with EFA without it (libfabric's fi_mr_reg pins it): "
+        f"restore the default with {set_hint('gpuWorkerPrivileged', 'true')}, then redeploy"
+    )
 
 
 def kv_load_failure(props: Props, where: str, reason: str) -> str:
@@ -696,7 +746,7 @@ def kv_load_failure(props: Props, where: str, reason: str) -> str:
         "answers 500 when decode cannot load the prompt's KV cache from prefill "
         "(kv_load_failure_policy 'fail'); read the decode worker's log for the NIXL error, run "
         "python -m ray_pd_eks efa-check, and restart the decode worker pod (python -m "
-        "ray_pd_eks drill decode-restart shows the way)"
+        "ray_pd_eks drill decode-restart shows the way)" + efa_privilege_hint(props)
     )
 
 
@@ -870,10 +920,15 @@ def terminal_failure(
         if state.terminal_reason:
             return state.terminal_message
         if state.app_status == "DEPLOY_FAILED":
+            registration = _nixl_registration_failed(state.app_message)
             return (
                 f"Serve app {app} is DEPLOY_FAILED: {state.app_message or 'no message'}"
                 + _deployment_detail(state)
-                + "; fix serveConfigV2 or the image, then redeploy"
+                + (
+                    efa_privilege_hint(props)
+                    if registration
+                    else "; fix serveConfigV2 or the image, then redeploy"
+                )
             )
     if not state.running:
         for warning in warnings:

@@ -18,9 +18,12 @@ What a pass proves, and what it relies on upstream:
   ``NixlKVConnectorStats.record_transfer``), and exports them as the histograms
   ``vllm:nixl_xfer_time_seconds`` and ``vllm:nixl_bytes_transferred`` (bytes) and the counter
   ``vllm:nixl_num_failed_transfers``; Ray 2.58 re-exports them on the worker's metrics port as
-  ``ray_vllm_nixl_xfer_time_seconds_count``, ``ray_vllm_nixl_bytes_transferred_sum`` and
+  ``ray_vllm_nixl_xfer_time_seconds_count``, ``ray_vllm_nixl_bytes_transferred_bucket`` and
   ``ray_vllm_nixl_num_failed_transfers_total`` (see ``ray_pd_eks/metrics.py``). Decode pulls
-  (it is the side that records transfers), so the proof reads the decode engines' pods.
+  (it is the side that records transfers), so the proof reads the decode engines' pods. The
+  bytes are bounded from the histogram's exact bucket counts, not its ``_sum``, which Ray
+  rebuilds from bucket midpoints (``moved_bytes_bounds``), against a floor from the model's
+  own KV bytes per token where its shape is known (``ray_pd_eks/kv_shapes.py``).
 * **Provider.** NIXL 1.3's LIBFABRIC plugin picks libfabric's provider itself: ``efa`` when
   ``fi_getinfo`` lists an EFA device, else ``tcp`` or ``sockets`` (``getAvailableNetworkDevices``
   in ``src/utils/libfabric/libfabric_common.cpp``), and logs either ``Discovered <n> EFA
@@ -184,23 +187,22 @@ def probe_failure(result: ProbeResult) -> str | None:
 
 XFER_COUNT = "ray_vllm_nixl_xfer_time_seconds_count"
 BYTES_SUM = "ray_vllm_nixl_bytes_transferred_sum"
+BYTES_BUCKET = "ray_vllm_nixl_bytes_transferred_bucket"
 FAILED_TOTAL = "ray_vllm_nixl_num_failed_transfers_total"
 NIXL_SERIES = (XFER_COUNT, BYTES_SUM, FAILED_TOTAL)
 _SAMPLE_RE = re.compile(
     r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)(?:\s+-?\d+)?\s*$"
 )
+_LE_RE = re.compile(r'(?:^|[{,])\s*le="([^"]*)"')
 
 
-def metric_totals(text: str, names: Iterable[str] = NIXL_SERIES) -> dict[str, float]:
-    """Sum of every sample of each wanted series in a Prometheus text exposition (all label
-    sets: one per engine replica and engine). A series absent from the text is absent here."""
-    wanted = set(names)
-    totals: dict[str, float] = {}
+def _samples(text: str) -> Iterable[tuple[str, str, float]]:
+    """(name, label text, value) of every sample line; NaN and unparsable values skipped."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         match = _SAMPLE_RE.match(line.strip())
-        if not match or match.group(1) not in wanted:
+        if not match:
             continue
         try:
             value = float(match.group(3))
@@ -208,42 +210,114 @@ def metric_totals(text: str, names: Iterable[str] = NIXL_SERIES) -> dict[str, fl
             continue
         if value != value:  # NaN
             continue
-        totals[match.group(1)] = totals.get(match.group(1), 0.0) + value
+        yield match.group(1), match.group(2) or "", value
+
+
+def metric_totals(text: str, names: Iterable[str] = NIXL_SERIES) -> dict[str, float]:
+    """Sum of every sample of each wanted series in a Prometheus text exposition (all label
+    sets: one per engine replica and engine). A series absent from the text is absent here."""
+    wanted = set(names)
+    totals: dict[str, float] = {}
+    for name, _, value in _samples(text):
+        if name in wanted:
+            totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+def bucket_totals(text: str, name: str = BYTES_BUCKET) -> dict[float, float]:
+    """A histogram's cumulative bucket counts by upper bound (``le``; ``+Inf`` is inf), summed
+    over every label set (cumulative counts of the same bounds add up)."""
+    totals: dict[float, float] = {}
+    for sample, labels, value in _samples(text):
+        if sample != name:
+            continue
+        match = _LE_RE.search(labels)
+        if not match:
+            continue
+        try:
+            bound = float(match.group(1))
+        except ValueError:
+            continue
+        totals[bound] = totals.get(bound, 0.0) + value
     return totals
 
 
 @dataclass(frozen=True)
 class NixlCounters:
-    """The decode engines' NIXL counters summed over the pods read; None = series absent."""
+    """The decode engines' NIXL counters summed over the pods read; None = series absent.
+    ``bytes_buckets``: the byte histogram's cumulative counts, (upper bound, count) by bound."""
 
     transfers: float | None
     bytes: float | None
     failed: float | None
     pods: tuple[str, ...] = ()
+    bytes_buckets: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def from_texts(cls, texts: Mapping[str, str]) -> NixlCounters:
         sums: dict[str, float] = {}
+        buckets: dict[float, float] = {}
         for text in texts.values():
             for name, value in metric_totals(text).items():
                 sums[name] = sums.get(name, 0.0) + value
+            for bound, count in bucket_totals(text).items():
+                buckets[bound] = buckets.get(bound, 0.0) + count
         return cls(
             transfers=sums.get(XFER_COUNT),
             bytes=sums.get(BYTES_SUM),
             failed=sums.get(FAILED_TOTAL),
             pods=tuple(sorted(texts)),
+            bytes_buckets=tuple(sorted(buckets.items())),
         )
 
 
-# Bounds on KV bytes per prompt token that any model this project serves falls within: the
-# smallest (a 0.5B model: 24 layers x 2 KV heads x 64 dims x K and V x 1 byte in FP8 = 6 KiB)
-# and the largest (405B: 126 layers x 8 x 128 x 2 x 2 bytes = 504 KiB; hybrid models add their
-# state, well below). Fewer bytes than the floor means the prompt's KV did not move.
+def moved_bytes_bounds(before: NixlCounters, after: NixlCounters) -> tuple[float, float] | None:
+    """The bytes the transfers between two readings moved at least and at most, from the byte
+    histogram's buckets; None without bucket lines.
+
+    Not ``_sum``: Ray 2.58 re-exports a histogram from its per-bucket counts and rebuilds each
+    observation as its bucket's midpoint (``OpenTelemetryMetricRecorder.
+    record_histogram_aggregated_batch``, called from ``reporter_agent.py``
+    ``_export_histogram_data``), so ``_sum`` is 0.625 to 2.5 times the truth with vLLM's byte
+    buckets, which are 4x apart (``nixl/stats.py`` ``NixlPromMetrics``: 2 KiB .. 8 GiB). The
+    counts per bucket are exact, and a transfer counted in the bucket ``(lower, upper]`` moved
+    more than ``lower`` and at most ``upper`` bytes."""
+    if not after.bytes_buckets:
+        return None
+    old = dict(before.bytes_buckets)
+    low = high = 0.0
+    previous_bound, previous_count = 0.0, 0.0
+    for bound, cumulative in after.bytes_buckets:
+        count = cumulative - old.get(bound, 0.0)
+        in_bucket = max(0.0, count - previous_count)
+        low += in_bucket * previous_bound
+        if in_bucket:
+            high += in_bucket * bound
+        previous_bound, previous_count = bound, count
+    return low, high
+
+
+# Bounds on KV bytes per prompt token when the model's shape is unknown (KvBytesPerToken 0):
+# the smallest model this project serves (a 0.5B model: 24 layers x 2 KV heads x 64 dims x K
+# and V x 1 byte in FP8 = 6 KiB) and the largest (405B: 126 layers x 8 x 128 x 2 x 2 bytes =
+# 504 KiB; hybrid models add their state, well below). Fewer bytes than the floor means the
+# prompt's KV did not move.
 MIN_KV_BYTES_PER_TOKEN = 4 * 1024
 MAX_KV_BYTES_PER_TOKEN = 2 * 1024 * 1024
+# With the model's own KV bytes per token known (ray_pd_eks/kv_shapes.py), the floor is this
+# share of them: a margin for blocks that need not move (the first, a cached prefix, and the
+# last partial one) when a block holds hundreds of tokens, as a hybrid model's may.
+MODEL_FLOOR_SHARE = 0.5
 # Decode pulls every full block of the prompt; the prompt's last partial block and the first
 # one (which a cached prefix may cover) need not move.
 UNCOUNTED_TOKENS = 2 * 16
+
+
+def floor_bytes_per_token(kv_bytes_per_token: int) -> float:
+    """The least KV a correct transfer moves per counted prompt token: ``MODEL_FLOOR_SHARE``
+    of the model's own figure when known (never below the generic floor), else
+    ``MIN_KV_BYTES_PER_TOKEN``."""
+    return max(float(MIN_KV_BYTES_PER_TOKEN), kv_bytes_per_token * MODEL_FLOOR_SHARE)
 
 
 @dataclass(frozen=True)
@@ -253,11 +327,24 @@ class KvTransferVerdict:
     failure: str = ""  # set when not ok: what is wrong and what to check
 
 
+def _mib(value: float) -> str:
+    return "more" if value == float("inf") else f"{value / 1048576:.1f}"
+
+
 def transfer_verdict(
-    before: NixlCounters, after: NixlCounters, prompt_tokens: int | None
+    before: NixlCounters,
+    after: NixlCounters,
+    prompt_tokens: int | None,
+    kv_bytes_per_token: int = 0,
 ) -> KvTransferVerdict:
     """Did the probe's KV cache move? The transfer count rose, failed transfers did not, and
-    the bytes moved are at least what the prompt's blocks need (and not absurdly more)."""
+    the bytes moved are at least what the prompt's blocks need (and not absurdly more).
+
+    The bytes come from the byte histogram's buckets (``moved_bytes_bounds``): too few when
+    even every transfer's bucket upper bound falls short of the floor, too many when their
+    lower bounds already exceed the ceiling, so neither verdict rests on an estimate. The floor
+    is ``floor_bytes_per_token(kv_bytes_per_token)`` per counted token. Without bucket lines
+    the ``_sum`` stands in for both bounds."""
     where = ", ".join(after.pods) or "no pods"
     if after.transfers is None:
         return KvTransferVerdict(
@@ -270,12 +357,16 @@ def transfer_verdict(
         )
     rose = after.transfers - (before.transfers or 0.0)
     failed = (after.failed or 0.0) - (before.failed or 0.0)
-    moved = (after.bytes or 0.0) - (before.bytes or 0.0)
-    summary = f"{rose:.0f} transfer(s), {moved / 1048576:.1f} MiB"
+    bounds = moved_bytes_bounds(before, after)
+    if bounds is None:
+        moved = (after.bytes or 0.0) - (before.bytes or 0.0)
+        low, high, source = moved, moved, f"~{moved / 1048576:.1f} MiB ({BYTES_SUM})"
+    else:
+        low, high = bounds
+        source = f"{_mib(low)}-{_mib(high)} MiB"
+    summary = f"{rose:.0f} transfer(s), {source}"
     if prompt_tokens:
-        summary += (
-            f" for {prompt_tokens} prompt tokens ({moved / prompt_tokens / 1024:.0f} KiB/token)"
-        )
+        summary += f" for {prompt_tokens} prompt tokens"
     if failed > 0:
         return KvTransferVerdict(
             False,
@@ -293,22 +384,28 @@ def transfer_verdict(
         )
     if prompt_tokens:
         counted = max(1, prompt_tokens - UNCOUNTED_TOKENS)
-        low = counted * MIN_KV_BYTES_PER_TOKEN
-        high = prompt_tokens * MAX_KV_BYTES_PER_TOKEN * max(1.0, rose)
-        if moved < low:
+        per_token = floor_bytes_per_token(kv_bytes_per_token)
+        floor = counted * per_token
+        ceiling = prompt_tokens * MAX_KV_BYTES_PER_TOKEN * max(1.0, rose)
+        basis = (
+            f"{MODEL_FLOOR_SHARE:g} x the model's {kv_bytes_per_token} bytes a token"
+            if per_token > MIN_KV_BYTES_PER_TOKEN
+            else f"{MIN_KV_BYTES_PER_TOKEN} bytes a token"
+        )
+        if high < floor:
             return KvTransferVerdict(
                 False,
                 summary,
-                f"NIXL moved {moved:.0f} bytes for a {prompt_tokens}-token prompt, less than "
-                f"the {low} its KV cache needs at {MIN_KV_BYTES_PER_TOKEN} bytes a token: the "
-                f"prompt's KV did not move ({BYTES_SUM} on {where})",
+                f"NIXL moved at most {high:.0f} bytes for a {prompt_tokens}-token prompt, less "
+                f"than the {floor:.0f} its KV cache needs at {basis}: the prompt's KV did not "
+                f"move ({BYTES_BUCKET} on {where})",
             )
-        if moved > high:
+        if low > ceiling:
             return KvTransferVerdict(
                 False,
                 summary,
-                f"NIXL moved {moved:.0f} bytes for a {prompt_tokens}-token prompt, more than "
-                f"any model needs ({MAX_KV_BYTES_PER_TOKEN} bytes a token): other requests "
+                f"NIXL moved at least {low:.0f} bytes for a {prompt_tokens}-token prompt, more "
+                f"than any model needs ({MAX_KV_BYTES_PER_TOKEN} bytes a token): other requests "
                 "were moving KV at the same time; run the probe again when the endpoint is idle",
             )
     return KvTransferVerdict(True, summary)
