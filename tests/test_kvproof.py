@@ -114,6 +114,7 @@ def test_the_series_names_are_the_ones_the_metrics_table_lists() -> None:
     from ray_pd_eks.metrics import EXPOSITION_SERIES
 
     assert set(kvproof.NIXL_SERIES) <= EXPOSITION_SERIES
+    assert kvproof.BYTES_BUCKET in EXPOSITION_SERIES
 
 
 def _counters(transfers: float | None, moved: float = 0.0, failed: float = 0.0) -> object:

@@ -306,7 +306,9 @@ MIN_KV_BYTES_PER_TOKEN = 4 * 1024
 MAX_KV_BYTES_PER_TOKEN = 2 * 1024 * 1024
 # With the model's own KV bytes per token known (ray_pd_eks/kv_shapes.py), the floor is this
 # share of them: a margin for blocks that need not move (the first, a cached prefix, and the
-# last partial one) when a block holds hundreds of tokens, as a hybrid model's may.
+# last partial one) when a block holds hundreds of tokens, as a hybrid model's may (vLLM 0.26
+# aligns its attention block size with the recurrent state's page size:
+# vllm/platforms/interface.py Platform.update_block_size_for_backend).
 MODEL_FLOOR_SHARE = 0.5
 # Decode pulls every full block of the prompt; the prompt's last partial block and the first
 # one (which a cached prefix may cover) need not move.
