@@ -1,0 +1,247 @@
+"""The serving tier on a machine with one NVIDIA GPU: the app's rendered Serve config on CUDA vLLM
+0.26, Ray 2.58 and NIXL 1.3.1 over UCX, then ``vllm bench serve`` as the project's ``bench``
+runs it, in the PD profile or the aggregated one.
+
+Two steps, because the GPU machine has no CDK (the rendering needs aws-cdk-lib):
+
+    # here: render both profiles of the app, with the bench's context length
+    .venv/bin/python -m tests_serving.gpu_run prepare .gpuwh/apps.json
+    # on the GPU machine (its own python3 with PyTorch; the serving wheels unpacked in SITE):
+    python3 -m tests_serving.gpu_run run --apps .gpuwh/apps.json --site SITE \
+        --profile pd --out "$OUT"
+
+``run`` writes ``<profile>-run.json`` (what each check saw and the times) and
+``<profile>-bench.json`` (each level's ``vllm bench serve --save-result`` file, by name) under
+``--out``; ``ray-pd-eks bench report`` reads the latter once unpacked (``unpack``).
+
+What differs from EKS, and why: docs/testing.md "The serving tier". In short: one GPU holds both
+engines (each Ray worker node declares the one GPU, and each engine takes under half of its
+memory), NIXL runs over UCX (no EFA), and the model is a Qwen3-8B-shaped config with vLLM's
+seeded dummy weights: compute-exact, its answers meaningless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The bench's sweep: long prompts as in RAG and summarisation (docs/benchmarking.md).
+BENCH_INPUT_LEN = 4000
+BENCH_OUTPUT_LEN = 200
+BENCH_LEVELS = (1, 4, 16, 32)
+# The context length the profiles are rendered with, so the longest request fits.
+BENCH_MAX_MODEL_LEN = 8192
+PROFILES = {"pd": {}, "aggregated": {"servingMode": "aggregated"}}
+
+
+def prepare(out: Path) -> None:
+    from tests_serving.rendering import app_for
+
+    apps = {
+        name: asdict(app_for({"maxModelLen": BENCH_MAX_MODEL_LEN, **context}))
+        for name, context in PROFILES.items()
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(apps, indent=1))
+    print(f"rendered {', '.join(apps)} into {out}")
+
+
+def make_venv(site: Path, venv: Path) -> None:
+    """A venv over the image's Python (PyTorch) that also sees the unpacked serving wheels."""
+    if not (venv / "bin" / "python").exists():
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+            check=True,
+        )
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (venv / "lib" / version / "site-packages" / "serving-wheels.pth").write_text(f"{site}\n")
+    for name, module in (("ray", "ray.scripts.scripts"), ("vllm", "vllm.entrypoints.cli.main")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{venv}/bin/python\nfrom {module} import main\nmain()\n")
+        script.chmod(0o755)
+
+
+def bench(base: str, model: str, tokenizer: Path, out_dir: Path, label: str) -> dict[str, str]:
+    """Every level of the sweep with the project's own ``vllm bench serve`` arguments
+    (``ray_pd_eks.bench.job.Sweep.args``); the result files by name."""
+    from ray_pd_eks.bench.job import RESULT_DIR, TOKENIZER_DIR, Sweep, prompts_per_level
+    from ray_pd_eks.rehearse.plane import serving_bin
+
+    prompts = prompts_per_level(BENCH_LEVELS, None)
+    sweep = Sweep(
+        base_url=base,
+        model=model,
+        tokenizer=str(tokenizer),
+        tokenizer_revision="local",
+        concurrency=BENCH_LEVELS,
+        prompts=tuple(max(8, p // 2) for p in prompts),
+        input_len=BENCH_INPUT_LEN,
+        output_len=BENCH_OUTPUT_LEN,
+        seed=0,
+        label=label,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    for concurrency, count in zip(sweep.concurrency, sweep.prompts, strict=True):
+        args = sweep.args(concurrency, count)
+        args = [
+            str(tokenizer) if a == TOKENIZER_DIR else str(out_dir) if a == RESULT_DIR else a
+            for a in args
+        ]
+        args[0] = str(serving_bin("vllm"))
+        started = time.monotonic()
+        result = subprocess.run(args, capture_output=True, text=True, timeout=400, check=False)
+        path = out_dir / sweep.result_file(concurrency)
+        print(
+            f"[bench] {label} concurrency={concurrency} prompts={count}: exit "
+            f"{result.returncode} in {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
+        if path.exists():
+            files[path.name] = path.read_text()
+        else:
+            files[f"failed-{concurrency}.txt"] = (result.stdout + result.stderr)[-4000:]
+    return files
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ["RAY_PD_EKS_SERVING_VENV"] = str(args.venv)
+    make_venv(args.site, args.venv)
+    from ray_pd_eks.rehearse import plane as plane_module
+    from ray_pd_eks.rehearse import probe
+
+    plane_module.SERVING_VENV = args.venv
+    apps = json.loads(args.apps.read_text())
+    app = plane_module.RenderedApp(**apps[args.profile])
+    workdir = Path(f"/tmp/rpe-gpu-{args.profile}")
+    plane = plane_module.ServingPlane(app, workdir, device="cuda", model_shape=args.shape)
+    report: dict[str, Any] = {"profile": args.profile, "shape": args.shape, "checks": {}}
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    checks = report["checks"]
+    started = time.monotonic()
+    try:
+        plane.start()
+        report["ray_started_s"] = round(time.monotonic() - started, 1)
+        serve = plane_module.adapt_serve_config(
+            app.serve_config, model_dir=plane.model_dir, device="cuda", engines_per_gpu=2
+        )
+        report["serve_config"] = serve
+        plane.deploy(serve)
+        plane.wait_running(args.deploy_timeout)
+        report["running_after_s"] = round(time.monotonic() - started, 1)
+        base = f"http://127.0.0.1:{plane_module.SERVE_PORT}"
+        apps_json = plane.dashboard("api/serve/applications/")
+        engines = probe.engines(apps_json, app.app_name)
+        checks["replicas"] = [
+            {"deployment": r.deployment, "role": r.role, "state": r.state, "node_ip": r.node_ip}
+            for r in engines.replicas
+        ]
+        status, models = probe.http(f"{base}/v1/models")
+        checks["models"] = {"status": status, "body": models[:500]}
+        decode_ips = engines.ips("decode") or engines.ips("engine")
+        metric_urls = {
+            ip: f"http://{ip}:{_metrics_port(plane_module, app, ip)}/metrics"
+            for ip in decode_ips
+            if ip in plane_module.WORKER_IPS
+        }
+
+        def read_counters() -> Any:
+            return probe.counters({ip: probe.http(url)[1] for ip, url in metric_urls.items()})
+
+        before = read_counters()
+        code = probe.kvproof.new_code()
+        first = probe.chat(base, app.model_id, probe.kvproof.probe_prompt(code), 16)
+        time.sleep(6)  # Ray's metrics export interval is 5 s
+        after = read_counters()
+        verdict = probe.kvproof.transfer_verdict(before, after, probe.prompt_tokens(first))
+        checks["probe_chat"] = {
+            "status": first["status"],
+            "prompt_tokens": probe.prompt_tokens(first),
+            "answer": probe.answer_text(first),
+        }
+        checks["nixl_counters"] = {
+            "before": asdict(before),
+            "after": asdict(after),
+            "verdict": asdict(verdict),
+        }
+        logs = probe.log_texts(plane.logs_dir())
+        checks["nixl_backends"] = sorted(probe.backends_in(logs.values()))
+        # Greedy answers to fixed prompts: equal in both profiles when the KV cache that
+        # decode pulled is the one prefill computed.
+        checks["greedy"] = [
+            probe.answer_text(probe.chat(base, app.model_id, p, 12))
+            for p in ("Tell me about the river.", probe.kvproof.probe_prompt("ABCD1234"))
+        ]
+        report["bench_started_s"] = round(time.monotonic() - started, 1)
+        files = bench(base, app.model_id, plane.model_dir, workdir / "bench", args.label)
+        (out / f"{args.profile}-bench.json").write_text(json.dumps(files, indent=1))
+        report["bench_done_s"] = round(time.monotonic() - started, 1)
+        return 0
+    except Exception as exc:  # the report says what failed; the logs come back beside it
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        print(report["error"], flush=True)
+        return 1
+    finally:
+        (out / f"{args.profile}-run.json").write_text(json.dumps(report, indent=1, default=str))
+        logs_dir = plane.logs_dir()
+        tails = []
+        for path in sorted(logs_dir.glob("serve/*.log")) + sorted(logs_dir.glob("worker-*.err")):
+            text = path.read_text("utf-8", "replace").splitlines()
+            tails.append(f"==> {path.name}\n" + "\n".join(text[-60:]))
+        (out / f"{args.profile}-logs.txt").write_text("\n".join(tails)[-4_000_000:])
+        plane.stop()
+
+
+def _metrics_port(plane_module: Any, app: Any, ip: str) -> int:
+    return int(plane_module.metrics_port(app, 1 + plane_module.WORKER_IPS.index(ip)))
+
+
+def unpack(bench_json: Path, out_dir: Path) -> None:
+    """A ``<profile>-bench.json`` back into a run folder that ``bench report`` reads."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in json.loads(bench_json.read_text()).items():
+        (out_dir / name).write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("out", type=Path)
+    r = sub.add_parser("run")
+    r.add_argument("--apps", type=Path, required=True)
+    r.add_argument("--site", type=Path, required=True)
+    r.add_argument("--venv", type=Path, default=Path("/tmp/serving-venv"))
+    r.add_argument("--profile", choices=sorted(PROFILES), required=True)
+    r.add_argument("--shape", default="qwen3-8b")
+    r.add_argument("--label", default="")
+    r.add_argument("--deploy-timeout", type=float, default=420)
+    r.add_argument("--out", type=Path, required=True)
+    u = sub.add_parser("unpack")
+    u.add_argument("bench_json", type=Path)
+    u.add_argument("out_dir", type=Path)
+    args = parser.parse_args()
+    if args.command == "prepare":
+        prepare(args.out)
+        return 0
+    if args.command == "unpack":
+        unpack(args.bench_json, args.out_dir)
+        return 0
+    args.label = args.label or f"{args.profile}-1gpu"
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
