@@ -2,6 +2,8 @@
 # The serving tier: the app's rendered Serve config on the real Ray 2.58 (Serve LLM), vLLM 0.26
 # and NIXL 1.3.1, on this machine's CPU (docs/testing.md "The serving tier").
 #   ./scripts/test-serving.sh [pytest args]
+#   ./scripts/test-serving.sh --install-only   install .venv-serving, run nothing (.ci/run starts
+#                                              it beside the cluster tier's build)
 # Installs .venv-serving from serving/requirements-lock.txt (every package pinned with its
 # hashes; about 5 GB, PyTorch's CUDA libraries included: PyPI's torch 2.11.0 needs them to
 # import) once per lock, then runs tests_serving/ with the project's own venv: the tests start
@@ -28,6 +30,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" > "$stamp"
   echo "test-serving: $VENV installed in $((SECONDS - start))s"
 fi
+[ "${1:-}" != "--install-only" ] || exit 0
 start=$SECONDS
 status=0
 .venv/bin/python -m pytest -p no:cacheprovider "$@" tests_serving || status=$?

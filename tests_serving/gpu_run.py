@@ -58,21 +58,27 @@ def prepare(out: Path) -> None:
 
 
 def make_venv(site: Path, venv: Path) -> None:
-    """A venv over the image's Python (PyTorch) that also sees the unpacked serving wheels."""
-    if not (venv / "bin" / "python").exists():
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-            check=True,
-        )
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    (venv / "lib" / version / "site-packages" / "serving-wheels.pth").write_text(f"{site}\n")
+    """Make the image's Python (its own venv, with PyTorch) see the unpacked serving wheels
+    (a ``.pth`` file appended to its site-packages: the image's packages win), and give it the
+    ``bin/`` the plane calls (``python``, ``ray``, ``vllm``) under ``venv``. A venv made from
+    the image's Python would not see its PyTorch (``--system-site-packages`` means the base
+    interpreter's, not the image venv's)."""
+    import sysconfig
+
+    Path(sysconfig.get_paths()["purelib"], "serving-wheels.pth").write_text(f"{site}\n")
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     for name, module in (("ray", "ray.scripts.scripts"), ("vllm", "vllm.entrypoints.cli.main")):
         script = venv / "bin" / name
-        script.write_text(f"#!{venv}/bin/python\nfrom {module} import main\nmain()\n")
+        script.write_text(f"#!{sys.executable}\nfrom {module} import main\nmain()\n")
         script.chmod(0o755)
 
 
-def bench(base: str, model: str, tokenizer: Path, out_dir: Path, label: str) -> dict[str, str]:
+def bench(
+    base: str, model: str, tokenizer: Path, out_dir: Path, label: str, deadline: float
+) -> dict[str, str]:
     """Every level of the sweep with the project's own ``vllm bench serve`` arguments
     (``ray_pd_eks.bench.job.Sweep.args``); the result files by name."""
     from ray_pd_eks.bench.job import RESULT_DIR, TOKENIZER_DIR, Sweep, prompts_per_level
@@ -94,6 +100,9 @@ def bench(base: str, model: str, tokenizer: Path, out_dir: Path, label: str) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     for concurrency, count in zip(sweep.concurrency, sweep.prompts, strict=True):
+        if time.monotonic() > deadline:
+            files[f"skipped-{concurrency}.txt"] = "not run: the call's time budget was used up"
+            continue
         args = sweep.args(concurrency, count)
         args = [
             str(tokenizer) if a == TOKENIZER_DIR else str(out_dir) if a == RESULT_DIR else a
@@ -125,7 +134,15 @@ def run(args: argparse.Namespace) -> int:
     apps = json.loads(args.apps.read_text())
     app = plane_module.RenderedApp(**apps[args.profile])
     workdir = Path(f"/tmp/rpe-gpu-{args.profile}")
-    plane = plane_module.ServingPlane(app, workdir, device="cuda", model_shape=args.shape)
+    # vLLM 0.26's GPU sampler imports FlashInfer unless told not to use it; the prepared set
+    # leaves FlashInfer out (its kernels compile at first use), so the sampler is PyTorch's.
+    plane = plane_module.ServingPlane(
+        app,
+        workdir,
+        device="cuda",
+        model_shape=args.shape,
+        extra_env={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+    )
     report: dict[str, Any] = {"profile": args.profile, "shape": args.shape, "checks": {}}
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -185,7 +202,14 @@ def run(args: argparse.Namespace) -> int:
             for p in ("Tell me about the river.", probe.kvproof.probe_prompt("ABCD1234"))
         ]
         report["bench_started_s"] = round(time.monotonic() - started, 1)
-        files = bench(base, app.model_id, plane.model_dir, workdir / "bench", args.label)
+        files = bench(
+            base,
+            app.model_id,
+            plane.model_dir,
+            workdir / "bench",
+            args.label,
+            started + args.budget_s,
+        )
         (out / f"{args.profile}-bench.json").write_text(json.dumps(files, indent=1))
         report["bench_done_s"] = round(time.monotonic() - started, 1)
         return 0
@@ -228,6 +252,7 @@ def main() -> int:
     r.add_argument("--shape", default="qwen3-8b")
     r.add_argument("--label", default="")
     r.add_argument("--deploy-timeout", type=float, default=420)
+    r.add_argument("--budget-s", type=float, default=430, help="start no bench level after")
     r.add_argument("--out", type=Path, required=True)
     u = sub.add_parser("unpack")
     u.add_argument("bench_json", type=Path)

@@ -73,6 +73,25 @@ PORT_STRIDE = 100
 EKS_ONLY_ENV = ("FI_PROVIDER", "HF_HOME", "VLLM_CACHE_ROOT")
 
 
+PLANE_MARK = "RAY_PD_EKS_PLANE"
+
+
+def marked_processes(mark: str, proc: Path = Path("/proc")) -> list[int]:
+    """PIDs of the processes whose environment carries ``PLANE_MARK=mark``."""
+    needle = f"{PLANE_MARK}={mark}".encode()
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
 class PlaneError(RuntimeError):
     """The plane did not come up; the message says which step and where its logs are."""
 
@@ -270,6 +289,10 @@ class ServingPlane:
                 "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1",
                 "PYTHONUNBUFFERED": "1",
+                # Marks every process of this plane: vLLM's engine-core processes (the CPU
+                # platform's multiprocessing executor) outlive ``ray stop`` and would keep the
+                # NIXL side-channel port (``stop`` kills whatever carries the mark).
+                PLANE_MARK: str(self.temp_dir),
             }
         )
         if self.device == "cpu":
