@@ -76,6 +76,7 @@ DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
 # A commit of Qwen/Qwen3.5-9B on the Hugging Face Hub (cited, with its commit URL, by public
 # projects that pin this model; docs/security.md, "Model revision").
 MODEL_REVISION = "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
+MODEL_SOURCE = "Qwen/Qwen3.5-9B"  # the repository MODEL_REVISION is a commit of
 MODEL_REVISION_MAX = 128
 MIN_GPU_ROOT_GIB = 100  # ~20 GB image + ~18 GB weights + the HF cache's temp copy + logs.
 MIN_GPU_OS_ROOT_GIB = 30  # the NVIDIA AMI's own snapshot, when NVMe holds images and caches
@@ -318,7 +319,7 @@ class AppConfig:
     # Serving.
     ray_service_name: str = "ray-llm"
     model_id: str = ""  # empty = derived from model_source (see derive_model_id)
-    model_source: str = "Qwen/Qwen3.5-9B"
+    model_source: str = MODEL_SOURCE
     # The Hugging Face revision (commit, tag or branch) the prefetch downloads and the engines
     # load: a commit, so a push to the repository cannot change what serves (docs/security.md).
     model_revision: str = MODEL_REVISION
@@ -1027,13 +1028,31 @@ def is_hf_revision(rev: str) -> bool:
 def _model_revision(c: AppConfig) -> list[str]:
     rev = c.model_revision
     if is_hf_revision(rev):
-        return []
+        return _revision_of_another_model(c)
     why = (
         f"must be a Hugging Face revision of at most {MODEL_REVISION_MAX} characters: a "
         "40-hex commit (recommended: what serves can then not change under you), a tag or a "
         "branch (letters, digits, '.', '_', '-', '/')"
     )
     return [_problem("modelRevision", rev, why)]
+
+
+def _revision_of_another_model(c: AppConfig) -> list[str]:
+    """The default revision is a commit of the default model: another repository has no such
+    commit, so its prefetch and both engines would fail and the deploy would wait out the
+    readiness timeout with the GPU nodes billing. Staged weights (modelS3Uri) use no revision."""
+    if c.model_revision != MODEL_REVISION or c.model_source == MODEL_SOURCE or c.model_s3_uri:
+        return []
+    if not _MODEL_SOURCE.match(c.model_source):
+        return []  # modelSource's own line says what to fix
+    why = (
+        f"is the commit of {MODEL_SOURCE} (the default modelSource), but modelSource is "
+        f"{c.model_source}, which has no such commit: set modelRevision with modelSource, to a "
+        f"commit of {c.model_source} (its Hugging Face page, 'Files and versions', the "
+        f"history), e.g. `{SETTINGS_SET} modelSource={c.model_source} "
+        "--set modelRevision='<commit>'`; a tag or branch (main) serves whatever it points to"
+    )
+    return [_problem("modelRevision", c.model_revision, why)]
 
 
 def _model_access(c: AppConfig) -> list[str]:

@@ -52,7 +52,9 @@ def test_the_default_model_id_is_the_walkthroughs() -> None:
 
 
 def test_a_new_model_source_without_a_model_id_is_served_under_its_own_name() -> None:
-    config = AppConfig.from_context({**cdk_json_context(), "modelSource": "Qwen/Qwen3-8B"})
+    config = AppConfig.from_context(
+        {**cdk_json_context(), "modelSource": "Qwen/Qwen3-8B", "modelRevision": "main"}
+    )
     assert config.model_id == "qwen3-8b"
     serve = yaml.safe_load(rendered_files(config)["30-rayservice.yaml"])["spec"]["serveConfigV2"]
     loading = yaml.safe_load(serve)["applications"][0]["args"]["prefill_config"]
@@ -63,15 +65,25 @@ def test_a_new_model_source_without_a_model_id_is_served_under_its_own_name() ->
 
 
 def test_an_explicit_model_id_is_kept() -> None:
-    context = {**cdk_json_context(), "modelSource": "Qwen/Qwen3-8B", "modelId": "chat"}
+    context = {
+        **cdk_json_context(),
+        "modelSource": "Qwen/Qwen3-8B",
+        "modelId": "chat",
+        "modelRevision": "v1",
+    }
     assert AppConfig.from_context(context).model_id == "chat"
     custom = DEFAULTS.with_overrides({"modelId": "chat"})
-    assert custom.with_overrides({"modelSource": "Qwen/Qwen3-8B"}).model_id == "chat"
+    assert (
+        custom.with_overrides({"modelSource": "Qwen/Qwen3-8B", "modelRevision": "v2"}).model_id
+        == "chat"
+    )
 
 
 def test_overrides_of_the_source_move_a_derived_id_along() -> None:
     """Pipeline environments and the CLI build configs with with_overrides."""
-    moved = DEFAULTS.with_overrides({"modelSource": "meta-llama/Llama-3.1-8B-Instruct"})
+    moved = DEFAULTS.with_overrides(
+        {"modelSource": "meta-llama/Llama-3.1-8B-Instruct", "modelRevision": "main"}
+    )
     assert moved.model_id == "llama-3.1-8b-instruct"
     assert DEFAULTS.with_overrides({"maxModelLen": 8192}).model_id == "qwen3.5-9b"
 
@@ -116,3 +128,43 @@ def test_an_identity_center_role_without_its_path_is_refused() -> None:
     assert "`ray-pd-eks settings --add-admin-me` reads the full ARN" in line
     full = "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_A_01"
     AppConfig.from_context({**cdk_json_context(), "adminPrincipalArns": [full]})  # valid
+
+
+# -- a revision chosen for another model -----------------------------------------------------
+
+
+def test_another_model_with_the_default_models_revision_is_refused_naming_both() -> None:
+    """The default revision is a commit of Qwen/Qwen3.5-9B: another repository has no such
+    commit, so the prefetch and the engines would fail while the GPU nodes bill."""
+    (line,) = problems(modelSource="Qwen/Qwen3-8B")
+    assert line.startswith(
+        "context key 'modelRevision' = \"c202236235762e1c871ad0ccb60c8ee5ba337b9a\": is the "
+        "commit of Qwen/Qwen3.5-9B (the default modelSource), but modelSource is Qwen/Qwen3-8B"
+    )
+    assert (
+        "`ray-pd-eks settings --set modelSource=Qwen/Qwen3-8B --set modelRevision='<commit>'`"
+        in line
+    )
+    with pytest.raises(ConfigError, match="modelRevision"):
+        DEFAULTS.with_overrides({"modelSource": "Qwen/Qwen3-8B"})
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # the default model at its commit
+        {
+            "modelSource": "Qwen/Qwen3-8B",
+            "modelRevision": "b968826d9c46dd6066d109eabc6255188de91218",
+        },
+        {"modelSource": "Qwen/Qwen3-8B", "modelRevision": "main"},
+        {"modelSource": "Qwen/Qwen3-8B", "modelS3Uri": "s3://bucket/qwen3-8b"},  # no revision used
+    ],
+)
+def test_a_revision_of_its_own_or_staged_weights_are_accepted(overrides: dict[str, str]) -> None:
+    assert AppConfig.from_context({**cdk_json_context(), **overrides})
+
+
+def test_an_invalid_model_source_is_blamed_alone() -> None:
+    (line,) = problems(modelSource="not-a-repo")
+    assert line.startswith("context key 'modelSource'")

@@ -79,6 +79,10 @@ def test_every_supported_family_has_gpu_facts() -> None:
 
 
 def config(**overrides: Any) -> AppConfig:
+    """The defaults with ``overrides``; another model than the default gets a revision of its
+    own (the default revision is a commit of the default model)."""
+    if "modelSource" in overrides:
+        overrides.setdefault("modelRevision", "main")
     return AppConfig.from_context({**cdk_json_context(), **overrides})
 
 
