@@ -285,6 +285,9 @@ class AppConfig:
     kubernetes_version: str = "1.36"
     namespace: str = "inference"
     admin_principal_arns: tuple[str, ...] = ()
+    # An empty adminPrincipalArns refuses the deploy (nobody could reach the cluster) unless
+    # this says it is meant (e.g. admins added by hand as access entries later).
+    allow_no_admins: bool = False
     endpoint_public_cidrs: tuple[str, ...] = ()  # the Kubernetes API's; empty = private only
     vpc_cidr: str = "10.0.0.0/16"
     # Nodes.

@@ -51,6 +51,15 @@ npm ci --no-audit --no-fund --loglevel=error
 export PATH="$PWD/node_modules/.bin:$PATH"
 echo "node $(node --version), cdk $(cdk --version)"
 # The app is one Stage: select its stacks, or the CLI selects none and prints no warning.
-npx cdk synth --quiet 'RayPdEks/*'
+# Shown: the app's warnings (the defaults' is that the deploy will be refused until you add an
+# admin); left out: the CLI's hint to name one stack and the trace lines of each warning.
+synth_log=$(mktemp)
+if ! npx cdk synth --quiet 'RayPdEks/*' >"$synth_log" 2>&1; then
+  cat "$synth_log" >&2
+  rm -f "$synth_log"
+  exit 1
+fi
+grep -Ev '^Supply a stack id|^/.*\.js:[0-9]+:[0-9]+$' "$synth_log" || true
+rm -f "$synth_log"
 echo "Synthesized to cdk.out/ (rendered Kubernetes YAML in cdk.out/rendered/)."
 echo "Run the operations CLI as .venv/bin/ray-pd-eks (or put .venv/bin on your PATH)."

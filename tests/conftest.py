@@ -144,10 +144,11 @@ def token_app() -> Synthesized:
     group, served aggregated (the benchmark's baseline: no
     prefill/decode split, no KV transfer), an internet-facing endpoint open to everyone
     that validates tokens of an existing identity provider (environment-agnostic, so the
-    certificate's region is checked by a CloudFormation rule), and alarms mailed to an
-    address with thresholds of their own."""
+    certificate's region is checked by a CloudFormation rule), alarms mailed to an
+    address with thresholds of their own, and no admins, deliberately (allowNoAdmins)."""
     app = synth(
         {
+            "allowNoAdmins": True,
             "hfTokenSecretArn": TOKEN_SECRET,
             "gpuCapacityReservationId": RESERVATION,
             "gpuAz": "us-west-2c",

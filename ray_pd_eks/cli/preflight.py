@@ -797,12 +797,14 @@ class Preflight:
         """The caller against adminPrincipalArns, whole ARNs compared (paths included)."""
         admins = self.config.admin_principal_arns
         if not admins:
+            # allowNoAdmins: the user said so, and the deploy is not refused; still worth a line.
             return Finding(
-                FAIL,
+                WARN if self.config.allow_no_admins else FAIL,
                 "access",
                 "adminPrincipalArns is empty: NOBODY can administer this cluster (no access "
                 "entry: status/smoke/efa-check and kubectl are denied, for you too); add "
-                f"yourself with `{ADD_ADMIN_ME_COMMAND}`",
+                f"yourself with `{ADD_ADMIN_ME_COMMAND}`"
+                + ("" if self.config.allow_no_admins else "; the deploy is refused until then"),
             )
         me = self.aws.principal()
         if any(same_principal(me.arn, arn) for arn in admins):
