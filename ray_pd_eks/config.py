@@ -1764,3 +1764,40 @@ _CHECKS.extend(
 
 DEFAULTS = AppConfig()
 __all__ = ["DEFAULTS", "AppConfig", "ConfigError"]
+
+
+# -- settings that deploy but deserve a loud word --------------------------------------------
+
+
+def idle_gpus_warning(c: AppConfig) -> str | None:
+    """A GPU node holds one engine replica, which uses ``tensorParallelSize`` of its GPUs: on a
+    type with more GPUs the rest sit idle, billed all the same (14 of 16 H100s with two
+    p5.48xlarge at the default of 1). None when every GPU serves."""
+    spec = instance_types.gpu_spec(c.gpu_node_type)
+    tp = c.tensor_parallel_size
+    if spec is None or tp < 1 or spec.gpus <= tp:
+        return None
+    idle = spec.gpus - tp
+    nodes = c.gpu_node_count
+    smaller = sorted(
+        name
+        for name, s in instance_types.EFA_GPU_TYPES.items()
+        if s.gpus == tp and s.gpu_model == spec.gpu_model
+    )
+    other = (
+        f", or a type with {tp} {spec.gpu_model} GPU(s): {', '.join(smaller)}" if smaller else ""
+    )
+    return (
+        f"tensorParallelSize={tp} on gpuNodeType={c.gpu_node_type} uses {tp} of each node's "
+        f"{spec.gpus} GPUs: {idle} GPU(s) idle per GPU node, {idle * nodes} of "
+        f"{spec.gpus * nodes} across gpuNodeCount={nodes}, billed all the same (each engine "
+        f"replica has a GPU node of its own). Use them with "
+        f"{set_hint('tensorParallelSize', str(spec.gpus))}{other}"
+    )
+
+
+def config_warnings(c: AppConfig) -> list[tuple[str, str]]:
+    """(id, text) of each setting that deploys but likely wastes money: the synth warns with
+    them (``ray-pd-eks:<id>``) and ``ray-pd-eks settings`` prints them."""
+    found = [("idleGpus", idle_gpus_warning(c))]
+    return [(wid, text) for wid, text in found if text]

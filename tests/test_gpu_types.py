@@ -16,7 +16,13 @@ from aws_cdk.assertions import Template
 
 from pd_constructs.cluster import EfaGpuNodeGroup, gpu_node_config
 from ray_pd_eks import instance_types
-from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError, params_billions_from_name
+from ray_pd_eks.config import (
+    DEFAULTS,
+    AppConfig,
+    ConfigError,
+    config_warnings,
+    params_billions_from_name,
+)
 from tests.synth import cdk_json_context
 
 TYPES = sorted(instance_types.EFA_GPU_TYPES)
@@ -154,3 +160,35 @@ def test_tensor_parallelism_multiplies_the_room() -> None:
     assert config(modelSource="Qwen/Qwen3-14B", gpuNodeType="g6.12xlarge", tensorParallelSize=2)
     (line,) = problems(modelSource="Qwen/Qwen3-14B", gpuNodeType="g6.12xlarge")
     assert "1 x L4 22.5 GiB" in line
+
+
+# -- GPUs that no engine uses ----------------------------------------------------------------
+
+MULTI_GPU = [t for t in TYPES if instance_types.EFA_GPU_TYPES[t].gpus > 1]
+
+
+@pytest.mark.parametrize("gpu_type", MULTI_GPU)
+def test_every_multi_gpu_type_warns_of_the_gpus_a_replica_leaves_idle(gpu_type: str) -> None:
+    """One engine replica per GPU node: the GPUs above tensorParallelSize bill for nothing.
+    At tensorParallelSize = the type's GPUs none is idle; at the largest divisor below, some."""
+    gpus = instance_types.EFA_GPU_TYPES[gpu_type].gpus
+    small = {"modelSource": "Qwen/Qwen3-0.6B", "modelRevision": "main", "dtype": "float16"}
+    assert config_warnings(config(gpuNodeType=gpu_type, tensorParallelSize=gpus, **small)) == []
+    below = max(n for n in range(1, gpus) if gpus % n == 0)
+    ((wid, text),) = config_warnings(
+        config(gpuNodeType=gpu_type, tensorParallelSize=below, **small)
+    )
+    idle = gpus - below
+    assert wid == "idleGpus"
+    assert text.startswith(
+        f"tensorParallelSize={below} on gpuNodeType={gpu_type} uses {below} of each node's "
+        f"{gpus} GPUs: {idle} GPU(s) idle per GPU node, {2 * idle} of {2 * gpus} across "
+        "gpuNodeCount=2"
+    )
+    assert f"`ray-pd-eks settings --set tensorParallelSize={gpus}`" in text
+
+
+def test_a_single_gpu_type_warns_of_nothing_and_the_fix_names_smaller_types() -> None:
+    assert config_warnings(DEFAULTS) == []
+    ((_, text),) = config_warnings(config(gpuNodeType="g6.12xlarge"))
+    assert text.endswith("or a type with 1 L4 GPU(s): g6.16xlarge, g6.8xlarge")

@@ -510,3 +510,27 @@ def test_synth_names_settings_local_json_as_the_bad_values_source(project: Path)
         "[this value is in settings.local.json; `ray-pd-eks settings --unset gpuNodeCount` "
         "removes it]"
     )
+
+
+def test_a_key_set_twice_is_refused_naming_both_values(project: Path) -> None:
+    result = Harness(project / "cdk.json").run(
+        "settings", "--set", "maxModelLen=8192", "--set", "maxModelLen=16384"
+    )
+    assert result.code == 2
+    assert (
+        "--set maxModelLen=8192 and --set maxModelLen=16384: maxModelLen given twice" in result.err
+    )
+    assert not (project / "settings.local.json").exists()
+
+
+def test_settings_warn_about_idle_gpus_when_set_and_when_shown(project: Path) -> None:
+    harness = Harness(project / "cdk.json")
+    result = harness.run("settings", "--set", "gpuNodeType=p5.48xlarge")
+    assert result.code == 0, result.err
+    (warning,) = [line for line in result.err.splitlines() if line.startswith("WARNING")]
+    assert warning.startswith(
+        "WARNING tensorParallelSize=1 on gpuNodeType=p5.48xlarge uses 1 of each node's 8 GPUs: "
+        "7 GPU(s) idle per GPU node, 14 of 16 across gpuNodeCount=2"
+    )
+    assert warning in harness.run("settings").err
+    assert "WARNING" not in harness.run("settings", "--set", "tensorParallelSize=8").err

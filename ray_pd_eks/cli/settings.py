@@ -30,7 +30,8 @@ DEFAULT_CDK_JSON = REPO_ROOT / "cdk.json"
 
 def parse_overrides(pairs: Sequence[str], flag: str = "-c") -> dict[str, str]:
     """``-c key=value`` pairs into a dict; values stay strings, as the CDK CLI passes them.
-    ``flag`` names the option in the error (``--set``, ``--add``...)."""
+    ``flag`` names the option in the error (``--set``, ``--add``...). A key given twice is
+    refused: which of the two was meant is not for the tool to guess."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -46,7 +47,13 @@ def parse_overrides(pairs: Sequence[str], flag: str = "-c") -> dict[str, str]:
                 f"{flag} {pair}: no '=': expected {flag} {pair}=VALUE, e.g. "
                 f"{flag} gpuAz=us-west-2a{also}"
             )
-        out[key.strip()] = value
+        key = key.strip()
+        if key in out:
+            raise UsageError(
+                f"{flag} {key}={out[key]} and {flag} {pair}: {key} given twice; give it once, "
+                "with the value you mean"
+            )
+        out[key] = value
     return out
 
 

@@ -18,7 +18,7 @@ from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import same_name_other_path, same_principal
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_OK, UsageError
 from ray_pd_eks.cli.settings import home_dir, load_config, parse_overrides
-from ray_pd_eks.config import CLI_NAME, AppConfig, ConfigError, memory_estimate
+from ray_pd_eks.config import CLI_NAME, AppConfig, ConfigError, config_warnings, memory_estimate
 from ray_pd_eks.context import (
     LOCAL_SETTINGS_FILE,
     SettingsFileError,
@@ -130,6 +130,8 @@ def run(app: App) -> int:
         app.print(f"  {key:<{width}}  {value}  [{source}]")
     if estimate := memory_estimate(config):
         app.print(f"Engine memory, per replica: {estimate.summary()}")
+    for _, text in config_warnings(config):
+        app.warn(f"WARNING {text}")
     return EXIT_OK
 
 
@@ -219,6 +221,8 @@ def _write(app: App) -> int:
         raise UsageError(f"{path} not changed:\n{err}") from None
     path.write_text(json.dumps(local, indent=2) + "\n", encoding="utf-8")
     app.print(*(f"{LOCAL_SETTINGS_FILE}: {line}" for line in changes))
+    for _, text in config_warnings(after):
+        app.warn(f"WARNING {text}")
     removed = cross_stack.removed_references(before, after) if before else []
     if not removed:
         app.print(f"Every later command reads it; apply it with `{DEPLOY_COMMAND}`.")
