@@ -43,6 +43,16 @@ from stacks.stage import RayPdEksStage
 
 STAGE_ID = "RayPdEks"
 PIPELINE_STACK_ID = "RayPdEksPipeline"
+# The CDK CLI tells the app nothing of its command, and a selection that matches no stack
+# "does not exist" with exit status 0: a `cdk destroy 'RayPdEks/*'` meant for a sandbox would
+# look done while the sandbox bills on. So every run with a declared pipeline says what the app
+# is, and how to reach a sandbox (docs/teardown.md, Which command destroys what).
+PIPELINE_ONLY_NOTE = (
+    f"WARNING: cdk.json declares a pipeline, so this app is the {PIPELINE_STACK_ID} stack and "
+    f"its environments' stages only. A sandbox's stacks ('{STAGE_ID}/*') are not in it: `cdk "
+    f"deploy|destroy '{STAGE_ID}/*'` selects nothing and says \"does not exist\". For a sandbox, "
+    f"add -c pipeline= (e.g. npx cdk destroy '{STAGE_ID}/*' --concurrency 1 -c pipeline=)."
+)
 PROJECT_DIR = Path(__file__).resolve().parent  # cdk.json, cdk.context.json, settings.local.json
 USER_HOME: Path | None = Path.home()  # ~/.cdk.json
 
@@ -57,6 +67,8 @@ def configure(cli_context: Mapping[str, Any]) -> tuple[AppConfig, PipelineConfig
     context = with_local_settings(cli_context, PROJECT_DIR, USER_HOME)
     config = AppConfig.from_context(context)
     pipeline = pipeline_from_context(context, config)
+    if pipeline is not None:
+        print(PIPELINE_ONLY_NOTE, file=sys.stderr)
     if pipeline is not None and context != dict(cli_context):
         print(f"note: {LOCAL_SETTINGS_FILE} is not used for the pipeline", file=sys.stderr)
         config = AppConfig.from_context(cli_context)

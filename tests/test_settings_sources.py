@@ -534,3 +534,19 @@ def test_settings_warn_about_idle_gpus_when_set_and_when_shown(project: Path) ->
     )
     assert warning in harness.run("settings").err
     assert "WARNING" not in harness.run("settings", "--set", "tensorParallelSize=8").err
+
+
+def test_a_declared_pipeline_says_a_sandbox_needs_pipeline_off(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cdk destroy 'RayPdEks/*'` with a pipeline declared selects nothing and exits 0 while a
+    sandbox bills on: every run of the pipeline app says so, with the command that works."""
+    monkeypatch.setattr(app_module, "PROJECT_DIR", project)
+    example = json.loads((ROOT / "pipeline.example.json").read_text())
+    context = {**json.loads((project / "cdk.json").read_text())["context"], **example}
+    app_module.configure(context)
+    err = capsys.readouterr().err
+    assert "WARNING: cdk.json declares a pipeline" in err
+    assert "npx cdk destroy 'RayPdEks/*' --concurrency 1 -c pipeline=" in err
+    app_module.configure({**context, "pipeline": ""})
+    assert "declares a pipeline" not in capsys.readouterr().err
