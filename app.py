@@ -29,6 +29,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from pd_constructs.render import write_rendered
 from ray_pd_eks.cli.settings import with_sources
+from ray_pd_eks.config import STAGE_ID as STAGE
 from ray_pd_eks.config import AppConfig, ConfigError
 from ray_pd_eks.context import (
     LOCAL_SETTINGS_FILE,
@@ -41,7 +42,7 @@ from ray_pd_eks.pipeline_config import PipelineConfig, pipeline_from_context
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import RayPdEksStage
 
-STAGE_ID = "RayPdEks"
+STAGE_ID = STAGE  # the Stage's id with the default (empty) deploymentName
 PIPELINE_STACK_ID = "RayPdEksPipeline"
 # The CDK CLI tells the app nothing of its command, and a selection that matches no stack
 # "does not exist" with exit status 0: a `cdk destroy 'RayPdEks/*'` meant for a sandbox would
@@ -97,7 +98,7 @@ def build(app: cdk.App) -> RayPdEksStage | PipelineStack:
     config, pipeline = configure(app.node.get_all_context())
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     if pipeline is None:
-        return RayPdEksStage(app, STAGE_ID, config=config)
+        return RayPdEksStage(app, config.stage_id, config=config)
     env = cdk.Environment(account=pipeline.account, region=pipeline.region)
     return PipelineStack(app, PIPELINE_STACK_ID, pipeline_config=pipeline, env=env)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from aws_cdk import Annotations, Aws, CfnRule, CfnRuleAssertion, Fn
 from constructs import Construct
 
+NO_REGION = "none"
+
 
 class DeployRefusal(Construct):
     """Refuses every deploy of its stack with ``reason`` (also a synth warning, ``warning_id``).
@@ -26,14 +28,15 @@ class DeployRefusal(Construct):
         if not reason.strip():
             raise ValueError("DeployRefusal: reason must say why and how to fix it")
         self.reason = reason
-        # AWS::Region equals itself everywhere: the assertion never holds. Rules may reference
-        # pseudo parameters (as the endpoint's certificate-region rule does).
+        # No region is named "none": the assertion never holds. Rules may reference pseudo
+        # parameters (as the endpoint's certificate-region rule does); cfn-lint flags a
+        # comparison of a value with itself (W8003), not this one.
         self.rule = CfnRule(
             self,
             "Resource",
             assertions=[
                 CfnRuleAssertion(
-                    assert_=Fn.condition_not(Fn.condition_equals(Aws.REGION, Aws.REGION)),
+                    assert_=Fn.condition_equals(Aws.REGION, NO_REGION),
                     assert_description=reason,
                 )
             ],

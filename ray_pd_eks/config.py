@@ -70,6 +70,12 @@ EKS_NODEGROUP_NAME_MAX = 63
 AZ_NAME_MAX = 20
 GPU_NODEGROUP_PREFIX_MAX = EKS_NODEGROUP_NAME_MAX - AZ_NAME_MAX - len("--") - 8
 CLUSTER_NAME_MAX = 100
+# The app's Stage; its stacks are named <stage>-<stack> (RayPdEks-Network, ...).
+STAGE_ID = "RayPdEks"
+# deploymentName: short, because it prefixes the stage, every stack name and the cluster name
+# (and through it the log groups, dashboard and alarms). Letters of a DNS label: stack names
+# allow letters, digits and '-', EKS names also '_', CloudWatch names more.
+DEPLOYMENT_NAME_MAX = 16
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
 DLC_ACCOUNT = DLC_DEFAULT_ACCOUNT
 DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
@@ -133,6 +139,7 @@ PREFETCH_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DEPLOYMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 _ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
@@ -279,6 +286,10 @@ class AppConfig:
 
     # Where to deploy. Empty = the account/region of the credentials used by `cdk deploy`.
     account: str = ""
+    # Several deployments in one account and region: a name that prefixes the stage, its
+    # stacks and the cluster (``alice`` -> alice-RayPdEks-Network, alice-ray-llm-multinode).
+    # Empty = today's names.
+    deployment_name: str = ""
     region: str = ""
     # Cluster.
     cluster_name: str = "ray-llm-multinode"
@@ -407,6 +418,24 @@ class AppConfig:
         # (serveConfigV2, the readiness check, the CLI) sees the id clients must use.
         if not self.model_id:
             object.__setattr__(self, "model_id", derive_model_id(self.model_source))
+        # The cluster's name in the account carries the deployment's, so every consumer (the
+        # stacks, the log groups and alarms named after it, the CLI) uses the prefixed name.
+        if self.deployment_name:
+            prefixed = f"{self.deployment_name}-{self.cluster_name}"
+            object.__setattr__(self, "cluster_name", prefixed)
+
+    @property
+    def stage_id(self) -> str:
+        """The Stage's id, and so its stacks' name prefix and the `cdk` pattern's first part:
+        ``RayPdEks``, or ``<deploymentName>-RayPdEks``."""
+        return f"{self.deployment_name}-{STAGE_ID}" if self.deployment_name else STAGE_ID
+
+    @property
+    def cluster_name_setting(self) -> str:
+        """``clusterName`` as set, without the deployment's prefix."""
+        if self.deployment_name:
+            return self.cluster_name.removeprefix(f"{self.deployment_name}-")
+        return self.cluster_name
 
     # Derived values -----------------------------------------------------------------------
 
@@ -692,6 +721,7 @@ class AppConfig:
         merged = {k: list(v) if isinstance(v, tuple) else v for k, v in merged.items()}
         if self.model_id == derive_model_id(self.model_source) and "modelId" not in overrides:
             merged["modelId"] = ""
+        merged["clusterName"] = self.cluster_name_setting  # prefixed again by deploymentName
         merged.update(overrides)
         return AppConfig.from_context(merged)
 
@@ -773,11 +803,33 @@ def _name(key: str, value: str, pattern: re.Pattern[str], max_len: int, kind: st
     return []
 
 
+def _deployment_name(c: AppConfig) -> list[str]:
+    name = c.deployment_name
+    if not name:
+        return []
+    if len(name) > DEPLOYMENT_NAME_MAX:
+        why = f"is {len(name)} characters; the limit is {DEPLOYMENT_NAME_MAX} (a prefix of names)"
+    elif not _DEPLOYMENT_NAME.match(name):
+        why = (
+            "must be lowercase letters, digits and '-', starting with a letter and ending with a "
+            "letter or digit (it prefixes the stack and cluster names), e.g. alice or team-a"
+        )
+    else:
+        return []
+    return [_problem("deploymentName", name, why)]
+
+
 def _names(c: AppConfig) -> list[str]:
     label = "Kubernetes name (lowercase letters, digits and '-', starting and ending alphanumeric)"
     eks = "EKS name (letters, digits, '-' and '_', starting with a letter or digit)"
+    deployment = _deployment_name(c)  # a bad one would make the cluster's name bad too
     return [
-        *_name("clusterName", c.cluster_name, _EKS_NAME, CLUSTER_NAME_MAX, eks),
+        *deployment,
+        *(
+            []
+            if deployment
+            else _name("clusterName", c.cluster_name, _EKS_NAME, CLUSTER_NAME_MAX, eks)
+        ),
         *_name("namespace", c.namespace, _DNS_LABEL, 63, label),
         *_name("rayServiceName", c.ray_service_name, _DNS_LABEL, RAYSERVICE_NAME_MAX, label),
         *_name(

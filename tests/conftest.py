@@ -175,9 +175,11 @@ def public_cognito_app() -> Synthesized:
     """An internet-facing endpoint whose tokens come from the stack's own Cognito pool, with
     cdk.json's defaults otherwise: the one configuration in which the deploy's endpoint probe
     reaches the ALB through the NAT gateway (the ALB admits its Elastic IP), so the connections
-    table's two-way tests (tests/test_flows.py) cover that row too."""
+    table's two-way tests (tests/test_flows.py) cover that row too. Deployed under a
+    deploymentName, beside the default deployment in the same account."""
     app = synth(
         {
+            "deploymentName": "team-a",
             "endpointExposure": "internet-facing",
             "endpointCertificateArn": CERTIFICATE,
             "endpointAllowedCidrs": ["203.0.113.0/24"],

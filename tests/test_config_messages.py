@@ -168,3 +168,31 @@ def test_a_revision_of_its_own_or_staged_weights_are_accepted(overrides: dict[st
 def test_an_invalid_model_source_is_blamed_alone() -> None:
     (line,) = problems(modelSource="not-a-repo")
     assert line.startswith("context key 'modelSource'")
+
+
+@pytest.mark.parametrize("name", ["a", "team-a", "a" * 16, "x9"])
+def test_a_deployment_name_of_up_to_16_dns_letters_is_accepted(name: str) -> None:
+    config = AppConfig.from_context({**cdk_json_context(), "deploymentName": name})
+    assert (config.stage_id, config.cluster_name) == (
+        f"{name}-RayPdEks",
+        f"{name}-ray-llm-multinode",
+    )
+    # A copy with other overrides is prefixed once, and follows a new name.
+    assert config.with_overrides({"maxModelLen": 8192}).cluster_name == config.cluster_name
+    assert config.with_overrides({"deploymentName": ""}).cluster_name == "ray-llm-multinode"
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("a" * 17, "is 17 characters; the limit is 16"),
+        ("Alice", "must be lowercase letters"),
+        ("team_a", "must be lowercase letters"),
+        ("-a", "must be lowercase letters"),
+        ("a-", "must be lowercase letters"),
+        ("9a", "must be lowercase letters"),
+    ],
+)
+def test_a_bad_deployment_name_is_one_line_naming_the_rule(name: str, why: str) -> None:
+    (line,) = problems(deploymentName=name)
+    assert line.startswith(f"context key 'deploymentName' = \"{name}\": {why}")

@@ -25,11 +25,11 @@ from ray_pd_eks.cli.aws import Aws, error_code, same_name_other_path, same_princ
 from ray_pd_eks.cli.errors import (
     ADD_ADMIN_ME_COMMAND,
     CLI,
-    DEPLOY_COMMAND,
     EXIT_CHECK_FAILED,
     EXIT_OK,
     SET_COMMAND,
     AccessError,
+    deploy_command,
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig, set_hint
@@ -1168,6 +1168,6 @@ def run(app: App) -> int:
     for finding in Preflight(app.aws, config, app.runtime.now).run():
         findings.append(finding)
         app.print(finding.line())  # as found: a slow AWS call should not hide earlier checks
-    verdict = f"ready to deploy: {DEPLOY_COMMAND}"
+    verdict = f"ready to deploy: {deploy_command(config.stage_id)}"
     app.print(summary(findings, verdict, "not ready to deploy"))
     return EXIT_CHECK_FAILED if any(f.level == FAIL for f in findings) else EXIT_OK

@@ -16,7 +16,7 @@ from typing import Any
 from ray_pd_eks import cross_stack
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import same_name_other_path, same_principal
-from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_OK, UsageError
+from ray_pd_eks.cli.errors import EXIT_OK, UsageError, deploy_command
 from ray_pd_eks.cli.settings import home_dir, load_config, parse_overrides
 from ray_pd_eks.config import CLI_NAME, AppConfig, ConfigError, config_warnings, memory_estimate
 from ray_pd_eks.context import (
@@ -127,6 +127,8 @@ def run(app: App) -> int:
         source = sources.get(key, "default")
         if key == "modelId" and not raw.get(key):
             source += ", empty: derived from modelSource"
+        if key == "clusterName" and config.deployment_name:
+            source += ", prefixed by deploymentName"
         app.print(f"  {key:<{width}}  {value}  [{source}]")
     if estimate := memory_estimate(config):
         app.print(f"Engine memory, per replica: {estimate.summary()}")
@@ -225,14 +227,16 @@ def _write(app: App) -> int:
         app.warn(f"WARNING {text}")
     removed = cross_stack.removed_references(before, after) if before else []
     if not removed:
-        app.print(f"Every later command reads it; apply it with `{DEPLOY_COMMAND}`.")
+        app.print(
+            f"Every later command reads it; apply it with `{deploy_command(after.stage_id)}`."
+        )
         return EXIT_OK
     app.print(
         "Every later command reads it. It removes what one stack passes to another ("
         + "; ".join(f"{r.exporter} to {r.importer}: {r.what}" for r in removed)
         + "): on stacks deployed with the old value, deploy the importing stacks first "
         "(docs/lifecycle.md, Turning a feature off on a deployed stack):",
-        *(f"  {command}" for command in cross_stack.ordered_deploy(removed)),
+        *(f"  {command}" for command in cross_stack.ordered_deploy(removed, after.stage_id)),
     )
     return EXIT_OK
 
