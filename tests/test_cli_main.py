@@ -144,9 +144,8 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
 
 def test_deploy_command_selects_the_apps_stage() -> None:
     """`cdk deploy --all` selects no stack of a Stage; the hint must name the Stage's id."""
-    from ray_pd_eks.cli.errors import DEPLOY_COMMAND
-
     import app as app_module
+    from ray_pd_eks.cli.errors import DEPLOY_COMMAND
     from ray_pd_eks.config import DEFAULTS
 
     assert app_module.STAGE_ID == DEFAULTS.stage_id == "RayPdEks"
