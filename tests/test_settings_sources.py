@@ -135,7 +135,7 @@ def test_without_a_local_file_the_context_is_the_cdk_clis(project: Path) -> None
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "cannot read it as JSON"),
+        ("{not json", r"line 1, column 2: not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"pipeline": {}}', "'pipeline' belongs in cdk.json"),
         ('{"environments": []}', "'environments' belongs in cdk.json"),
@@ -550,3 +550,33 @@ def test_a_declared_pipeline_says_a_sandbox_needs_pipeline_off(
     assert "npx cdk destroy 'RayPdEks/*' --concurrency 1 -c pipeline=" in err
     app_module.configure({**context, "pipeline": ""})
     assert "declares a pipeline" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "where", "cause"),
+    [
+        ('{\n  "maxModelLen": 8192,\n}\n', "line 3, column 1", "a trailing comma before '}'"),
+        ('{\n  "x": [1,\n  ]\n}', "line 3, column 3", "a trailing comma before ']'"),
+        ('{\n  // mine\n  "maxModelLen": 8192\n}', "line 2, column 3", "a comment (JSON has none)"),
+        ("{'maxModelLen': 8192}", "line 1, column 2", "single quotes"),
+        ('{"a": 1\n "b": 2}', "line 2, column 2", "a missing comma between two entries"),
+        ('{"a": ', "line 1, column 7", "the file ends early"),
+    ],
+)
+def test_a_broken_local_file_names_the_line_the_likely_mistake_and_the_repair(
+    project: Path, content: str, where: str, cause: str
+) -> None:
+    (project / "settings.local.json").write_text(content, encoding="utf-8")
+    result = Harness(project / "cdk.json").run("settings", "--set", "maxModelLen=8192")
+    assert result.code == 2
+    (line,) = [x for x in result.err.splitlines() if "settings.local.json, line" in x]
+    assert f"settings.local.json, {where}: not valid JSON: {cause}" in line
+    assert "mv settings.local.json settings.local.json.broken" in line
+    assert "Traceback" not in result.err
+
+
+def test_a_local_file_saved_with_a_byte_order_mark_is_read(project: Path) -> None:
+    (project / "settings.local.json").write_text('{"maxModelLen": 8192}', encoding="utf-8-sig")
+    assert (project / "settings.local.json").read_bytes()[:3] == b"\xef\xbb\xbf"
+    config, _ = configure_in(project)
+    assert config.max_model_len == 8192
