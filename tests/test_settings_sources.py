@@ -15,7 +15,7 @@ import pytest
 import app as app_module
 from ray_pd_eks.cli.aws import Aws, default_session
 from ray_pd_eks.cli.errors import UsageError
-from ray_pd_eks.cli.settings import load_config
+from ray_pd_eks.cli.settings import load_config, load_environment_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from ray_pd_eks.context import (
     SettingsFileError,
@@ -580,3 +580,70 @@ def test_a_local_file_saved_with_a_byte_order_mark_is_read(project: Path) -> Non
     assert (project / "settings.local.json").read_bytes()[:3] == b"\xef\xbb\xbf"
     config, _ = configure_in(project)
     assert config.max_model_len == 8192
+
+
+# -- --env: a pipeline environment's settings, account, region and stacks ----------------------
+
+
+@pytest.fixture
+def pipeline_project(project: Path) -> Path:
+    """The project with pipeline.example.json's pipeline and environments in its cdk.json, and
+    a settings.local.json that the environments must not see."""
+    document = json.loads((project / "cdk.json").read_text())
+    document["context"].update(json.loads((ROOT / "pipeline.example.json").read_text()))
+    write(project / "cdk.json", document)
+    write(project / "settings.local.json", {"namespace": "mine"})
+    return project
+
+
+def test_env_applies_the_environments_overrides_account_and_region(
+    pipeline_project: Path,
+) -> None:
+    harness = Harness(pipeline_project / "cdk.json")
+    result = harness.run("endpoint", "--env", "prod")
+    assert result.code == 0, result.err
+    assert "--region us-east-1" in result.out
+    assert "(namespace inference, cluster ray-llm-multinode)" in result.out
+    config = load_environment_config(pipeline_project / "cdk.json", [], "prod", NO_ENV.get)
+    assert (config.account, config.region, config.gpu_node_count) == (
+        "333333333333",
+        "us-east-1",
+        3,
+    )
+    # Without --env: the sandbox's own settings, settings.local.json included.
+    assert "(namespace mine," in harness.run("endpoint").out
+
+
+def test_env_names_the_stage_whose_stacks_the_commands_read(pipeline_project: Path) -> None:
+    from ray_pd_eks.cli.app import App, Runtime
+    from ray_pd_eks.cli.main import build_parser
+    from stacks.pipeline_stack import STAGE_PREFIX
+
+    args = build_parser().parse_args(["endpoint", "--env", "dev"])
+    config = load_environment_config(pipeline_project / "cdk.json", [], "dev", NO_ENV.get)
+    assert App(args, config, Runtime()).stage_id == f"{STAGE_PREFIX}-dev" == "RayPdEks-dev"
+    plain = build_parser().parse_args(["endpoint"])
+    assert App(plain, DEFAULTS, Runtime()).stage_id == "RayPdEks"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ("endpoint", "--env", "qa"),
+            "--env qa: no such pipeline environment; cdk.json declares dev, prod",
+        ),
+        (("settings", "--env", "dev"), "--env dev: `settings` works on settings.local.json"),
+    ],
+)
+def test_env_refuses_what_it_cannot_mean(
+    pipeline_project: Path, argv: tuple[str, ...], message: str
+) -> None:
+    result = Harness(pipeline_project / "cdk.json").run(*argv)
+    assert result.code == 2 and message in result.err, result.err
+
+
+def test_env_without_a_declared_pipeline_says_so(project: Path) -> None:
+    result = Harness(project / "cdk.json").run("endpoint", "--env", "dev")
+    assert result.code == 2
+    assert "--env dev: cdk.json declares no pipeline" in result.err

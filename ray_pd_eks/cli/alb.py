@@ -59,7 +59,7 @@ def add_stack_argument(parser: argparse.ArgumentParser) -> None:
 def describe(app: App, stack: str | None) -> Endpoint:
     """The endpoint from the stack's outputs (``stack``, or the settings' workload stack);
     exit 3 with the fix when it is not deployed."""
-    stack = stack or f"{app.config.stage_id}-Workload"
+    stack = stack or f"{app.stage_id}-Workload"
     aws = app.aws
     aws.identity()
     with aws.errors("cloudformation:DescribeStacks"):
