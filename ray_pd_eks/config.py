@@ -1710,7 +1710,39 @@ def _model_fit(c: AppConfig) -> list[str]:
         )
         key = "modelParamsBillions" if stated else "modelSource"
         out.append(_problem(key, stated if stated else c.model_source, why))
+    elif estimate.kv_gib > 0:
+        fits = kv_tokens(c, estimate, KV_BYTES_PER_TOKEN_PER_B_FLOOR)
+        if c.max_model_len > fits:
+            why = (
+                f"one sequence of {c.max_model_len} tokens does not fit the KV cache the "
+                f"settings leave: about {estimate.kv_gib:.1f} GiB on {estimate.gpu} "
+                f"(docs/settings.md, Model and GPU fit) holds at most about {fits} tokens of a "
+                f"{params:g}B model even at {KV_BYTES_PER_TOKEN_PER_B_FLOOR // 1024} KiB per "
+                "token per billion parameters (below any known model's); vLLM would refuse "
+                "to start. Lower maxModelLen, use kvCacheDtype=fp8, more GPU memory "
+                "(gpuMemoryUtilization, tensorParallelSize, a larger GPU) or a smaller model"
+            )
+            out.append(_problem("maxModelLen", c.max_model_len, why))
     return out
+
+
+# KV cache per token, per billion parameters, in bytes at 16 bits. FLOOR: below every model
+# family this app serves (MoE and hybrid-attention models store the least: Qwen3-30B-A3B 96 KiB
+# per token, 3.1 KiB per billion parameters; DeepSeek-V2-Lite's latent attention 1.9), so a
+# maxModelLen refused at it cannot fit. TYPICAL: dense models with grouped-query attention
+# (Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 128 KiB, 16 KiB per
+# billion; Qwen3-8B 18): above it, the settings warn that the length may not fit.
+KV_BYTES_PER_TOKEN_PER_B_FLOOR = 1024
+KV_BYTES_PER_TOKEN_PER_B_TYPICAL = 16 * 1024
+
+
+def kv_tokens(c: AppConfig, estimate: MemoryEstimate, per_b_16bit: int) -> int:
+    """Tokens the estimated KV cache holds at ``per_b_16bit`` bytes per token per billion
+    parameters (halved with kvCacheDtype=fp8, doubled in float32)."""
+    params = c.model_params_billions or params_billions_from_name(c.model_source) or 0
+    element = 1 if c.kv_cache_dtype == "fp8" else _DTYPE_BYTES.get(c.dtype, 2)
+    per_token = params * per_b_16bit * element / 2
+    return int(max(estimate.kv_gib, 0) * 2**30 / per_token) if per_token else 0
 
 
 # -- the engine's memory, estimated (docs/settings.md, "Model and GPU fit") --------------------
@@ -1737,6 +1769,12 @@ class MemoryEstimate:
     kv_graphs_gib: float  # left with them
     kv_dtype: str
     enforce_eager: bool
+
+    @property
+    def kv_gib(self) -> float:
+        """What is left for the KV cache in the engine's mode (with CUDA graphs unless
+        enforceEager)."""
+        return self.kv_eager_gib if self.enforce_eager else self.kv_graphs_gib
 
     @property
     def verdict(self) -> str:
@@ -1848,8 +1886,42 @@ def idle_gpus_warning(c: AppConfig) -> str | None:
     )
 
 
+def model_fit_warning(c: AppConfig) -> str | None:
+    """The fit check cannot speak (no size known), or its estimate leaves no room for the KV
+    cache, or a sequence of maxModelLen likely does not fit it: the deploy would then wait out
+    the readiness timeout while vLLM refuses to start."""
+    if instance_types.gpu_facts(c.gpu_node_type) is None or c.dtype not in _DTYPE_BYTES:
+        return None
+    if not (c.model_params_billions or params_billions_from_name(c.model_source)):
+        return (
+            f"modelSource {c.model_source} states no size in its name and modelParamsBillions "
+            "is 0, so nothing checks that the model and a sequence of maxModelLen fit the "
+            f"GPUs: state it with {set_hint('modelParamsBillions', '<billions>')}"
+        )
+    estimate = memory_estimate(c)
+    if estimate is None or estimate.weights_gib > estimate.room_gib:
+        return None  # refused by the fit check
+    if estimate.kv_gib <= 0:
+        return (
+            f"by the estimate nothing is left for the KV cache on {estimate.gpu} "
+            f"({estimate.summary()}); vLLM may refuse to start: raise gpuMemoryUtilization "
+            "or tensorParallelSize, or use quantization=fp8 or a larger GPU"
+        )
+    likely = kv_tokens(c, estimate, KV_BYTES_PER_TOKEN_PER_B_TYPICAL)
+    if c.max_model_len > likely:
+        return (
+            f"maxModelLen={c.max_model_len} may not fit the KV cache: about "
+            f"{estimate.kv_gib:.1f} GiB left on {estimate.gpu} holds about {likely} tokens of "
+            f"a dense {estimate.weights_format} model of this size "
+            f"({KV_BYTES_PER_TOKEN_PER_B_TYPICAL // 1024} KiB per token per billion "
+            "parameters); vLLM refuses to start when one sequence does not fit. Check the "
+            "model's KV size, or lower maxModelLen"
+        )
+    return None
+
+
 def config_warnings(c: AppConfig) -> list[tuple[str, str]]:
     """(id, text) of each setting that deploys but likely wastes money: the synth warns with
     them (``ray-pd-eks:<id>``) and ``ray-pd-eks settings`` prints them."""
-    found = [("idleGpus", idle_gpus_warning(c))]
+    found = [("idleGpus", idle_gpus_warning(c)), ("modelFit", model_fit_warning(c))]
     return [(wid, text) for wid, text in found if text]

@@ -192,3 +192,25 @@ def test_a_single_gpu_type_warns_of_nothing_and_the_fix_names_smaller_types() ->
     assert config_warnings(DEFAULTS) == []
     ((_, text),) = config_warnings(config(gpuNodeType="g6.12xlarge"))
     assert text.endswith("or a type with 1 L4 GPU(s): g6.16xlarge, g6.8xlarge")
+
+
+# -- a sequence of maxModelLen in the KV cache -----------------------------------------------
+
+
+def test_a_model_of_unknown_size_warns_that_nothing_checks_its_fit() -> None:
+    ((wid, text),) = config_warnings(config(modelSource="org/custom"))
+    assert wid == "modelFit"
+    assert text.startswith("modelSource org/custom states no size in its name")
+    assert "`ray-pd-eks settings --set modelParamsBillions=<billions>`" in text
+    assert config_warnings(config(modelSource="org/custom", modelParamsBillions=8)) == []
+
+
+def test_a_max_model_len_a_dense_model_could_not_hold_warns_below_the_refusal() -> None:
+    """About 2.0 GiB of KV cache for the default 9B model on an L4: 14463 tokens at 16 KiB
+    per token per billion parameters (warned above), 231408 at the floor (refused above)."""
+    assert config_warnings(config(maxModelLen=14463)) == []
+    ((wid, text),) = config_warnings(config(maxModelLen=14464))
+    assert wid == "modelFit"
+    assert text.startswith("maxModelLen=14464 may not fit the KV cache: about 2.0 GiB left on L4")
+    # FP8 KV cache halves the bytes per token: the same length fits twice over.
+    assert config_warnings(config(maxModelLen=28926, kvCacheDtype="fp8")) == []
