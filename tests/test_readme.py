@@ -230,3 +230,17 @@ def test_every_benchmark_recipe_redeploys_after_going_back_to_pd() -> None:
             if line.endswith("settings --unset servingMode"):
                 following = [rest for rest in lines[i + 1 :] if rest][:1]
                 assert following and following[0].startswith("npx cdk deploy"), where
+
+
+def test_the_readiness_timeouts_stated_maximum_is_the_apps() -> None:
+    from ray_pd_eks.config import MAX_READINESS_MINUTES
+
+    stated = [
+        (where, int(limit))
+        for where, text in MANUAL.items()
+        for limit in re.findall(
+            r"readinessTimeoutMinutes`[^.|]{0,60}?(?:at most|max) (\d+)", " ".join(text.split())
+        )
+    ]
+    assert len(stated) >= 3, stated
+    assert {limit for _, limit in stated} == {MAX_READINESS_MINUTES}, stated
