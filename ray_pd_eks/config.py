@@ -148,6 +148,9 @@ _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d)[a-z]$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 # An Identity Center role named without its path: .../role/AWSReservedSSO_<set>_<id>.
 _SSO_ROLE_WITHOUT_PATH = re.compile(r":role/AWSReservedSSO_")
+_ASSUMED_ROLE = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[\w+=,.@-]+)/"
+)
 _PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MODEL_SOURCE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -163,6 +166,11 @@ _SECRET_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
 _CERTIFICATE_ARN = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):acm:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
     r"certificate/[0-9a-f-]{36}$"
+)
+# What _CERTIFICATE_ARN accepts, as error lines show it (`aws acm list-certificates` lists them).
+CERTIFICATE_ARN_FORM = (
+    "arn:aws:acm:<region>:<account>:certificate/<id: 36 lowercase hex digits and dashes, "
+    "e.g. 0123abcd-0123-4567-89ab-0123456789ab>"
 )
 _DOMAIN = re.compile(r"^(?=.{4,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 _HTTPS_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?(/[^\s?#]*)?$")
@@ -254,9 +262,18 @@ def _as_str_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            value = json.loads(text)
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                raise TypeError(
+                    'not a JSON list: quote each item, \'["a", "b"]\' (single quotes around '
+                    "it in the shell), or give them comma-separated, a,b"
+                ) from None
         else:
-            return tuple(v.strip() for v in text.split(",") if v.strip())
+            items = tuple(v.strip() for v in text.split(",") if v.strip())
+            if any(len(item.split()) > 1 for item in items):
+                raise TypeError("separate the items with commas, not spaces: a,b")
+            return items
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         return tuple(v.strip() for v in value)
     raise TypeError("expected a list of strings (JSON list or comma-separated)")
@@ -1302,7 +1319,17 @@ def _serving(c: AppConfig) -> list[str]:
 def _access(c: AppConfig) -> list[str]:
     out = []
     for arn in c.admin_principal_arns:
-        if not _PRINCIPAL.match(arn):
+        session = _ASSUMED_ROLE.match(arn)
+        if session:
+            # What `aws sts get-caller-identity` shows for a role: the session, not the role.
+            role = f"arn:{session['partition']}:iam::{session['account']}:role/{session['role']}"
+            why = (
+                f"an STS session of the role {role}, not a principal EKS can grant: list the "
+                f"role's ARN, with its path if it has one (`{CLI_NAME} settings --add-admin-me` "
+                "reads it from IAM)"
+            )
+            out.append(_problem("adminPrincipalArns", arn, why))
+        elif not _PRINCIPAL.match(arn):
             why = "each entry must be an IAM role or user ARN, arn:aws:iam::<account>:role/<name>"
             out.append(_problem("adminPrincipalArns", arn, why))
         elif _SSO_ROLE_WITHOUT_PATH.search(arn):
@@ -1443,11 +1470,11 @@ def _endpoint(c: AppConfig) -> list[str]:
     if not arn:
         why = (
             f"endpointExposure={exposure} serves HTTPS only and needs an ACM certificate ARN "
-            "(arn:aws:acm:<region>:<account>:certificate/<id>) for endpointDomainName"
+            f"({CERTIFICATE_ARN_FORM}) for endpointDomainName"
         )
         out.append(_problem("endpointCertificateArn", arn, why))
     elif not m:
-        why = "must be an ACM certificate ARN, arn:aws:acm:<region>:<account>:certificate/<id>"
+        why = f"must be an ACM certificate ARN, {CERTIFICATE_ARN_FORM}"
         out.append(_problem("endpointCertificateArn", arn, why))
     elif c.region and m["region"] != c.region:
         why = (

@@ -3,6 +3,8 @@ follows the model source."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -196,3 +198,37 @@ def test_a_deployment_name_of_up_to_16_dns_letters_is_accepted(name: str) -> Non
 def test_a_bad_deployment_name_is_one_line_naming_the_rule(name: str, why: str) -> None:
     (line,) = problems(deploymentName=name)
     assert line.startswith(f"context key 'deploymentName' = \"{name}\": {why}")
+
+
+def test_an_sts_session_arn_names_the_roles_arn() -> None:
+    """`aws sts get-caller-identity` shows the session; EKS grants the role."""
+    (line,) = problems(adminPrincipalArns=["arn:aws:sts::123456789012:assumed-role/Admin/me"])
+    assert (
+        "an STS session of the role arn:aws:iam::123456789012:role/Admin, not a principal" in line
+    )
+    assert "`ray-pd-eks settings --add-admin-me`" in line
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("[10.0.0.0/8]", "not a JSON list: quote each item"),
+        ("10.0.0.0/8 192.168.0.0/16", "separate the items with commas, not spaces"),
+    ],
+)
+def test_a_list_in_a_form_no_parser_takes_says_which_forms_work(raw: str, why: str) -> None:
+    (line,) = problems(endpointPublicCidrs=raw)
+    assert line.startswith(f"context key 'endpointPublicCidrs' = {json.dumps(raw)}: {why}")
+    assert AppConfig.from_context(
+        {**cdk_json_context(), "endpointPublicCidrs": "10.0.0.0/8, 192.168.0.0/16"}
+    ).endpoint_public_cidrs == ("10.0.0.0/8", "192.168.0.0/16")
+
+
+def test_the_certificate_arns_id_is_shown_in_its_form() -> None:
+    lines = problems(
+        endpointExposure="internal",
+        endpointAllowedCidrs=["10.0.0.0/8"],
+        endpointCertificateArn="arn:aws:acm:us-west-2:123456789012:certificate/abc",
+    )
+    (line,) = [x for x in lines if x.startswith("context key 'endpointCertificateArn'")]
+    assert "certificate/<id: 36 lowercase hex digits and dashes, e.g. 0123abcd-" in line

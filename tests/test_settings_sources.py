@@ -647,3 +647,10 @@ def test_env_without_a_declared_pipeline_says_so(project: Path) -> None:
     result = Harness(project / "cdk.json").run("endpoint", "--env", "dev")
     assert result.code == 2
     assert "--env dev: cdk.json declares no pipeline" in result.err
+
+
+def test_unset_of_a_setting_the_file_lacks_does_not_suggest_itself(project: Path) -> None:
+    write(project / "settings.local.json", {"maxModelLen": 8192})
+    result = Harness(project / "cdk.json").run("settings", "--unset", "namespace")
+    assert result.code == 2
+    assert "--unset namespace: " in result.err and "did you mean 'namespace'" not in result.err

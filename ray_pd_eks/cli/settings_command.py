@@ -153,7 +153,8 @@ def _list_key(flag: str, key: str) -> None:
 
 
 def _unknown_unset(key: str, local: dict[str, Any], path: Any) -> UsageError:
-    close = difflib.get_close_matches(key, [*local, *AppConfig.context_keys()], n=1)
+    others = [k for k in dict.fromkeys([*local, *AppConfig.context_keys()]) if k != key]
+    close = difflib.get_close_matches(key, others, n=1)
     if close and close[0] in local:
         return UsageError(
             f"--unset {key}: {path} does not set it; did you mean --unset {close[0]}?"
