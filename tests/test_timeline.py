@@ -299,3 +299,16 @@ def test_the_docs_and_the_readme_state_the_modelled_time(
     assert f"~{round(low)}-{round(high)} min" in readme  # the quick start's
     one_by_one = schedule(Deploy.from_assembly(default_app.outdir), concurrency=1)
     assert f"**{one_by_one.endpoint_minutes:.1f} minutes**" in doc
+
+
+def test_the_control_planes_minutes_move_the_endpoint_minute_for_minute(
+    default_app: Synthesized,
+) -> None:
+    """It is on the critical path: critical_path.py --control-plane-minutes and the README's
+    range rest on that."""
+    deploy = Deploy.from_assembly(default_app.outdir)
+    at = {m: schedule(deploy, control_plane_minutes=m).endpoint_minutes for m in (10, 12, 15)}
+    assert at[10] == pytest.approx(schedule(deploy).endpoint_minutes)
+    assert (at[12] - at[10], at[15] - at[10]) == (pytest.approx(2), pytest.approx(5))
+    doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
+    assert f"**{at[10]:.1f}-{at[15]:.1f} minutes**" in doc
