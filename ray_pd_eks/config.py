@@ -1736,7 +1736,12 @@ def _model_fit(c: AppConfig) -> list[str]:
             "memory, more GPUs per replica (tensorParallelSize), or a smaller model"
         )
         key = "modelParamsBillions" if stated else "modelSource"
-        out.append(_problem(key, stated if stated else c.model_source, why))
+        value: Any = stated if stated else c.model_source
+        share, default_share = c.gpu_memory_utilization, AppConfig.gpu_memory_utilization
+        if share < default_share and weights_gib <= room_gib / share * default_share:
+            # The weights fit the default share: the lowered share is what no longer fits.
+            key, value = "gpuMemoryUtilization", share
+        out.append(_problem(key, value, why))
     elif estimate.kv_gib > 0:
         fits = kv_tokens(c, estimate, KV_BYTES_PER_TOKEN_PER_B_FLOOR)
         if c.max_model_len > fits:

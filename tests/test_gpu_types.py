@@ -214,3 +214,11 @@ def test_a_max_model_len_a_dense_model_could_not_hold_warns_below_the_refusal() 
     assert text.startswith("maxModelLen=14464 may not fit the KV cache: about 2.0 GiB left on L4")
     # FP8 KV cache halves the bytes per token: the same length fits twice over.
     assert config_warnings(config(maxModelLen=28926, kvCacheDtype="fp8")) == []
+
+
+def test_a_lowered_memory_share_is_blamed_when_the_default_share_would_hold_the_model() -> None:
+    (line,) = problems(gpuMemoryUtilization=0.5)
+    assert line.startswith("context key 'gpuMemoryUtilization' = 0.5: 9 billion parameters")
+    # A model too big even at the default share: the model is what to change.
+    (line,) = problems(gpuMemoryUtilization=0.5, modelSource="Qwen/Qwen3-14B")
+    assert line.startswith("context key 'modelSource' = \"Qwen/Qwen3-14B\"")
