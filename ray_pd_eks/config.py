@@ -1447,9 +1447,15 @@ def _endpoint(c: AppConfig) -> list[str]:
     out += cidr_problems
     count = len(c.endpoint_allowed_cidrs)
     if not count:
+        example = (
+            "203.0.113.0/24 (your clients' public addresses: an internet-facing load balancer "
+            "sees no private ones)"
+            if exposure == "internet-facing"
+            else "10.0.0.0/8 (your VPC and peered networks)"
+        )
         why = (
             f"endpointExposure={exposure} needs the CIDRs allowed to reach the load balancer, "
-            "e.g. settings --set endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
+            f"e.g. {SETTINGS_SET} endpointAllowedCidrs={example}"
         )
         out.append(_problem("endpointAllowedCidrs", [], why))
     elif count > MAX_ENDPOINT_CIDRS:

@@ -232,3 +232,21 @@ def test_the_certificate_arns_id_is_shown_in_its_form() -> None:
     )
     (line,) = [x for x in lines if x.startswith("context key 'endpointCertificateArn'")]
     assert "certificate/<id: 36 lowercase hex digits and dashes, e.g. 0123abcd-" in line
+
+
+@pytest.mark.parametrize(
+    ("exposure", "example"),
+    [("internal", "endpointAllowedCidrs=10.0.0.0/8"), ("internet-facing", "=203.0.113.0/24")],
+)
+def test_the_allowed_cidrs_example_fits_the_load_balancers_side(
+    exposure: str, example: str
+) -> None:
+    """An internet-facing ALB sees public source addresses: a private example would admit no one."""
+    lines = problems(
+        endpointExposure=exposure,
+        endpointCertificateArn=(
+            "arn:aws:acm:us-west-2:123456789012:certificate/0123abcd-0123-4567-89ab-0123456789ab"
+        ),
+    )
+    (line,) = [x for x in lines if x.startswith("context key 'endpointAllowedCidrs'")]
+    assert example in line
