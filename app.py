@@ -29,6 +29,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from pd_constructs.render import write_rendered
 from ray_pd_eks.cli.settings import with_sources
+from ray_pd_eks.config import STAGE_ID as STAGE
 from ray_pd_eks.config import AppConfig, ConfigError
 from ray_pd_eks.context import (
     LOCAL_SETTINGS_FILE,
@@ -41,8 +42,18 @@ from ray_pd_eks.pipeline_config import PipelineConfig, pipeline_from_context
 from stacks.pipeline_stack import PipelineStack
 from stacks.stage import RayPdEksStage
 
-STAGE_ID = "RayPdEks"
+STAGE_ID = STAGE  # the Stage's id with the default (empty) deploymentName
 PIPELINE_STACK_ID = "RayPdEksPipeline"
+# The CDK CLI tells the app nothing of its command, and a selection that matches no stack
+# "does not exist" with exit status 0: a `cdk destroy 'RayPdEks/*'` meant for a sandbox would
+# look done while the sandbox bills on. So every run with a declared pipeline says what the app
+# is, and how to reach a sandbox (docs/teardown.md, Which command destroys what).
+PIPELINE_ONLY_NOTE = (
+    f"WARNING: cdk.json declares a pipeline, so this app is the {PIPELINE_STACK_ID} stack and "
+    f"its environments' stages only. A sandbox's stacks ('{STAGE_ID}/*') are not in it: `cdk "
+    f"deploy|destroy '{STAGE_ID}/*'` selects nothing and says \"does not exist\". For a sandbox, "
+    f"add -c pipeline= (e.g. npx cdk destroy '{STAGE_ID}/*' --concurrency 1 -c pipeline=)."
+)
 PROJECT_DIR = Path(__file__).resolve().parent  # cdk.json, cdk.context.json, settings.local.json
 USER_HOME: Path | None = Path.home()  # ~/.cdk.json
 
@@ -57,6 +68,8 @@ def configure(cli_context: Mapping[str, Any]) -> tuple[AppConfig, PipelineConfig
     context = with_local_settings(cli_context, PROJECT_DIR, USER_HOME)
     config = AppConfig.from_context(context)
     pipeline = pipeline_from_context(context, config)
+    if pipeline is not None:
+        print(PIPELINE_ONLY_NOTE, file=sys.stderr)
     if pipeline is not None and context != dict(cli_context):
         print(f"note: {LOCAL_SETTINGS_FILE} is not used for the pipeline", file=sys.stderr)
         config = AppConfig.from_context(cli_context)
@@ -85,7 +98,7 @@ def build(app: cdk.App) -> RayPdEksStage | PipelineStack:
     config, pipeline = configure(app.node.get_all_context())
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     if pipeline is None:
-        return RayPdEksStage(app, STAGE_ID, config=config)
+        return RayPdEksStage(app, config.stage_id, config=config)
     env = cdk.Environment(account=pipeline.account, region=pipeline.region)
     return PipelineStack(app, PIPELINE_STACK_ID, pipeline_config=pipeline, env=env)
 

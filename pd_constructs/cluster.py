@@ -92,6 +92,9 @@ class PdCluster(Construct):
 
     The control plane's interfaces sit in ``control_plane_subnets`` (two or more AZs), which
     no node group uses (:mod:`ray_pd_eks.vpc_layout`).
+
+    Without ``admin_principal_arns`` nobody can administer the cluster: a synth warning says so
+    unless ``warn_without_admins`` is false (where something else refuses such a deploy).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class PdCluster(Construct):
         control_plane_subnets: Sequence[ec2.ISubnet],
         admin_principal_arns: Sequence[str] = (),
         endpoint_public_cidrs: Sequence[str] = (),
+        warn_without_admins: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         if len(control_plane_subnets) < 2:
@@ -195,7 +199,7 @@ class PdCluster(Construct):
         # the cluster role and the rest of the construct start at once.
         cfn_cluster = self.cluster.node.default_child
         assert isinstance(cfn_cluster, CfnResource)
-        cfn_cluster.add_dependency(self.control_plane_logs)
+        cfn_cluster.add_resource_dependency(self.control_plane_logs)
         self.control_plane_security_group = control_plane_security_group(self.cluster)
         ec2.CfnSecurityGroupIngress(
             self,
@@ -219,7 +223,7 @@ class PdCluster(Construct):
                     )
                 ],
             )
-        if not admin_principal_arns:
+        if not admin_principal_arns and warn_without_admins:
             Annotations.of(self).add_warning_v2(
                 "ray-pd-eks:noAdmins",
                 "adminPrincipalArns is empty: NOBODY can administer this cluster (no access "

@@ -70,12 +70,19 @@ EKS_NODEGROUP_NAME_MAX = 63
 AZ_NAME_MAX = 20
 GPU_NODEGROUP_PREFIX_MAX = EKS_NODEGROUP_NAME_MAX - AZ_NAME_MAX - len("--") - 8
 CLUSTER_NAME_MAX = 100
+# The app's Stage; its stacks are named <stage>-<stack> (RayPdEks-Network, ...).
+STAGE_ID = "RayPdEks"
+# deploymentName: short, because it prefixes the stage, every stack name and the cluster name
+# (and through it the log groups, dashboard and alarms). Letters of a DNS label: stack names
+# allow letters, digits and '-', EKS names also '_', CloudWatch names more.
+DEPLOYMENT_NAME_MAX = 16
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827)
 DLC_ACCOUNT = DLC_DEFAULT_ACCOUNT
 DLC_REPOSITORY_TAG = "ray:serve-llm-cuda-v1.0"
 # A commit of Qwen/Qwen3.5-9B on the Hugging Face Hub (cited, with its commit URL, by public
 # projects that pin this model; docs/security.md, "Model revision").
 MODEL_REVISION = "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
+MODEL_SOURCE = "Qwen/Qwen3.5-9B"  # the repository MODEL_REVISION is a commit of
 MODEL_REVISION_MAX = 128
 MIN_GPU_ROOT_GIB = 100  # ~20 GB image + ~18 GB weights + the HF cache's temp copy + logs.
 MIN_GPU_OS_ROOT_GIB = 30  # the NVIDIA AMI's own snapshot, when NVMe holds images and caches
@@ -132,6 +139,7 @@ PREFETCH_IMAGE = "public.ecr.aws/docker/library/python:3.12-slim"
 OTHER_CONTEXT_KEYS = frozenset({"environments", "pipeline"})
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DEPLOYMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]*$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 _ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
@@ -140,6 +148,9 @@ _AZ = re.compile(r"^(?P<region>[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d)[a-z]$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 # An Identity Center role named without its path: .../role/AWSReservedSSO_<set>_<id>.
 _SSO_ROLE_WITHOUT_PATH = re.compile(r":role/AWSReservedSSO_")
+_ASSUMED_ROLE = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[\w+=,.@-]+)/"
+)
 _PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MODEL_SOURCE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -155,6 +166,11 @@ _SECRET_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
 _CERTIFICATE_ARN = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):acm:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
     r"certificate/[0-9a-f-]{36}$"
+)
+# What _CERTIFICATE_ARN accepts, as error lines show it (`aws acm list-certificates` lists them).
+CERTIFICATE_ARN_FORM = (
+    "arn:aws:acm:<region>:<account>:certificate/<id: 36 lowercase hex digits and dashes, "
+    "e.g. 0123abcd-0123-4567-89ab-0123456789ab>"
 )
 _DOMAIN = re.compile(r"^(?=.{4,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 _HTTPS_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?(/[^\s?#]*)?$")
@@ -246,9 +262,18 @@ def _as_str_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            value = json.loads(text)
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                raise TypeError(
+                    'not a JSON list: quote each item, \'["a", "b"]\' (single quotes around '
+                    "it in the shell), or give them comma-separated, a,b"
+                ) from None
         else:
-            return tuple(v.strip() for v in text.split(",") if v.strip())
+            items = tuple(v.strip() for v in text.split(",") if v.strip())
+            if any(len(item.split()) > 1 for item in items):
+                raise TypeError("separate the items with commas, not spaces: a,b")
+            return items
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         return tuple(v.strip() for v in value)
     raise TypeError("expected a list of strings (JSON list or comma-separated)")
@@ -278,12 +303,19 @@ class AppConfig:
 
     # Where to deploy. Empty = the account/region of the credentials used by `cdk deploy`.
     account: str = ""
+    # Several deployments in one account and region: a name that prefixes the stage, its
+    # stacks and the cluster (``alice`` -> alice-RayPdEks-Network, alice-ray-llm-multinode).
+    # Empty = today's names.
+    deployment_name: str = ""
     region: str = ""
     # Cluster.
     cluster_name: str = "ray-llm-multinode"
     kubernetes_version: str = "1.36"
     namespace: str = "inference"
     admin_principal_arns: tuple[str, ...] = ()
+    # An empty adminPrincipalArns refuses the deploy (nobody could reach the cluster) unless
+    # this says it is meant (e.g. admins added by hand as access entries later).
+    allow_no_admins: bool = False
     endpoint_public_cidrs: tuple[str, ...] = ()  # the Kubernetes API's; empty = private only
     vpc_cidr: str = "10.0.0.0/16"
     # Nodes.
@@ -318,7 +350,7 @@ class AppConfig:
     # Serving.
     ray_service_name: str = "ray-llm"
     model_id: str = ""  # empty = derived from model_source (see derive_model_id)
-    model_source: str = "Qwen/Qwen3.5-9B"
+    model_source: str = MODEL_SOURCE
     # The Hugging Face revision (commit, tag or branch) the prefetch downloads and the engines
     # load: a commit, so a push to the repository cannot change what serves (docs/security.md).
     model_revision: str = MODEL_REVISION
@@ -403,6 +435,24 @@ class AppConfig:
         # (serveConfigV2, the readiness check, the CLI) sees the id clients must use.
         if not self.model_id:
             object.__setattr__(self, "model_id", derive_model_id(self.model_source))
+        # The cluster's name in the account carries the deployment's, so every consumer (the
+        # stacks, the log groups and alarms named after it, the CLI) uses the prefixed name.
+        if self.deployment_name:
+            prefixed = f"{self.deployment_name}-{self.cluster_name}"
+            object.__setattr__(self, "cluster_name", prefixed)
+
+    @property
+    def stage_id(self) -> str:
+        """The Stage's id, and so its stacks' name prefix and the `cdk` pattern's first part:
+        ``RayPdEks``, or ``<deploymentName>-RayPdEks``."""
+        return f"{self.deployment_name}-{STAGE_ID}" if self.deployment_name else STAGE_ID
+
+    @property
+    def cluster_name_setting(self) -> str:
+        """``clusterName`` as set, without the deployment's prefix."""
+        if self.deployment_name:
+            return self.cluster_name.removeprefix(f"{self.deployment_name}-")
+        return self.cluster_name
 
     # Derived values -----------------------------------------------------------------------
 
@@ -688,6 +738,7 @@ class AppConfig:
         merged = {k: list(v) if isinstance(v, tuple) else v for k, v in merged.items()}
         if self.model_id == derive_model_id(self.model_source) and "modelId" not in overrides:
             merged["modelId"] = ""
+        merged["clusterName"] = self.cluster_name_setting  # prefixed again by deploymentName
         merged.update(overrides)
         return AppConfig.from_context(merged)
 
@@ -769,11 +820,33 @@ def _name(key: str, value: str, pattern: re.Pattern[str], max_len: int, kind: st
     return []
 
 
+def _deployment_name(c: AppConfig) -> list[str]:
+    name = c.deployment_name
+    if not name:
+        return []
+    if len(name) > DEPLOYMENT_NAME_MAX:
+        why = f"is {len(name)} characters; the limit is {DEPLOYMENT_NAME_MAX} (a prefix of names)"
+    elif not _DEPLOYMENT_NAME.match(name):
+        why = (
+            "must be lowercase letters, digits and '-', starting with a letter and ending with a "
+            "letter or digit (it prefixes the stack and cluster names), e.g. alice or team-a"
+        )
+    else:
+        return []
+    return [_problem("deploymentName", name, why)]
+
+
 def _names(c: AppConfig) -> list[str]:
     label = "Kubernetes name (lowercase letters, digits and '-', starting and ending alphanumeric)"
     eks = "EKS name (letters, digits, '-' and '_', starting with a letter or digit)"
+    deployment = _deployment_name(c)  # a bad one would make the cluster's name bad too
     return [
-        *_name("clusterName", c.cluster_name, _EKS_NAME, CLUSTER_NAME_MAX, eks),
+        *deployment,
+        *(
+            []
+            if deployment
+            else _name("clusterName", c.cluster_name, _EKS_NAME, CLUSTER_NAME_MAX, eks)
+        ),
         *_name("namespace", c.namespace, _DNS_LABEL, 63, label),
         *_name("rayServiceName", c.ray_service_name, _DNS_LABEL, RAYSERVICE_NAME_MAX, label),
         *_name(
@@ -1027,13 +1100,31 @@ def is_hf_revision(rev: str) -> bool:
 def _model_revision(c: AppConfig) -> list[str]:
     rev = c.model_revision
     if is_hf_revision(rev):
-        return []
+        return _revision_of_another_model(c)
     why = (
         f"must be a Hugging Face revision of at most {MODEL_REVISION_MAX} characters: a "
         "40-hex commit (recommended: what serves can then not change under you), a tag or a "
         "branch (letters, digits, '.', '_', '-', '/')"
     )
     return [_problem("modelRevision", rev, why)]
+
+
+def _revision_of_another_model(c: AppConfig) -> list[str]:
+    """The default revision is a commit of the default model: another repository has no such
+    commit, so its prefetch and both engines would fail and the deploy would wait out the
+    readiness timeout with the GPU nodes billing. Staged weights (modelS3Uri) use no revision."""
+    if c.model_revision != MODEL_REVISION or c.model_source == MODEL_SOURCE or c.model_s3_uri:
+        return []
+    if not _MODEL_SOURCE.match(c.model_source):
+        return []  # modelSource's own line says what to fix
+    why = (
+        f"is the commit of {MODEL_SOURCE} (the default modelSource), but modelSource is "
+        f"{c.model_source}, which has no such commit: set modelRevision with modelSource, to a "
+        f"commit of {c.model_source} (its Hugging Face page, 'Files and versions', the "
+        f"history), e.g. `{SETTINGS_SET} modelSource={c.model_source} "
+        "--set modelRevision='<commit>'`; a tag or branch (main) serves whatever it points to"
+    )
+    return [_problem("modelRevision", c.model_revision, why)]
 
 
 def _model_access(c: AppConfig) -> list[str]:
@@ -1228,7 +1319,17 @@ def _serving(c: AppConfig) -> list[str]:
 def _access(c: AppConfig) -> list[str]:
     out = []
     for arn in c.admin_principal_arns:
-        if not _PRINCIPAL.match(arn):
+        session = _ASSUMED_ROLE.match(arn)
+        if session:
+            # What `aws sts get-caller-identity` shows for a role: the session, not the role.
+            role = f"arn:{session['partition']}:iam::{session['account']}:role/{session['role']}"
+            why = (
+                f"an STS session of the role {role}, not a principal EKS can grant: list the "
+                f"role's ARN, with its path if it has one (`{CLI_NAME} settings --add-admin-me` "
+                "reads it from IAM)"
+            )
+            out.append(_problem("adminPrincipalArns", arn, why))
+        elif not _PRINCIPAL.match(arn):
             why = "each entry must be an IAM role or user ARN, arn:aws:iam::<account>:role/<name>"
             out.append(_problem("adminPrincipalArns", arn, why))
         elif _SSO_ROLE_WITHOUT_PATH.search(arn):
@@ -1346,9 +1447,15 @@ def _endpoint(c: AppConfig) -> list[str]:
     out += cidr_problems
     count = len(c.endpoint_allowed_cidrs)
     if not count:
+        example = (
+            "203.0.113.0/24 (your clients' public addresses: an internet-facing load balancer "
+            "sees no private ones)"
+            if exposure == "internet-facing"
+            else "10.0.0.0/8 (your VPC and peered networks)"
+        )
         why = (
             f"endpointExposure={exposure} needs the CIDRs allowed to reach the load balancer, "
-            "e.g. settings --set endpointAllowedCidrs=10.0.0.0/8 (your VPC and peered networks)"
+            f"e.g. {SETTINGS_SET} endpointAllowedCidrs={example}"
         )
         out.append(_problem("endpointAllowedCidrs", [], why))
     elif count > MAX_ENDPOINT_CIDRS:
@@ -1369,11 +1476,11 @@ def _endpoint(c: AppConfig) -> list[str]:
     if not arn:
         why = (
             f"endpointExposure={exposure} serves HTTPS only and needs an ACM certificate ARN "
-            "(arn:aws:acm:<region>:<account>:certificate/<id>) for endpointDomainName"
+            f"({CERTIFICATE_ARN_FORM}) for endpointDomainName"
         )
         out.append(_problem("endpointCertificateArn", arn, why))
     elif not m:
-        why = "must be an ACM certificate ARN, arn:aws:acm:<region>:<account>:certificate/<id>"
+        why = f"must be an ACM certificate ARN, {CERTIFICATE_ARN_FORM}"
         out.append(_problem("endpointCertificateArn", arn, why))
     elif c.region and m["region"] != c.region:
         why = (
@@ -1635,8 +1742,45 @@ def _model_fit(c: AppConfig) -> list[str]:
             "memory, more GPUs per replica (tensorParallelSize), or a smaller model"
         )
         key = "modelParamsBillions" if stated else "modelSource"
-        out.append(_problem(key, stated if stated else c.model_source, why))
+        value: Any = stated if stated else c.model_source
+        share, default_share = c.gpu_memory_utilization, AppConfig.gpu_memory_utilization
+        if share < default_share and weights_gib <= room_gib / share * default_share:
+            # The weights fit the default share: the lowered share is what no longer fits.
+            key, value = "gpuMemoryUtilization", share
+        out.append(_problem(key, value, why))
+    elif estimate.kv_gib > 0:
+        fits = kv_tokens(c, estimate, KV_BYTES_PER_TOKEN_PER_B_FLOOR)
+        if c.max_model_len > fits:
+            why = (
+                f"one sequence of {c.max_model_len} tokens does not fit the KV cache the "
+                f"settings leave: about {estimate.kv_gib:.1f} GiB on {estimate.gpu} "
+                f"(docs/settings.md, Model and GPU fit) holds at most about {fits} tokens of a "
+                f"{params:g}B model even at {KV_BYTES_PER_TOKEN_PER_B_FLOOR // 1024} KiB per "
+                "token per billion parameters (below any known model's); vLLM would refuse "
+                "to start. Lower maxModelLen, use kvCacheDtype=fp8, more GPU memory "
+                "(gpuMemoryUtilization, tensorParallelSize, a larger GPU) or a smaller model"
+            )
+            out.append(_problem("maxModelLen", c.max_model_len, why))
     return out
+
+
+# KV cache per token, per billion parameters, in bytes at 16 bits. FLOOR: below every model
+# family this app serves (MoE and hybrid-attention models store the least: Qwen3-30B-A3B 96 KiB
+# per token, 3.1 KiB per billion parameters; DeepSeek-V2-Lite's latent attention 1.9), so a
+# maxModelLen refused at it cannot fit. TYPICAL: dense models with grouped-query attention
+# (Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 128 KiB, 16 KiB per
+# billion; Qwen3-8B 18): above it, the settings warn that the length may not fit.
+KV_BYTES_PER_TOKEN_PER_B_FLOOR = 1024
+KV_BYTES_PER_TOKEN_PER_B_TYPICAL = 16 * 1024
+
+
+def kv_tokens(c: AppConfig, estimate: MemoryEstimate, per_b_16bit: int) -> int:
+    """Tokens the estimated KV cache holds at ``per_b_16bit`` bytes per token per billion
+    parameters (halved with kvCacheDtype=fp8, doubled in float32)."""
+    params = c.model_params_billions or params_billions_from_name(c.model_source) or 0
+    element = 1 if c.kv_cache_dtype == "fp8" else _DTYPE_BYTES.get(c.dtype, 2)
+    per_token = params * per_b_16bit * element / 2
+    return int(max(estimate.kv_gib, 0) * 2**30 / per_token) if per_token else 0
 
 
 # -- the engine's memory, estimated (docs/settings.md, "Model and GPU fit") --------------------
@@ -1663,6 +1807,12 @@ class MemoryEstimate:
     kv_graphs_gib: float  # left with them
     kv_dtype: str
     enforce_eager: bool
+
+    @property
+    def kv_gib(self) -> float:
+        """What is left for the KV cache in the engine's mode (with CUDA graphs unless
+        enforceEager)."""
+        return self.kv_eager_gib if self.enforce_eager else self.kv_graphs_gib
 
     @property
     def verdict(self) -> str:
@@ -1742,3 +1892,74 @@ _CHECKS.extend(
 
 DEFAULTS = AppConfig()
 __all__ = ["DEFAULTS", "AppConfig", "ConfigError"]
+
+
+# -- settings that deploy but deserve a loud word --------------------------------------------
+
+
+def idle_gpus_warning(c: AppConfig) -> str | None:
+    """A GPU node holds one engine replica, which uses ``tensorParallelSize`` of its GPUs: on a
+    type with more GPUs the rest sit idle, billed all the same (14 of 16 H100s with two
+    p5.48xlarge at the default of 1). None when every GPU serves."""
+    spec = instance_types.gpu_spec(c.gpu_node_type)
+    tp = c.tensor_parallel_size
+    if spec is None or tp < 1 or spec.gpus <= tp:
+        return None
+    idle = spec.gpus - tp
+    nodes = c.gpu_node_count
+    smaller = sorted(
+        name
+        for name, s in instance_types.EFA_GPU_TYPES.items()
+        if s.gpus == tp and s.gpu_model == spec.gpu_model
+    )
+    other = (
+        f", or a type with {tp} {spec.gpu_model} GPU(s): {', '.join(smaller)}" if smaller else ""
+    )
+    return (
+        f"tensorParallelSize={tp} on gpuNodeType={c.gpu_node_type} uses {tp} of each node's "
+        f"{spec.gpus} GPUs: {idle} GPU(s) idle per GPU node, {idle * nodes} of "
+        f"{spec.gpus * nodes} across gpuNodeCount={nodes}, billed all the same (each engine "
+        f"replica has a GPU node of its own). Use them with "
+        f"{set_hint('tensorParallelSize', str(spec.gpus))}{other}"
+    )
+
+
+def model_fit_warning(c: AppConfig) -> str | None:
+    """The fit check cannot speak (no size known), or its estimate leaves no room for the KV
+    cache, or a sequence of maxModelLen likely does not fit it: the deploy would then wait out
+    the readiness timeout while vLLM refuses to start."""
+    if instance_types.gpu_facts(c.gpu_node_type) is None or c.dtype not in _DTYPE_BYTES:
+        return None
+    if not (c.model_params_billions or params_billions_from_name(c.model_source)):
+        return (
+            f"modelSource {c.model_source} states no size in its name and modelParamsBillions "
+            "is 0, so nothing checks that the model and a sequence of maxModelLen fit the "
+            f"GPUs: state it with {set_hint('modelParamsBillions', '<billions>')}"
+        )
+    estimate = memory_estimate(c)
+    if estimate is None or estimate.weights_gib > estimate.room_gib:
+        return None  # refused by the fit check
+    if estimate.kv_gib <= 0:
+        return (
+            f"by the estimate nothing is left for the KV cache on {estimate.gpu} "
+            f"({estimate.summary()}); vLLM may refuse to start: raise gpuMemoryUtilization "
+            "or tensorParallelSize, or use quantization=fp8 or a larger GPU"
+        )
+    likely = kv_tokens(c, estimate, KV_BYTES_PER_TOKEN_PER_B_TYPICAL)
+    if c.max_model_len > likely:
+        return (
+            f"maxModelLen={c.max_model_len} may not fit the KV cache: about "
+            f"{estimate.kv_gib:.1f} GiB left on {estimate.gpu} holds about {likely} tokens of "
+            f"a dense {estimate.weights_format} model of this size "
+            f"({KV_BYTES_PER_TOKEN_PER_B_TYPICAL // 1024} KiB per token per billion "
+            "parameters); vLLM refuses to start when one sequence does not fit. Check the "
+            "model's KV size, or lower maxModelLen"
+        )
+    return None
+
+
+def config_warnings(c: AppConfig) -> list[tuple[str, str]]:
+    """(id, text) of each setting that deploys but likely wastes money: the synth warns with
+    them (``ray-pd-eks:<id>``) and ``ray-pd-eks settings`` prints them."""
+    found = [("idleGpus", idle_gpus_warning(c)), ("modelFit", model_fit_warning(c))]
+    return [(wid, text) for wid, text in found if text]

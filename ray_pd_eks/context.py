@@ -40,16 +40,44 @@ class SettingsFileError(ValueError):
     """A settings or context file cannot be used; the message names the file and the fix."""
 
 
-def read_json_object(path: Path, *, required: bool = False) -> dict[str, Any]:
-    """The JSON object in ``path``; ``{}`` when it does not exist and is not required."""
+def likely_json_mistake(text: str, err: json.JSONDecodeError) -> str:
+    """What a hand-edited JSON file most likely got wrong where ``err`` says it stopped."""
+    ahead = text[err.pos : err.pos + 2]
+    behind = text[: err.pos].rstrip()
+    if ahead in ("//", "/*") or ahead[:1] == "#":
+        return "a comment (JSON has none): remove it"
+    if behind.endswith(",") and ahead[:1] in ("}", "]"):
+        return f"a trailing comma before '{ahead[:1]}' (JSON allows none): remove it"
+    if ahead[:1] == "'":
+        return "single quotes: JSON strings and keys take double quotes"
+    if err.msg.startswith("Expecting ',' delimiter"):
+        return "a missing comma between two entries, or an unquoted value"
+    if err.msg.startswith("Expecting value") and not text[err.pos :].strip():
+        return "the file ends early: an unclosed '{', '[' or string"
+    return err.msg
+
+
+def read_json_object(path: Path, *, required: bool = False, repair: str = "") -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when it does not exist and is not required.
+
+    UTF-8, with or without a byte-order mark (as some Windows editors save). An invalid file is
+    a :class:`SettingsFileError` naming the line and column, the likely mistake and ``repair``
+    (how to get a working file back)."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8-sig")
+        document = json.loads(text)
     except FileNotFoundError:
         if required:
             raise SettingsFileError(f"{path} not found") from None
         return {}
-    except (OSError, json.JSONDecodeError) as err:
-        raise SettingsFileError(f"{path}: cannot read it as JSON ({err})") from None
+    except json.JSONDecodeError as err:
+        where = f"{path}, line {err.lineno}, column {err.colno}"
+        fix = f"; {repair}" if repair else ""
+        raise SettingsFileError(
+            f"{where}: not valid JSON: {likely_json_mistake(text, err)}{fix}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SettingsFileError(f"{path}: cannot read it as UTF-8 JSON ({err})") from None
     if not isinstance(document, dict):
         raise SettingsFileError(f"{path}: expected a JSON object")
     return document
@@ -86,7 +114,12 @@ def cdk_cli_context(
 def local_settings(project_dir: Path) -> dict[str, Any]:
     """``settings.local.json`` (``{}`` when absent), checked for keys it must not hold."""
     path = project_dir / LOCAL_SETTINGS_FILE
-    settings = read_json_object(path)
+    repair = (
+        f"fix it in an editor, or move it aside (mv {LOCAL_SETTINGS_FILE} "
+        f"{LOCAL_SETTINGS_FILE}.broken) and set your values again with `ray-pd-eks settings "
+        "--set`"
+    )
+    settings = read_json_object(path, repair=repair)
     for key in NOT_LOCAL:
         if key in settings:
             raise SettingsFileError(

@@ -158,16 +158,16 @@ def removed_references(before: AppConfig, after: AppConfig) -> list[Reference]:
     return [r for r in REFERENCES if r.applies(before) and not r.applies(after)]
 
 
-def ordered_deploy(removed: list[Reference]) -> list[str]:
+def ordered_deploy(removed: list[Reference], stage_id: str = STAGE_ID) -> list[str]:
     """The commands that deploy such a change: each importing stack alone, the last to deploy
     first, so that it stops importing before its exporter drops the export; then every stack.
-    Empty when nothing is removed."""
+    Empty when nothing is removed. ``stage_id``: the Stage's (``<deploymentName>-RayPdEks``)."""
     if not removed:
         return []
     importers = sorted({r.importer for r in removed}, key=STACKS.index, reverse=True)
     return [
-        *(f"npx cdk deploy '{STAGE_ID}/{stack}' --exclusively" for stack in importers),
-        DEPLOY_ALL,
+        *(f"npx cdk deploy '{stage_id}/{stack}' --exclusively" for stack in importers),
+        DEPLOY_ALL.replace(f"'{STAGE_ID}/*'", f"'{stage_id}/*'"),
     ]
 
 

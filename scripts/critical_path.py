@@ -29,7 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ray_pd_eks.timeline import Deploy, report, scale_out, schedule  # noqa: E402
+from ray_pd_eks.timeline import (  # noqa: E402
+    CONTROL_PLANE_MINUTES_RANGE,
+    DURATIONS,
+    Deploy,
+    report,
+    scale_out,
+    schedule,
+)
 
 # Runs inside the checkout to model (this one or the --before worktree): the Stage as app.py
 # builds it, from that checkout's cdk.json, without cdk-nag (not needed for the templates).
@@ -87,12 +94,36 @@ def main() -> int:
         default=4,
         help="stacks deployed at once, as `cdk deploy --concurrency` (default 4; 1 = one by one)",
     )
+    parser.add_argument(
+        "--control-plane-minutes",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="minutes the EKS control plane takes to create (default: the model's "
+        f"{DURATIONS['AWS::EKS::Cluster']:g}; published averages reach "
+        f"{CONTROL_PLANE_MINUTES_RANGE[1]:g})",
+    )
     args = parser.parse_args()
+    if args.control_plane_minutes is not None and args.control_plane_minutes <= 0:
+        parser.error(f"--control-plane-minutes {args.control_plane_minutes:g}: must be above 0")
     with tempfile.TemporaryDirectory(prefix="critical-path-") as tmp:
         work = Path(tmp)
         deploy = synthesize(ROOT, work / "after.out")
-        after = schedule(deploy, concurrency=args.concurrency)
+        after = schedule(
+            deploy, concurrency=args.concurrency, control_plane_minutes=args.control_plane_minutes
+        )
         lines = report(after, title=f"this checkout, --concurrency {args.concurrency}")
+        if args.control_plane_minutes is None:
+            low, high = (
+                schedule(deploy, concurrency=args.concurrency, control_plane_minutes=m)
+                for m in CONTROL_PLANE_MINUTES_RANGE
+            )
+            lines += [
+                "",
+                f"with the control plane at {CONTROL_PLANE_MINUTES_RANGE[0]:g}-"
+                f"{CONTROL_PLANE_MINUTES_RANGE[1]:g} min: endpoint proven after "
+                f"{low.endpoint_minutes:.1f}-{high.endpoint_minutes:.1f} min",
+            ]
         growth = scale_out(deploy)
         lines += ["", f"scale-out: a new GPU node serves after {growth.minutes:.1f} min"]
         lines += [f"  {start:5.1f} - {end:5.1f}  {what}" for what, start, end in growth.steps]
@@ -106,7 +137,11 @@ def main() -> int:
         if staged.minutes != growth.minutes:
             lines += [f"  with the weights staged in S3 (modelS3Uri): {staged.minutes:.1f} min"]
         if args.before:
-            before = schedule(synthesize_commit(args.before, work), concurrency=args.concurrency)
+            before = schedule(
+                synthesize_commit(args.before, work),
+                concurrency=args.concurrency,
+                control_plane_minutes=args.control_plane_minutes,
+            )
             lines = report(before, title=f"{args.before}, --concurrency {args.concurrency}")
             lines += ["", *report(after, title=f"this checkout, --concurrency {args.concurrency}")]
             saved = before.endpoint_minutes - after.endpoint_minutes

@@ -70,6 +70,8 @@ class ClusterStack(AppStack):
             cluster_name=config.cluster_name,
             kubernetes_version=config.kubernetes_version,
             admin_principal_arns=config.admin_principal_arns,
+            # Without allowNoAdmins the Network stack's refusal says it, once.
+            warn_without_admins=config.allow_no_admins,
             endpoint_public_cidrs=config.endpoint_public_cidrs,
             log_retention_days=config.log_retention_days,
             log_removal_policy=self.log_removal_policy,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from aws_cdk import CfnOutput, Duration
+from aws_cdk import Annotations, CfnOutput, Duration
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -31,6 +31,7 @@ from pd_constructs.cluster_active import ClusterActive, imported_cluster
 from pd_constructs.cluster_autoscaler import GpuNodeTemplateTags, node_template_tags
 from pd_constructs.network import GpuAvailabilityZone, GpuSubnet, gpu_subnet_blocks
 from pd_constructs.vpc_cni import tag_cni_subnet
+from ray_pd_eks.config import config_warnings
 from stacks.app_stack import AppStack, AppStackProps
 
 
@@ -47,6 +48,8 @@ class GpuNodesStack(AppStack):
     ) -> None:
         super().__init__(scope, construct_id, **props)
         config = self.config
+        for warning_id, text in config_warnings(config):
+            Annotations.of(self).add_warning_v2(f"ray-pd-eks:{warning_id}", text)
         # Beside the GPU AZ's choice and subnet, while the control plane is created: what
         # needs the cluster waits for this, one poll after ACTIVE.
         self.cluster_active = ClusterActive(

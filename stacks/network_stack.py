@@ -12,8 +12,16 @@ from typing import Unpack
 from aws_cdk import Fn
 from constructs import Construct
 
+from pd_constructs.deploy_refusal import DeployRefusal
 from pd_constructs.network import PdNetwork
+from ray_pd_eks.config import set_hint
 from stacks.app_stack import AppStack, AppStackProps
+
+NO_ADMINS_REASON = (
+    "adminPrincipalArns is empty, so nobody could administer the cluster (kubectl, "
+    "ray-pd-eks status and smoke denied, for you too). Add yourself: `ray-pd-eks settings "
+    f"--add-admin-me`; or, to deploy without admins anyway, {set_hint('allowNoAdmins', 'true')}"
+)
 
 
 class NetworkStack(AppStack):
@@ -38,3 +46,8 @@ class NetworkStack(AppStack):
         self.egress_route_table_ids = self.network.egress_route_table_ids
         self.load_balancer_route_table_ids = self.network.load_balancer_route_table_ids
         self.default_security_group_id = self.network.default_security_group_id
+        # Every other stack deploys after this one: refused here, nothing bills.
+        if not config.admin_principal_arns and not config.allow_no_admins:
+            DeployRefusal(
+                self, "NoAdmins", reason=NO_ADMINS_REASON, warning_id="ray-pd-eks:noAdmins"
+            )

@@ -144,10 +144,11 @@ def token_app() -> Synthesized:
     group, served aggregated (the benchmark's baseline: no
     prefill/decode split, no KV transfer), an internet-facing endpoint open to everyone
     that validates tokens of an existing identity provider (environment-agnostic, so the
-    certificate's region is checked by a CloudFormation rule), and alarms mailed to an
-    address with thresholds of their own."""
+    certificate's region is checked by a CloudFormation rule), alarms mailed to an
+    address with thresholds of their own, and no admins, deliberately (allowNoAdmins)."""
     app = synth(
         {
+            "allowNoAdmins": True,
             "hfTokenSecretArn": TOKEN_SECRET,
             "gpuCapacityReservationId": RESERVATION,
             "gpuAz": "us-west-2c",
@@ -174,9 +175,11 @@ def public_cognito_app() -> Synthesized:
     """An internet-facing endpoint whose tokens come from the stack's own Cognito pool, with
     cdk.json's defaults otherwise: the one configuration in which the deploy's endpoint probe
     reaches the ALB through the NAT gateway (the ALB admits its Elastic IP), so the connections
-    table's two-way tests (tests/test_flows.py) cover that row too."""
+    table's two-way tests (tests/test_flows.py) cover that row too. Deployed under a
+    deploymentName, beside the default deployment in the same account."""
     app = synth(
         {
+            "deploymentName": "team-a",
             "endpointExposure": "internet-facing",
             "endpointCertificateArn": CERTIFICATE,
             "endpointAllowedCidrs": ["203.0.113.0/24"],

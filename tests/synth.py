@@ -132,7 +132,7 @@ def synth(overrides: Mapping[str, Any] | None = None, *, nag: bool = True) -> Sy
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     config = AppConfig.from_context(context)
-    stage = RayPdEksStage(app, "RayPdEks", config=config)
+    stage = RayPdEksStage(app, config.stage_id, config=config)
     assembly = app.synth()
     templates = {}
     for stack in stage.stacks:

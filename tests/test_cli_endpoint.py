@@ -97,3 +97,14 @@ def test_bad_port_is_a_usage_error(harness: Harness) -> None:
     result = harness.run("endpoint", "--local-port", "70000")
     assert result.code == 2
     assert result.err == "error: --local-port 70000: must be 1..65535\n"
+
+
+def test_the_kubeconfig_line_always_names_a_region(tmp_path: Path) -> None:
+    """Without a region setting: the environment's, else one the shell must supply (a bare
+    `aws eks update-kubeconfig` would use the profile's region, perhaps not the deploy's)."""
+    harness = Harness(write_cdk_json(tmp_path))
+    line = next(x for x in harness.run("endpoint").out.splitlines() if "update-kubeconfig" in x)
+    assert line.endswith('--region "${AWS_REGION:?set AWS_REGION to your deploy region}"')
+    harness.env["AWS_DEFAULT_REGION"] = "eu-west-1"
+    line = next(x for x in harness.run("endpoint").out.splitlines() if "update-kubeconfig" in x)
+    assert line.endswith("--region eu-west-1")

@@ -144,9 +144,11 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
 
 def test_deploy_command_selects_the_apps_stage() -> None:
     """`cdk deploy --all` selects no stack of a Stage; the hint must name the Stage's id."""
+    import app as app_module
     from ray_pd_eks.cli.errors import DEPLOY_COMMAND
+    from ray_pd_eks.config import DEFAULTS
 
-    assert 'STAGE_ID = "RayPdEks"' in (REPO_ROOT / "app.py").read_text(encoding="utf-8")
+    assert app_module.STAGE_ID == DEFAULTS.stage_id == "RayPdEks"
     # --concurrency: the GPU node and workload stacks deploy side by side (docs/architecture.md).
     assert DEPLOY_COMMAND == "npx cdk deploy 'RayPdEks/*' --concurrency 4"
     assert DEPLOY_COMMAND in (REPO_ROOT / "README.md").read_text(encoding="utf-8")

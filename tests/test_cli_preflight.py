@@ -584,9 +584,18 @@ def test_no_admin_at_all_is_a_failure_saying_nobody_can_administer(tmp_path: Pat
     assert lines_of(result.out, "access") == [
         "FAIL  access        adminPrincipalArns is empty: NOBODY can administer this cluster "
         "(no access entry: status/smoke/efa-check and kubectl are denied, for you too); add "
-        "yourself with `ray-pd-eks settings --add-admin-me`"
+        "yourself with `ray-pd-eks settings --add-admin-me`; the deploy is refused until then"
     ]
     assert result.code == 1
+
+
+def test_no_admin_by_choice_is_a_warning(tmp_path: Path) -> None:
+    harness = Harness(write_cdk_json(tmp_path, region=REGION))
+    stub_all(harness, running=[])
+    result = harness.run("preflight", "-c", "allowNoAdmins=true")
+    (line,) = lines_of(result.out, "access")
+    assert line.startswith("WARN  access        adminPrincipalArns is empty: NOBODY")
+    assert line.endswith("`ray-pd-eks settings --add-admin-me`")
 
 
 def test_account_mismatch_fails(harness: Harness) -> None:

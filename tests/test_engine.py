@@ -30,6 +30,9 @@ from tests.test_workload import (
 
 FP8 = {"quantization": "fp8", "kvCacheDtype": "fp8"}
 AGGREGATED = {"servingMode": "aggregated"}
+# Another model than the default needs a revision of its own (the default is a commit of the
+# default model).
+OTHER_MODEL = {"modelRevision": "main"}
 # One type of each GPU family (a model every one of them holds in float16).
 FAMILY_TYPES = {
     "g4dn": "g4dn.8xlarge",
@@ -42,7 +45,7 @@ FAMILY_TYPES = {
     "p5e": "p5e.48xlarge",
     "p5en": "p5en.48xlarge",
 }
-SMALL = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B"}
+SMALL = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B", "modelRevision": "main"}
 
 
 def _args(config: AppConfig) -> dict[str, Any]:
@@ -108,20 +111,22 @@ def test_fit_check_counts_one_byte_per_parameter_with_fp8_weights() -> None:
     # Without FP8 the same model needs 2 bytes per parameter: refused.
     assert "in bfloat16 need 40.4 GiB" in _problem(edge)
     # Qwen3-14B (26.1 GiB in bfloat16) needs an L40S, or FP8 on the L4.
-    assert "Qwen3-14B" in _problem({"modelSource": "Qwen/Qwen3-14B"})
-    DEFAULTS.with_overrides({"modelSource": "Qwen/Qwen3-14B", "quantization": "fp8"})
+    assert "Qwen3-14B" in _problem({**OTHER_MODEL, "modelSource": "Qwen/Qwen3-14B"})
+    DEFAULTS.with_overrides({**OTHER_MODEL, "modelSource": "Qwen/Qwen3-14B", "quantization": "fp8"})
 
 
 @pytest.mark.parametrize(
     "source", ["Qwen/Qwen3-8B-AWQ", "org/Llama-3.1-8B-Instruct-GPTQ-Int4", "org/m-7b-w4a16"]
 )
 def test_fp8_quantization_of_an_otherwise_quantized_checkpoint_is_refused(source: str) -> None:
-    line = _problem({"modelSource": source, "quantization": "fp8"})
+    line = _problem({**OTHER_MODEL, "modelSource": source, "quantization": "fp8"})
     assert f"context key 'quantization' = \"fp8\": {source} is already quantized" in line
     assert "use quantization=none" in line
-    DEFAULTS.with_overrides({"modelSource": source})  # served as the checkpoint says
+    DEFAULTS.with_overrides({**OTHER_MODEL, "modelSource": source})  # served as the checkpoint says
     # An FP8 checkpoint is FP8 already: the same method, accepted.
-    DEFAULTS.with_overrides({"modelSource": "Qwen/Qwen3-8B-FP8", "quantization": "fp8"})
+    DEFAULTS.with_overrides(
+        {**OTHER_MODEL, "modelSource": "Qwen/Qwen3-8B-FP8", "quantization": "fp8"}
+    )
 
 
 @pytest.mark.parametrize("mode", [{}, AGGREGATED])
@@ -243,7 +248,9 @@ def test_prefix_aware_with_one_replica_everywhere_is_refused() -> None:
 
 
 def test_only_the_model_name_says_it_is_quantized_not_its_organisation() -> None:
-    DEFAULTS.with_overrides({"modelSource": "awq-lab/Qwen3-8B", "quantization": "fp8"})
+    DEFAULTS.with_overrides(
+        {**OTHER_MODEL, "modelSource": "awq-lab/Qwen3-8B", "quantization": "fp8"}
+    )
 
 
 # -- graceful shutdown of the deployments that stream ---------------------------------------
@@ -372,7 +379,10 @@ def test_memory_estimate_of_the_default_and_of_fp8() -> None:
     full = memory_estimate(DEFAULTS.with_overrides({"modelParamsBillions": 10}))
     assert full is not None and full.verdict == "no room"
     assert "CUDA graphs do not fit" in full.summary()
-    assert memory_estimate(DEFAULTS.with_overrides({"modelSource": "org/no-size"})) is None
+    assert (
+        memory_estimate(DEFAULTS.with_overrides({**OTHER_MODEL, "modelSource": "org/no-size"}))
+        is None
+    )
 
 
 def test_memory_estimate_counts_every_gpu_of_a_replica() -> None:

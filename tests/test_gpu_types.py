@@ -16,7 +16,13 @@ from aws_cdk.assertions import Template
 
 from pd_constructs.cluster import EfaGpuNodeGroup, gpu_node_config
 from ray_pd_eks import instance_types
-from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError, params_billions_from_name
+from ray_pd_eks.config import (
+    DEFAULTS,
+    AppConfig,
+    ConfigError,
+    config_warnings,
+    params_billions_from_name,
+)
 from tests.synth import cdk_json_context
 
 TYPES = sorted(instance_types.EFA_GPU_TYPES)
@@ -79,6 +85,10 @@ def test_every_supported_family_has_gpu_facts() -> None:
 
 
 def config(**overrides: Any) -> AppConfig:
+    """The defaults with ``overrides``; another model than the default gets a revision of its
+    own (the default revision is a commit of the default model)."""
+    if "modelSource" in overrides:
+        overrides.setdefault("modelRevision", "main")
     return AppConfig.from_context({**cdk_json_context(), **overrides})
 
 
@@ -150,3 +160,65 @@ def test_tensor_parallelism_multiplies_the_room() -> None:
     assert config(modelSource="Qwen/Qwen3-14B", gpuNodeType="g6.12xlarge", tensorParallelSize=2)
     (line,) = problems(modelSource="Qwen/Qwen3-14B", gpuNodeType="g6.12xlarge")
     assert "1 x L4 22.5 GiB" in line
+
+
+# -- GPUs that no engine uses ----------------------------------------------------------------
+
+MULTI_GPU = [t for t in TYPES if instance_types.EFA_GPU_TYPES[t].gpus > 1]
+
+
+@pytest.mark.parametrize("gpu_type", MULTI_GPU)
+def test_every_multi_gpu_type_warns_of_the_gpus_a_replica_leaves_idle(gpu_type: str) -> None:
+    """One engine replica per GPU node: the GPUs above tensorParallelSize bill for nothing.
+    At tensorParallelSize = the type's GPUs none is idle; at the largest divisor below, some."""
+    gpus = instance_types.EFA_GPU_TYPES[gpu_type].gpus
+    small = {"modelSource": "Qwen/Qwen3-0.6B", "modelRevision": "main", "dtype": "float16"}
+    assert config_warnings(config(gpuNodeType=gpu_type, tensorParallelSize=gpus, **small)) == []
+    below = max(n for n in range(1, gpus) if gpus % n == 0)
+    ((wid, text),) = config_warnings(
+        config(gpuNodeType=gpu_type, tensorParallelSize=below, **small)
+    )
+    idle = gpus - below
+    assert wid == "idleGpus"
+    assert text.startswith(
+        f"tensorParallelSize={below} on gpuNodeType={gpu_type} uses {below} of each node's "
+        f"{gpus} GPUs: {idle} GPU(s) idle per GPU node, {2 * idle} of {2 * gpus} across "
+        "gpuNodeCount=2"
+    )
+    assert f"`ray-pd-eks settings --set tensorParallelSize={gpus}`" in text
+
+
+def test_a_single_gpu_type_warns_of_nothing_and_the_fix_names_smaller_types() -> None:
+    assert config_warnings(DEFAULTS) == []
+    ((_, text),) = config_warnings(config(gpuNodeType="g6.12xlarge"))
+    assert text.endswith("or a type with 1 L4 GPU(s): g6.16xlarge, g6.8xlarge")
+
+
+# -- a sequence of maxModelLen in the KV cache -----------------------------------------------
+
+
+def test_a_model_of_unknown_size_warns_that_nothing_checks_its_fit() -> None:
+    ((wid, text),) = config_warnings(config(modelSource="org/custom"))
+    assert wid == "modelFit"
+    assert text.startswith("modelSource org/custom states no size in its name")
+    assert "`ray-pd-eks settings --set modelParamsBillions=<billions>`" in text
+    assert config_warnings(config(modelSource="org/custom", modelParamsBillions=8)) == []
+
+
+def test_a_max_model_len_a_dense_model_could_not_hold_warns_below_the_refusal() -> None:
+    """About 2.0 GiB of KV cache for the default 9B model on an L4: 14463 tokens at 16 KiB
+    per token per billion parameters (warned above), 231408 at the floor (refused above)."""
+    assert config_warnings(config(maxModelLen=14463)) == []
+    ((wid, text),) = config_warnings(config(maxModelLen=14464))
+    assert wid == "modelFit"
+    assert text.startswith("maxModelLen=14464 may not fit the KV cache: about 2.0 GiB left on L4")
+    # FP8 KV cache halves the bytes per token: the same length fits twice over.
+    assert config_warnings(config(maxModelLen=28926, kvCacheDtype="fp8")) == []
+
+
+def test_a_lowered_memory_share_is_blamed_when_the_default_share_would_hold_the_model() -> None:
+    (line,) = problems(gpuMemoryUtilization=0.5)
+    assert line.startswith("context key 'gpuMemoryUtilization' = 0.5: 9 billion parameters")
+    # A model too big even at the default share: the model is what to change.
+    (line,) = problems(gpuMemoryUtilization=0.5, modelSource="Qwen/Qwen3-14B")
+    assert line.startswith("context key 'modelSource' = \"Qwen/Qwen3-14B\"")

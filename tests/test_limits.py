@@ -270,7 +270,17 @@ LIMITS: list[Edge] = [
     ),
     # -- serving -------------------------------------------------------------------------------
     Edge("maxModelLen", 3548, 3547, "KV integrity probe", why="min"),
-    Edge("maxModelLen", 1_048_576, 1_048_577, "must be 3548..1048576 tokens", why="max"),
+    Edge(
+        "maxModelLen",
+        1_048_576,
+        1_048_577,
+        "must be 3548..1048576 tokens",
+        base={"modelSource": "Qwen/Qwen3-0.6B", "modelRevision": "main"},  # its KV fits
+        why="max",
+    ),
+    # One sequence must fit the KV cache the default model leaves on an L4 (about 2.0 GiB),
+    # even at the floor of 1 KiB per token per billion parameters.
+    Edge("maxModelLen", 231_408, 231_409, "does not fit the KV cache", why="kv"),
     Edge("readinessTimeoutMinutes", 10, 9, "must be 10..55", why="min"),
     Edge("readinessTimeoutMinutes", 55, 56, "before that", why="max"),
     Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),

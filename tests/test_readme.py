@@ -23,7 +23,7 @@ DOCS = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
 MANUAL = {"README.md": README, **{f"docs/{name}": text for name, text in DOCS.items()}}
 # About 300 lines: the newcomer's path plus one row per setting; the depth goes to docs/.
 README_MAX_LINES = 400
-README_MAX_BYTES = 24 * 1024
+README_MAX_BYTES = 18 * 1024
 
 
 def test_two_commands_are_the_ones_ci_runs() -> None:
@@ -89,7 +89,8 @@ def test_deploy_commands_select_the_stage_stacks() -> None:
     assert "npx cdk destroy 'RayPdEks/*'" in README
     for where, text in MANUAL.items():
         for stacks in re.findall(r"npx cdk (?:deploy|destroy) ([^\s\\]*)", text):
-            assert stacks.startswith("'RayPdEks") or stacks in ("--all", "RayPdEksPipeline"), (
+            named = re.sub(r"^'[a-z][-a-z0-9]*-RayPdEks", "'RayPdEks", stacks)  # deploymentName
+            assert named.startswith("'RayPdEks") or stacks in ("--all", "RayPdEksPipeline"), (
                 where,
                 stacks,
             )
@@ -196,9 +197,13 @@ def test_the_readmes_synth_command_shows_the_apps_warnings(default_app: Any) -> 
     (args,) = [a for where, a in _documented("synth") if where == "README.md"]
     documented = [a.strip("'") for a in args.split() if not a.startswith("-c") and "=" not in a]
     shown = _cdk_synth(default_app.outdir, documented)
-    assert "adminPrincipalArns is empty: NOBODY can administer this cluster" in shown
+    assert "cdk deploy will be refused before anything is created: adminPrincipalArns" in shown
     bare = _cdk_synth(default_app.outdir, ["--quiet"])
-    assert "NOBODY can administer" not in bare
+    assert "adminPrincipalArns" not in bare
+    # Nothing of the CDK's own around them: no feature-flag census, no deprecation, no
+    # cross-stack reference notice (cdk.json states every flag at the value it behaves as).
+    for noise in ("feature flags", "deprecated", "cross-stack-reference", "crossStackReferences"):
+        assert noise not in shown, noise
 
 
 def test_the_gpu_share_of_the_cost_matches_the_cost_table() -> None:
@@ -225,3 +230,17 @@ def test_every_benchmark_recipe_redeploys_after_going_back_to_pd() -> None:
             if line.endswith("settings --unset servingMode"):
                 following = [rest for rest in lines[i + 1 :] if rest][:1]
                 assert following and following[0].startswith("npx cdk deploy"), where
+
+
+def test_the_readiness_timeouts_stated_maximum_is_the_apps() -> None:
+    from ray_pd_eks.config import MAX_READINESS_MINUTES
+
+    stated = [
+        (where, int(limit))
+        for where, text in MANUAL.items()
+        for limit in re.findall(
+            r"readinessTimeoutMinutes`[^.|]{0,60}?(?:at most|max) (\d+)", " ".join(text.split())
+        )
+    ]
+    assert len(stated) >= 3, stated
+    assert {limit for _, limit in stated} == {MAX_READINESS_MINUTES}, stated

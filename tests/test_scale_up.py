@@ -116,7 +116,7 @@ def test_tensor_parallel_3_on_an_8_gpu_type_fails_naming_the_setting() -> None:
 def test_every_divisor_of_each_types_gpus_is_accepted() -> None:
     # A model every GPU of the table holds in float16 (a T4 has neither bfloat16 nor room for
     # the default 9B model; the fit check refuses them, tests/test_gpu_types.py).
-    fits_all = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B"}
+    fits_all = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B", "modelRevision": "main"}
     for name, spec in EFA_GPU_TYPES.items():
         for tp in range(1, spec.gpus + 1):
             overrides = {**fits_all, "gpuNodeType": name, "tensorParallelSize": tp}

@@ -15,7 +15,7 @@ import pytest
 import app as app_module
 from ray_pd_eks.cli.aws import Aws, default_session
 from ray_pd_eks.cli.errors import UsageError
-from ray_pd_eks.cli.settings import load_config
+from ray_pd_eks.cli.settings import load_config, load_environment_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from ray_pd_eks.context import (
     SettingsFileError,
@@ -135,7 +135,7 @@ def test_without_a_local_file_the_context_is_the_cdk_clis(project: Path) -> None
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "cannot read it as JSON"),
+        ("{not json", r"line 1, column 2: not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"pipeline": {}}', "'pipeline' belongs in cdk.json"),
         ('{"environments": []}', "'environments' belongs in cdk.json"),
@@ -510,3 +510,147 @@ def test_synth_names_settings_local_json_as_the_bad_values_source(project: Path)
         "[this value is in settings.local.json; `ray-pd-eks settings --unset gpuNodeCount` "
         "removes it]"
     )
+
+
+def test_a_key_set_twice_is_refused_naming_both_values(project: Path) -> None:
+    result = Harness(project / "cdk.json").run(
+        "settings", "--set", "maxModelLen=8192", "--set", "maxModelLen=16384"
+    )
+    assert result.code == 2
+    assert (
+        "--set maxModelLen=8192 and --set maxModelLen=16384: maxModelLen given twice" in result.err
+    )
+    assert not (project / "settings.local.json").exists()
+
+
+def test_settings_warn_about_idle_gpus_when_set_and_when_shown(project: Path) -> None:
+    harness = Harness(project / "cdk.json")
+    result = harness.run("settings", "--set", "gpuNodeType=p5.48xlarge")
+    assert result.code == 0, result.err
+    (warning,) = [line for line in result.err.splitlines() if line.startswith("WARNING")]
+    assert warning.startswith(
+        "WARNING tensorParallelSize=1 on gpuNodeType=p5.48xlarge uses 1 of each node's 8 GPUs: "
+        "7 GPU(s) idle per GPU node, 14 of 16 across gpuNodeCount=2"
+    )
+    assert warning in harness.run("settings").err
+    assert "WARNING" not in harness.run("settings", "--set", "tensorParallelSize=8").err
+
+
+def test_a_declared_pipeline_says_a_sandbox_needs_pipeline_off(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cdk destroy 'RayPdEks/*'` with a pipeline declared selects nothing and exits 0 while a
+    sandbox bills on: every run of the pipeline app says so, with the command that works."""
+    monkeypatch.setattr(app_module, "PROJECT_DIR", project)
+    example = json.loads((ROOT / "pipeline.example.json").read_text())
+    context = {**json.loads((project / "cdk.json").read_text())["context"], **example}
+    app_module.configure(context)
+    err = capsys.readouterr().err
+    assert "WARNING: cdk.json declares a pipeline" in err
+    assert "npx cdk destroy 'RayPdEks/*' --concurrency 1 -c pipeline=" in err
+    app_module.configure({**context, "pipeline": ""})
+    assert "declares a pipeline" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "where", "cause"),
+    [
+        ('{\n  "maxModelLen": 8192,\n}\n', "line 3, column 1", "a trailing comma before '}'"),
+        ('{\n  "x": [1,\n  ]\n}', "line 3, column 3", "a trailing comma before ']'"),
+        ('{\n  // mine\n  "maxModelLen": 8192\n}', "line 2, column 3", "a comment (JSON has none)"),
+        ("{'maxModelLen': 8192}", "line 1, column 2", "single quotes"),
+        ('{"a": 1\n "b": 2}', "line 2, column 2", "a missing comma between two entries"),
+        ('{"a": ', "line 1, column 7", "the file ends early"),
+    ],
+)
+def test_a_broken_local_file_names_the_line_the_likely_mistake_and_the_repair(
+    project: Path, content: str, where: str, cause: str
+) -> None:
+    (project / "settings.local.json").write_text(content, encoding="utf-8")
+    result = Harness(project / "cdk.json").run("settings", "--set", "maxModelLen=8192")
+    assert result.code == 2
+    (line,) = [x for x in result.err.splitlines() if "settings.local.json, line" in x]
+    assert f"settings.local.json, {where}: not valid JSON: {cause}" in line
+    assert "mv settings.local.json settings.local.json.broken" in line
+    assert "Traceback" not in result.err
+
+
+def test_a_local_file_saved_with_a_byte_order_mark_is_read(project: Path) -> None:
+    (project / "settings.local.json").write_text('{"maxModelLen": 8192}', encoding="utf-8-sig")
+    assert (project / "settings.local.json").read_bytes()[:3] == b"\xef\xbb\xbf"
+    config, _ = configure_in(project)
+    assert config.max_model_len == 8192
+
+
+# -- --env: a pipeline environment's settings, account, region and stacks ----------------------
+
+
+@pytest.fixture
+def pipeline_project(project: Path) -> Path:
+    """The project with pipeline.example.json's pipeline and environments in its cdk.json, and
+    a settings.local.json that the environments must not see."""
+    document = json.loads((project / "cdk.json").read_text())
+    document["context"].update(json.loads((ROOT / "pipeline.example.json").read_text()))
+    write(project / "cdk.json", document)
+    write(project / "settings.local.json", {"namespace": "mine"})
+    return project
+
+
+def test_env_applies_the_environments_overrides_account_and_region(
+    pipeline_project: Path,
+) -> None:
+    harness = Harness(pipeline_project / "cdk.json")
+    result = harness.run("endpoint", "--env", "prod")
+    assert result.code == 0, result.err
+    assert "--region us-east-1" in result.out
+    assert "(namespace inference, cluster ray-llm-multinode)" in result.out
+    config = load_environment_config(pipeline_project / "cdk.json", [], "prod", NO_ENV.get)
+    assert (config.account, config.region, config.gpu_node_count) == (
+        "333333333333",
+        "us-east-1",
+        3,
+    )
+    # Without --env: the sandbox's own settings, settings.local.json included.
+    assert "(namespace mine," in harness.run("endpoint").out
+
+
+def test_env_names_the_stage_whose_stacks_the_commands_read(pipeline_project: Path) -> None:
+    from ray_pd_eks.cli.app import App, Runtime
+    from ray_pd_eks.cli.main import build_parser
+    from stacks.pipeline_stack import STAGE_PREFIX
+
+    args = build_parser().parse_args(["endpoint", "--env", "dev"])
+    config = load_environment_config(pipeline_project / "cdk.json", [], "dev", NO_ENV.get)
+    assert App(args, config, Runtime()).stage_id == f"{STAGE_PREFIX}-dev" == "RayPdEks-dev"
+    plain = build_parser().parse_args(["endpoint"])
+    assert App(plain, DEFAULTS, Runtime()).stage_id == "RayPdEks"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ("endpoint", "--env", "qa"),
+            "--env qa: no such pipeline environment; cdk.json declares dev, prod",
+        ),
+        (("settings", "--env", "dev"), "--env dev: `settings` works on settings.local.json"),
+    ],
+)
+def test_env_refuses_what_it_cannot_mean(
+    pipeline_project: Path, argv: tuple[str, ...], message: str
+) -> None:
+    result = Harness(pipeline_project / "cdk.json").run(*argv)
+    assert result.code == 2 and message in result.err, result.err
+
+
+def test_env_without_a_declared_pipeline_says_so(project: Path) -> None:
+    result = Harness(project / "cdk.json").run("endpoint", "--env", "dev")
+    assert result.code == 2
+    assert "--env dev: cdk.json declares no pipeline" in result.err
+
+
+def test_unset_of_a_setting_the_file_lacks_does_not_suggest_itself(project: Path) -> None:
+    write(project / "settings.local.json", {"maxModelLen": 8192})
+    result = Harness(project / "cdk.json").run("settings", "--unset", "namespace")
+    assert result.code == 2
+    assert "--unset namespace: " in result.err and "did you mean 'namespace'" not in result.err

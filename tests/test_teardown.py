@@ -388,7 +388,7 @@ def test_one_command_destroys_a_pipeline_environment(pipeline: SynthesizedPipeli
     """The documented `cdk destroy` pattern selects exactly the stage's stacks, all six, and
     the stage named in the disable-stage-transition line is a stage of the pipeline."""
     teardown = (DOCS / "teardown.md").read_text()
-    (pattern,) = re.findall(r"npx cdk destroy '(RayPdEksPipeline/[^']+)' --force", teardown)
+    (pattern,) = set(re.findall(r"npx cdk destroy '(RayPdEksPipeline/[^']+)' --force", teardown))
     root = pipeline.stack.node.root
     every_stack = [c for c in root.node.find_all() if isinstance(c, Stack)]
     selected = {s.node.path for s in every_stack if _cli_pattern_matches(pattern, s.node.path)}
@@ -427,3 +427,17 @@ def test_pipeline_docs_name_every_stack_of_a_stage(pipeline: SynthesizedPipeline
     named = set(re.findall(r"-(\w+)`", row))
     stage = next(iter(pipeline.stack.stages.values()))
     assert named == {s.node.id for s in stage.stacks}
+
+
+def test_the_teardown_table_gives_a_sandbox_beside_a_pipeline_pipeline_off() -> None:
+    """With a pipeline declared, 'RayPdEks/*' selects nothing ("does not exist", exit 0): the
+    table's sandbox rows differ by `-c pipeline=`, and the app's warning gives that command."""
+    import app as app_module
+
+    teardown = (DOCS / "teardown.md").read_text()
+    rows = dict(re.findall(r"^\| a sandbox[^|]*\| (no|yes) \| `([^`]+)` \|$", teardown, flags=re.M))
+    assert rows == {
+        "no": "npx cdk destroy 'RayPdEks/*' --concurrency 1",
+        "yes": "npx cdk destroy 'RayPdEks/*' --concurrency 1 -c pipeline=",
+    }
+    assert rows["yes"] in app_module.PIPELINE_ONLY_NOTE

@@ -288,7 +288,27 @@ def test_the_docs_and_the_readme_state_the_modelled_time(
     doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
     assert f"| this version | **{minutes:.1f} min** |" in doc
     assert f"after about **{round(minutes)} minutes**" in doc
+    # The README's range: the control plane at 10 and at 15 minutes, as published averages go.
+    low, high = (
+        schedule(Deploy.from_assembly(default_app.outdir), control_plane_minutes=m).endpoint_minutes
+        for m in timeline.CONTROL_PLANE_MINUTES_RANGE
+    )
+    assert low == pytest.approx(minutes) and high == pytest.approx(minutes + 5)
     readme = (ROOT / "README.md").read_text()
-    assert f"A fresh deploy takes **about {round(minutes)} minutes**" in readme
+    assert f"A fresh deploy takes **about {round(low)}-{round(high)} minutes**" in readme
+    assert f"~{round(low)}-{round(high)} min" in readme  # the quick start's
     one_by_one = schedule(Deploy.from_assembly(default_app.outdir), concurrency=1)
     assert f"**{one_by_one.endpoint_minutes:.1f} minutes**" in doc
+
+
+def test_the_control_planes_minutes_move_the_endpoint_minute_for_minute(
+    default_app: Synthesized,
+) -> None:
+    """It is on the critical path: critical_path.py --control-plane-minutes and the README's
+    range rest on that."""
+    deploy = Deploy.from_assembly(default_app.outdir)
+    at = {m: schedule(deploy, control_plane_minutes=m).endpoint_minutes for m in (10, 12, 15)}
+    assert at[10] == pytest.approx(schedule(deploy).endpoint_minutes)
+    assert (at[12] - at[10], at[15] - at[10]) == (pytest.approx(2), pytest.approx(5))
+    doc = (ROOT / "docs" / "deploy-timeline.md").read_text()
+    assert f"**{at[10]:.1f}-{at[15]:.1f} minutes**" in doc

@@ -421,7 +421,7 @@ def test_worker_memory_is_far_above_the_checkpoint_on_every_supported_gpu_type()
     from ray_pd_eks.instance_types import EFA_GPU_TYPES
 
     # A model every GPU of the table holds in float16 (see tests/test_gpu_types.py).
-    fits_all = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B"}
+    fits_all = {"dtype": "float16", "modelSource": "Qwen/Qwen3-4B", "modelRevision": "main"}
     for name in EFA_GPU_TYPES:
         config = DEFAULTS.with_overrides({**fits_all, "gpuNodeType": name})
         c = _worker_container(render_rayservice(config, image="img:1"))
@@ -648,7 +648,9 @@ def test_template_placeholder_set_is_closed_both_ways() -> None:
 
 
 def test_application_name_is_shared_with_the_serve_config() -> None:
-    config = AppConfig.from_context({"modelId": "mistral-7b", "modelSource": "mistralai/M-7B"})
+    config = AppConfig.from_context(
+        {"modelId": "mistral-7b", "modelSource": "mistralai/M-7B", "modelRevision": "main"}
+    )
     (app,) = render_serve_config(config)["applications"]
     assert app["name"] == config.application_name == "mistral"
 

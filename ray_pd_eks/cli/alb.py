@@ -49,15 +49,17 @@ class Endpoint:
 def add_stack_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stack",
-        default=DEFAULT_STACK,
+        default=None,
         metavar="NAME",
-        help=f"the workload stack whose outputs describe the endpoint (default: {DEFAULT_STACK}; "
-        "a pipeline stage's is RayPdEks-<env>-Workload)",
+        help=f"the workload stack whose outputs describe the endpoint (default: {DEFAULT_STACK}, "
+        "or <deploymentName>-RayPdEks-Workload; a pipeline stage's is RayPdEks-<env>-Workload)",
     )
 
 
-def describe(app: App, stack: str) -> Endpoint:
-    """The endpoint from the stack's outputs; exit 3 with the fix when it is not deployed."""
+def describe(app: App, stack: str | None) -> Endpoint:
+    """The endpoint from the stack's outputs (``stack``, or the settings' workload stack);
+    exit 3 with the fix when it is not deployed."""
+    stack = stack or f"{app.stage_id}-Workload"
     aws = app.aws
     aws.identity()
     with aws.errors("cloudformation:DescribeStacks"):

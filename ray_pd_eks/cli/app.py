@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from ray_pd_eks.cli.aws import Aws, SessionFactory, default_session
-from ray_pd_eks.config import AppConfig
+from ray_pd_eks.config import STAGE_ID, AppConfig
 
 
 def _run_process(argv: Sequence[str], env: Mapping[str, str] | None) -> int:
@@ -56,6 +56,13 @@ class App:
         self._config = config
         self.runtime = runtime
         self._aws: Aws | None = None
+
+    @property
+    def stage_id(self) -> str:
+        """The deployed Stage whose stacks a command reads: the pipeline's stage of ``--env``
+        (``RayPdEks-<env>``, as stacks/pipeline_stack.py names it), else the settings' own."""
+        env = getattr(self.args, "env", None)
+        return f"{STAGE_ID}-{env}" if env else self.config.stage_id
 
     @property
     def config(self) -> AppConfig:

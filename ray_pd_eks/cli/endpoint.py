@@ -68,10 +68,14 @@ def curl_lines(config: AppConfig, local_port: int) -> list[str]:
     ]
 
 
+# When neither the settings nor the environment name a region: the shell fills it in, or stops
+# with this line (aws eks would otherwise use the profile's region, perhaps not the deploy's).
+REGION_FROM_SHELL = '"${AWS_REGION:?set AWS_REGION to your deploy region}"'
+
+
 def update_kubeconfig_line(config: AppConfig, region: str | None, profile: str | None) -> str:
     line = f"aws eks update-kubeconfig --name {config.cluster_name}"
-    if region:
-        line += f" --region {region}"
+    line += f" --region {region or REGION_FROM_SHELL}"
     if profile:
         line += f" --profile {profile}"
     return line
@@ -139,7 +143,10 @@ def run(app: App) -> int:
         app.print(*application_lines(app, alb.describe(app, app.args.stack)))
         return EXIT_OK
     # Print-only mode must work offline: do not create a session just to learn its region.
-    region = app.args.region or config.region or None
+    getenv = app.runtime.getenv
+    region = (
+        app.args.region or config.region or getenv("AWS_REGION") or getenv("AWS_DEFAULT_REGION")
+    )
     forward = port_forward_argv(config, port)
     app.print(
         f"Endpoint of RayService {config.ray_service_name} "

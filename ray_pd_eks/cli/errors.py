@@ -18,6 +18,13 @@ EXIT_ACCESS = 3  # cannot reach or read AWS or the cluster: credentials, access,
 # `cdk deploy --all` selects nothing; the Stage's stacks are selected by this pattern, and
 # --concurrency lets the GPU node and workload stacks deploy side by side.
 DEPLOY_COMMAND = "npx cdk deploy 'RayPdEks/*' --concurrency 4"
+
+
+def deploy_command(stage_id: str) -> str:
+    """:data:`DEPLOY_COMMAND` for the Stage ``stage_id`` (``<deploymentName>-RayPdEks``)."""
+    return DEPLOY_COMMAND.replace("'RayPdEks/*'", f"'{stage_id}/*'")
+
+
 # The operations CLI's console script (scripts/setup.sh installs it into .venv/bin;
 # `python -m ray_pd_eks` is the same tool).
 CLI = CLI_NAME

@@ -25,8 +25,8 @@ from ray_pd_eks.cli import (
     status,
 )
 from ray_pd_eks.cli.app import App, Runtime
-from ray_pd_eks.cli.errors import CLI, DEPLOY_COMMAND, EXIT_CODES_HELP, CliError
-from ray_pd_eks.cli.settings import DEFAULT_CDK_JSON, load_config
+from ray_pd_eks.cli.errors import CLI, DEPLOY_COMMAND, EXIT_CODES_HELP, CliError, UsageError
+from ray_pd_eks.cli.settings import DEFAULT_CDK_JSON, load_config, load_environment_config
 
 COMMANDS: tuple[ModuleType, ...] = (
     settings_command,
@@ -89,6 +89,13 @@ def _add_global_options(parser: argparse.ArgumentParser, *, after_command: bool)
         help="the cdk.json whose context to read (default: the repository's)",
     )
     group.add_argument(
+        "--env",
+        default=default,
+        metavar="NAME",
+        help="operate the pipeline environment NAME of cdk.json: its overrides, account, region "
+        "and stacks (RayPdEks-NAME-*), without settings.local.json",
+    )
+    group.add_argument(
         "--region",
         default=default,
         help="AWS region (default: context 'region', then $AWS_REGION, then "
@@ -138,7 +145,14 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
     handler: Callable[[App], int] = args.handler
     try:
         config = None
-        if args.needs_config:
+        if args.env and not args.needs_config:
+            raise UsageError(
+                f"--env {args.env}: `{args.command}` works on settings.local.json, which pipeline "
+                "environments do not read; their settings are their overrides in cdk.json"
+            )
+        if args.env:
+            config = load_environment_config(args.cdk_json, args.context, args.env, runtime.getenv)
+        elif args.needs_config:
             config = load_config(args.cdk_json, args.context, runtime.getenv)
         return handler(App(args, config, runtime))
     except CliError as err:

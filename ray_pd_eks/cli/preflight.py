@@ -25,11 +25,11 @@ from ray_pd_eks.cli.aws import Aws, error_code, same_name_other_path, same_princ
 from ray_pd_eks.cli.errors import (
     ADD_ADMIN_ME_COMMAND,
     CLI,
-    DEPLOY_COMMAND,
     EXIT_CHECK_FAILED,
     EXIT_OK,
     SET_COMMAND,
     AccessError,
+    deploy_command,
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
 from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig, set_hint
@@ -797,12 +797,14 @@ class Preflight:
         """The caller against adminPrincipalArns, whole ARNs compared (paths included)."""
         admins = self.config.admin_principal_arns
         if not admins:
+            # allowNoAdmins: the user said so, and the deploy is not refused; still worth a line.
             return Finding(
-                FAIL,
+                WARN if self.config.allow_no_admins else FAIL,
                 "access",
                 "adminPrincipalArns is empty: NOBODY can administer this cluster (no access "
                 "entry: status/smoke/efa-check and kubectl are denied, for you too); add "
-                f"yourself with `{ADD_ADMIN_ME_COMMAND}`",
+                f"yourself with `{ADD_ADMIN_ME_COMMAND}`"
+                + ("" if self.config.allow_no_admins else "; the deploy is refused until then"),
             )
         me = self.aws.principal()
         if any(same_principal(me.arn, arn) for arn in admins):
@@ -1166,6 +1168,6 @@ def run(app: App) -> int:
     for finding in Preflight(app.aws, config, app.runtime.now).run():
         findings.append(finding)
         app.print(finding.line())  # as found: a slow AWS call should not hide earlier checks
-    verdict = f"ready to deploy: {DEPLOY_COMMAND}"
+    verdict = f"ready to deploy: {deploy_command(config.stage_id)}"
     app.print(summary(findings, verdict, "not ready to deploy"))
     return EXIT_CHECK_FAILED if any(f.level == FAIL for f in findings) else EXIT_OK

@@ -22,6 +22,7 @@ from ray_pd_eks.context import (
     setting_sources,
     with_local_settings,
 )
+from ray_pd_eks.pipeline_config import pipeline_from_context
 
 # The repository root: this file is <root>/ray_pd_eks/cli/settings.py.
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,8 @@ DEFAULT_CDK_JSON = REPO_ROOT / "cdk.json"
 
 def parse_overrides(pairs: Sequence[str], flag: str = "-c") -> dict[str, str]:
     """``-c key=value`` pairs into a dict; values stay strings, as the CDK CLI passes them.
-    ``flag`` names the option in the error (``--set``, ``--add``...)."""
+    ``flag`` names the option in the error (``--set``, ``--add``...). A key given twice is
+    refused: which of the two was meant is not for the tool to guess."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -46,7 +48,13 @@ def parse_overrides(pairs: Sequence[str], flag: str = "-c") -> dict[str, str]:
                 f"{flag} {pair}: no '=': expected {flag} {pair}=VALUE, e.g. "
                 f"{flag} gpuAz=us-west-2a{also}"
             )
-        out[key.strip()] = value
+        key = key.strip()
+        if key in out:
+            raise UsageError(
+                f"{flag} {key}={out[key]} and {flag} {pair}: {key} given twice; give it once, "
+                "with the value you mean"
+            )
+        out[key] = value
     return out
 
 
@@ -91,6 +99,32 @@ def load_context(
         return with_local_settings(context, project_dir, home)
     except SettingsFileError as err:
         raise UsageError(str(err)) from None
+
+
+def load_environment_config(
+    cdk_json: Path, overrides: Sequence[str], name: str, getenv: Callable[[str], str | None]
+) -> AppConfig:
+    """The configuration the pipeline deploys to its environment ``name``: cdk.json's context
+    (and ``-c``) with that environment's overrides, account and region, as the pipeline's own
+    synth builds it, so without settings.local.json."""
+    if not cdk_json.is_file():
+        raise UsageError(f"{cdk_json} not found: run from the repository or pass --cdk-json")
+    try:
+        context = cdk_cli_context(cdk_json.parent, parse_overrides(overrides), home_dir(getenv))
+        pipeline = pipeline_from_context(context, AppConfig.from_context(context))
+    except (SettingsFileError, ConfigError) as err:
+        raise UsageError(f"--env {name}: {err}") from None
+    if pipeline is None:
+        raise UsageError(
+            f"--env {name}: cdk.json declares no pipeline ('pipeline' and 'environments', "
+            "docs/pipeline.md); without --env the commands use your own settings"
+        )
+    names = [env.name for env in pipeline.environments]
+    if name not in names:
+        raise UsageError(
+            f"--env {name}: no such pipeline environment; cdk.json declares {', '.join(names)}"
+        )
+    return pipeline.environments[names.index(name)].config
 
 
 def load_config(

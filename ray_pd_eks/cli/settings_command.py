@@ -16,9 +16,9 @@ from typing import Any
 from ray_pd_eks import cross_stack
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.cli.aws import same_name_other_path, same_principal
-from ray_pd_eks.cli.errors import DEPLOY_COMMAND, EXIT_OK, UsageError
+from ray_pd_eks.cli.errors import EXIT_OK, UsageError, deploy_command
 from ray_pd_eks.cli.settings import home_dir, load_config, parse_overrides
-from ray_pd_eks.config import CLI_NAME, AppConfig, ConfigError, memory_estimate
+from ray_pd_eks.config import CLI_NAME, AppConfig, ConfigError, config_warnings, memory_estimate
 from ray_pd_eks.context import (
     LOCAL_SETTINGS_FILE,
     SettingsFileError,
@@ -127,9 +127,13 @@ def run(app: App) -> int:
         source = sources.get(key, "default")
         if key == "modelId" and not raw.get(key):
             source += ", empty: derived from modelSource"
+        if key == "clusterName" and config.deployment_name:
+            source += ", prefixed by deploymentName"
         app.print(f"  {key:<{width}}  {value}  [{source}]")
     if estimate := memory_estimate(config):
         app.print(f"Engine memory, per replica: {estimate.summary()}")
+    for _, text in config_warnings(config):
+        app.warn(f"WARNING {text}")
     return EXIT_OK
 
 
@@ -149,7 +153,8 @@ def _list_key(flag: str, key: str) -> None:
 
 
 def _unknown_unset(key: str, local: dict[str, Any], path: Any) -> UsageError:
-    close = difflib.get_close_matches(key, [*local, *AppConfig.context_keys()], n=1)
+    others = [k for k in dict.fromkeys([*local, *AppConfig.context_keys()]) if k != key]
+    close = difflib.get_close_matches(key, others, n=1)
     if close and close[0] in local:
         return UsageError(
             f"--unset {key}: {path} does not set it; did you mean --unset {close[0]}?"
@@ -219,16 +224,20 @@ def _write(app: App) -> int:
         raise UsageError(f"{path} not changed:\n{err}") from None
     path.write_text(json.dumps(local, indent=2) + "\n", encoding="utf-8")
     app.print(*(f"{LOCAL_SETTINGS_FILE}: {line}" for line in changes))
+    for _, text in config_warnings(after):
+        app.warn(f"WARNING {text}")
     removed = cross_stack.removed_references(before, after) if before else []
     if not removed:
-        app.print(f"Every later command reads it; apply it with `{DEPLOY_COMMAND}`.")
+        app.print(
+            f"Every later command reads it; apply it with `{deploy_command(after.stage_id)}`."
+        )
         return EXIT_OK
     app.print(
         "Every later command reads it. It removes what one stack passes to another ("
         + "; ".join(f"{r.exporter} to {r.importer}: {r.what}" for r in removed)
         + "): on stacks deployed with the old value, deploy the importing stacks first "
         "(docs/lifecycle.md, Turning a feature off on a deployed stack):",
-        *(f"  {command}" for command in cross_stack.ordered_deploy(removed)),
+        *(f"  {command}" for command in cross_stack.ordered_deploy(removed, after.stage_id)),
     )
     return EXIT_OK
 
