@@ -22,6 +22,7 @@ from typing import Any
 from ray_pd_eks import instance_types
 from ray_pd_eks.dlc_images import DLC_DEFAULT_ACCOUNT, DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
+from ray_pd_eks.trust import registry_problem
 
 # Kubernetes versions this app can deploy, each with the kubectl Lambda layer package it ships.
 KUBECTL_LAYER_PACKAGES = {
@@ -391,6 +392,10 @@ class AppConfig:
     log_retention_days: int = 30
     # Observability (docs/observability.md).
     observability: str = "cloudwatch"  # or none: no add-on, monitors, dashboard or alarms
+    # The CloudWatch agent and Fluent Bit (whose shared token may `get nodes/proxy`, i.e. exec
+    # into any container) on the GPU nodes too: GPU/EFA metrics and the workers' logs in
+    # CloudWatch, at the price of that token within reach of root on a GPU node.
+    gpu_node_telemetry: bool = False
     cloudwatch_addon_version: str = CLOUDWATCH_ADDON_VERSION
     alarm_email: str = ""  # empty = the alarm topic has no subscription
     alarm_ttft_p95_seconds: float = 2.0
@@ -1147,6 +1152,8 @@ def _software(c: AppConfig) -> list[str]:
                 "(IfNotPresent), so ':latest' would differ from node to node"
             )
             out.append(_problem(key, image, why))
+        elif unknown := registry_problem(image, c.account):
+            out.append(_problem(key, image, unknown))
     if not _SEMVER.match(c.kuberay_version):
         out.append(_problem("kuberayVersion", c.kuberay_version, "must be a version like 1.7.0"))
     elif tuple(int(p) for p in c.kuberay_version.split(".")) < (1, 6, 0):

@@ -18,10 +18,37 @@ _ADDON_VALUES = (
 )
 
 
-def addon_configuration() -> dict[str, Any]:
+# What keeps the agent's token off the GPU nodes: the CloudWatch agent (a DaemonSet the add-on's
+# operator builds from `agent`) and Fluent Bit (`containerLogs.fluentBit`) run as the one
+# service account `cloudwatch-agent`, whose ClusterRole holds `get nodes/proxy` (exec into any
+# container through the kubelet). An empty component list replaces the root "every taint"
+# toleration for that component (the chart's `amazon-cloudwatch-observability.common.
+# tolerations` helper, as for kubeStateMetrics), so neither lands on the tainted GPU nodes.
+# aws-observability/helm-charts, chart amazon-cloudwatch-observability:
+# templates/linux/cloudwatch-agent-custom-resource.yaml and fluent-bit-daemonset.yaml.
+GPU_NODE_TELEMETRY_OFF: dict[str, Any] = {
+    "agent": {"tolerations": []},
+    "containerLogs": {"fluentBit": {"tolerations": []}},
+}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def addon_configuration(gpu_node_telemetry: bool = False) -> dict[str, Any]:
     """The add-on's configuration values (``assets/addons/cloudwatch-observability.yaml``), as
-    the stack passes them and as ``preflight`` checks them against the version's schema."""
-    return dict(yaml.safe_load(_ADDON_VALUES.read_text(encoding="utf-8")))
+    the stack passes them and as ``preflight`` checks them against the version's schema.
+    Without ``gpu_node_telemetry`` (the default) the agent and Fluent Bit stay off the GPU
+    nodes (:data:`GPU_NODE_TELEMETRY_OFF`)."""
+    values = dict(yaml.safe_load(_ADDON_VALUES.read_text(encoding="utf-8")))
+    return values if gpu_node_telemetry else _merge(values, GPU_NODE_TELEMETRY_OFF)
 
 
 def control_plane_log_group(cluster_name: str) -> str:

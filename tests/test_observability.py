@@ -398,6 +398,11 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
     assert props["PreserveOnDelete"] is False
     values = json.loads(props["ConfigurationValues"])
     assert values == addon_configuration()
+    # By default the token that may `get nodes/proxy` (the agent's, shared by Fluent Bit) is
+    # kept off the GPU nodes: both components tolerate no taint.
+    assert values["agent"]["tolerations"] == []
+    assert values["containerLogs"]["fluentBit"]["tolerations"] == []
+    assert values["tolerations"] == [{"operator": "Exists"}]  # DCGM, node-exporter stay
     assert values["containerLogs"]["enabled"] is True
     assert values["otelContainerInsights"]["enabled"] is True
     # Classic Container Insights (the agent's EMF performance logs) would bill the same
@@ -909,3 +914,18 @@ def test_the_replica_start_panel_reads_serves_controller_histograms() -> None:
     )
     assert "ray_serve_replica_initialization_latency_ms" in queries["engine start p99 min"]
     assert queries["replicas started"].startswith("histogram_count(sum by (deployment) ")
+
+
+def test_gpu_node_telemetry_puts_the_agent_and_fluent_bit_back_on_the_gpu_nodes() -> None:
+    """The explicit trade-off: GPU/EFA metrics and the workers' logs in CloudWatch, with the
+    agent's `nodes/proxy` token within reach of root on a GPU node."""
+    on = addon_configuration(gpu_node_telemetry=True)
+    assert "agent" not in on  # the root "every taint" toleration applies
+    assert "tolerations" not in on["containerLogs"].get("fluentBit", {})
+    off = addon_configuration()
+    assert {k: v for k, v in off.items() if k != "agent"} == {
+        **on,
+        "containerLogs": {**on["containerLogs"], "fluentBit": {"tolerations": []}},
+    }
+    assert DEFAULTS.gpu_node_telemetry is False
+    assert DEFAULTS.with_overrides({"gpuNodeTelemetry": True}).gpu_node_telemetry is True
