@@ -60,6 +60,7 @@ CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
     # pd_constructs/endpoint_probe.py (skipped with an existing identity provider).
     "endpoint probe, Cognito": lambda c: c.endpoint_uses_cognito,
     "endpoint probe, endpointAuth=none": lambda c: c.endpoint_exposed and c.endpoint_auth == "none",
+    "retainLogs=true": lambda c: c.retain_logs,
     "access logs deleted with the stack": lambda c: (
         c.endpoint_exposed and bool(c.region) and not c.retain_logs
     ),
@@ -468,6 +469,16 @@ ROLES: tuple[Role, ...] = (
         (LAMBDA,),
         actions=("ec2:RevokeSecurityGroupEgress", "ec2:RevokeSecurityGroupIngress"),
         managed=(BASIC,),
+    ),
+    Role(
+        "leftover-log-groups-check",
+        ("Network/LeftoverLogGroups/Function/ServiceRole/Resource",),
+        "stops a deploy first when a fixed-name log group of an earlier retained deployment "
+        "exists (reads whether it exists, nothing else)",
+        (LAMBDA,),
+        actions=("logs:DescribeLogGroups",),
+        managed=(BASIC,),
+        when="retainLogs=true",
     ),
     Role(
         "access-log-auto-delete",

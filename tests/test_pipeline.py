@@ -554,6 +554,19 @@ def test_asset_jobs_install_the_pinned_cdk_assets(pipeline: SynthesizedPipeline)
     assert re.fullmatch(r"\d+\.\d+\.\d+", CDK_ASSETS_VERSION)
 
 
+def test_a_retained_stage_checks_for_leftover_log_groups_first(
+    pipeline: SynthesizedPipeline,
+) -> None:
+    """prod keeps its logs (retainLogs): its stage stops on a leftover before anything bills."""
+
+    def checks(name: str) -> list[str]:
+        resources = pipeline.stage_templates[name]["Network"]["Resources"]
+        return [k for k, r in resources.items() if r["Type"] == "Custom::LeftoverLogGroupsCheck"]
+
+    assert len(checks("prod")) == 1
+    assert checks("dev") == []
+
+
 def test_a_production_pipeline_has_no_self_mutation(pipeline: SynthesizedPipeline) -> None:
     names = [s["Name"] for s in pipeline.pipeline_stages()]
     assert names[:3] == ["Source", "Build", "Assets"]
