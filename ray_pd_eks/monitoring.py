@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,26 @@ def log_group_names(cluster_name: str) -> dict[str, str]:
         "Dataplane": f"{base}/dataplane",
         "Host": f"{base}/host",
     }
+
+
+# The alarms whose probe (the value they compare, without the comparison) returns no series in
+# a healthy deployment, and why; pd_constructs/promql.py marks exactly these MISSING_IS_NORMAL
+# (tests/test_observability.py keeps the two in step). Every other alarm returning no series
+# is blind: it can never fire.
+NO_SERIES_IS_NORMAL: dict[str, str] = {
+    "ErrorRatio": "none until the first 5xx",
+    "NixlFailedTransfers": "none until the first failed transfer",
+    "MetricsMissing": "none while every watched family has series",
+}
+_COMPARISON = re.compile(r"\s+(>|<|==|!=|>=|<=)\s+[-+0-9.eE]+$")
+_ZERO_FALLBACK = re.compile(r"^\((?P<probe>.*) or vector\(0\)\)$", re.S)
+
+
+def alarm_probe(query: str) -> str:
+    """The value a deployed alarm's PromQL ``query`` compares: ``query`` without its trailing
+    comparison and without the ``(... or vector(0))`` that makes nothing count as 0 (the
+    inverse of ``AlarmSpec.query`` in pd_constructs/promql.py). Run alone, it must return
+    series, or the alarm cannot see what it watches."""
+    value = _COMPARISON.sub("", query.strip())
+    m = _ZERO_FALLBACK.match(value)
+    return m["probe"] if m else value
