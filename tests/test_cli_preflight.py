@@ -52,9 +52,21 @@ ADDON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "agent": {"type": "object", "properties": {"config": {"type": "object"}}},
+        "agent": {
+            "type": "object",
+            "properties": {"config": {"type": "object"}, "tolerations": {"type": "array"}},
+        },
         "tolerations": {"type": "array"},
-        "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "containerLogs": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "fluentBit": {
+                    "type": "object",
+                    "properties": {"tolerations": {"type": "array"}},
+                },
+            },
+        },
         "containerInsights": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "applicationSignals": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "otelContainerInsights": {

@@ -137,7 +137,7 @@ def run(app: App) -> int:
     if not alarms:
         raise AccessError(
             f"no PromQL alarm named {prefix}* in {app.aws.region}: is the workload stack "
-            "deployed there (check -c clusterName/rayServiceName and --region)?"
+            "deployed there (check the clusterName and rayServiceName settings and --region)?"
         )
     app.print(f"Alarm queries of {prefix}* ({len(alarms)}), each evaluated once:")
     findings = []
