@@ -84,7 +84,14 @@ MIN_SYSTEM_ROOT_GIB = 80  # the Ray head runs the ~20 GB (compressed) DLC image 
 GPU_LOCAL_STORAGE = ("auto", "raid0", "none")
 GP3_IOPS = (3000, 80000)
 GP3_THROUGHPUT = (125, 2000)  # MiB/s; at most 0.25 MiB/s per provisioned IOPS
-MAX_CAPACITY_WAIT_MINUTES = 50
+# Every waiter of the app (custom resources that poll) ends with its own message by this many
+# minutes: CloudFormation fails a custom resource after one hour, and the Provider's hard stop,
+# the last poll and the answer to CloudFormation need the minutes above it.
+WAITER_DEADLINE_MINUTES = 55
+# The GPU capacity watch waits gpuCapacityWaitMinutes for capacity, then this long more for the
+# nodes to launch and join; the sum must end by WAITER_DEADLINE_MINUTES.
+CAPACITY_WATCH_EXTRA_MINUTES = 20
+MAX_CAPACITY_WAIT_MINUTES = WAITER_DEADLINE_MINUTES - CAPACITY_WATCH_EXTRA_MINUTES  # 35
 MAX_MODEL_PARAMS_BILLIONS = 600  # 16-bit weights of 600B fill 8 H200s (p5en.48xlarge)
 # Where nodeadm mounts the RAID0 of the instance-store NVMe disks (it bind-mounts containerd's
 # and kubelet's state under it), and the app's cache directory on the node in either case.
@@ -535,6 +542,12 @@ class AppConfig:
     @property
     def kubectl_layer_package(self) -> str:
         return KUBECTL_LAYER_PACKAGES[self.kubernetes_version]
+
+    @property
+    def gpu_capacity_watch_minutes(self) -> int:
+        """How long the GPU capacity watch waits in all: the capacity wait, then the nodes'
+        launch and join (at most ``WAITER_DEADLINE_MINUTES``)."""
+        return self.gpu_capacity_wait_minutes + CAPACITY_WATCH_EXTRA_MINUTES
 
     @property
     def uses_local_nvme(self) -> bool:
@@ -1018,7 +1031,9 @@ def _capacity(c: AppConfig) -> list[str]:
     if not 1 <= wait <= MAX_CAPACITY_WAIT_MINUTES:
         why = (
             f"must be 1..{MAX_CAPACITY_WAIT_MINUTES}: how long GPU launches may fail for lack "
-            "of capacity before the deploy fails"
+            "of capacity before the deploy fails (the watch then allows "
+            f"{CAPACITY_WATCH_EXTRA_MINUTES} more minutes for the nodes to join, and every "
+            f"waiter ends by {WAITER_DEADLINE_MINUTES} minutes, inside CloudFormation's hour)"
         )
         out.append(_problem("gpuCapacityWaitMinutes", wait, why))
     return out
