@@ -247,9 +247,10 @@ ROLES: tuple[Role, ...] = (
     Role(
         "kubectl-provider",
         ("Cluster/Cluster/Resource/KubectlProvider/Handler/ServiceRole/Resource",),
-        "aws-cdk-lib's kubectl/helm function: cluster admin (it applies every manifest)",
+        "aws-cdk-lib's kubectl/helm function: cluster admin (it applies every manifest); "
+        "reads the vendored Helm charts from the CDK asset bucket",
         (LAMBDA,),
-        actions=("eks:DescribeCluster",),
+        actions=("eks:DescribeCluster", "s3:GetBucket*", "s3:GetObject*", "s3:List*"),
         managed=(
             BASIC,
             VPC_ACCESS,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_pd_eks import instance_types
+from ray_pd_eks.charts import vendored_versions
 from ray_pd_eks.dlc_images import DLC_DEFAULT_ACCOUNT, DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 from ray_pd_eks.trust import registry_problem
@@ -1175,6 +1176,13 @@ def _software(c: AppConfig) -> list[str]:
         why = (
             "must be 1.6.0 or newer (the RayService Ready condition and upgradeStrategy; "
             "rayClusterConfig.authOptions.secretName for Ray token authentication)"
+        )
+        out.append(_problem("kuberayVersion", c.kuberay_version, why))
+    elif c.kuberay_version not in vendored_versions("kuberay-operator"):
+        why = (
+            "no vendored chart of that version (charts install from assets/charts/, never "
+            f"from a repository): use {', '.join(vendored_versions('kuberay-operator'))}, or "
+            "vendor it with scripts/vendor_chart.py"
         )
         out.append(_problem("kuberayVersion", c.kuberay_version, why))
     if not _SEMVER.match(c.ray_version):

@@ -273,7 +273,8 @@ LIMITS: list[Edge] = [
     Edge("maxModelLen", 1_048_576, 1_048_577, "must be 3548..1048576 tokens", why="max"),
     Edge("readinessTimeoutMinutes", 10, 9, "must be 10..55", why="min"),
     Edge("readinessTimeoutMinutes", 55, 56, "before that", why="max"),
-    Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
+    Edge("kuberayVersion", "1.7.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
+    Edge("kuberayVersion", "1.7.0", "1.7.1", "no vendored chart", why="vendored"),
     Edge("rayVersion", "2.52.0", "2.51.99", "must be 2.52.0 or newer", why="min"),
     Edge(
         "vpcCniAddonVersion",
