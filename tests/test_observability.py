@@ -329,7 +329,7 @@ def test_every_alarm_says_what_no_series_means(name: str) -> None:
 def test_without_gpu_node_telemetry_the_gpu_workers_alarms_are_left_out_not_blind() -> None:
     """Nothing scrapes the GPU workers then (the agent scrapes its own node only): alarms on
     their series would never see one, so they are not created."""
-    ids = [a.id for a in alarm_specs(DEFAULTS)]
+    ids = [a.id for a in alarm_specs(DEFAULTS.with_overrides({"gpuNodeTelemetry": False}))]
     assert ids == ["ErrorRatio", "HeadDown"]
     assert {a.id for a in alarm_specs(TELEMETRY)} >= {"TtftP95", "WorkersDown", "MetricsMissing"}
 
