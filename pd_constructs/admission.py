@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pd_constructs.helm import kuberay_operator_identity
-from pd_constructs.namespaces import WARMUP_NAMESPACE
+from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig
 
@@ -125,6 +125,10 @@ def render_gpu_node_policy(config: AppConfig) -> list[dict[str, Any]]:
     return list(
         render(
             "manifests/admission/gpu-nodes.yaml",
-            {"EXEMPT_NAMESPACES": gpu_namespaces(config), "SCHEDULER": SCHEDULER_USER},
+            {
+                "EXEMPT_NAMESPACES": gpu_namespaces(config),
+                "SCHEDULER": SCHEDULER_USER,
+                "OPERATOR_NAMESPACE": OPERATOR_NAMESPACE,
+            },
         )
     )

@@ -26,13 +26,14 @@ from pd_constructs.nag import (
 )
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
+from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
 # derives when to give up with its own message before the Provider's total timeout.
 QUERY_INTERVAL = Duration.seconds(30)
 HANDLER_TIMEOUT = Duration.minutes(1)
 # CloudFormation waits at most one hour for a custom resource.
-MAX_TIMEOUT = Duration.minutes(60)
+MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 
 
 class GpuCapacityWatch(Construct):
@@ -44,7 +45,8 @@ class GpuCapacityWatch(Construct):
       another instance type).
     * A vCPU quota failure, or any other failed launch, fails at once, quoting EC2.
     * The node group turning ``CREATE_FAILED``/``DEGRADED`` fails at once, quoting EKS.
-    * Still waiting after ``timeout`` (at most 60 minutes): fails with the last status.
+    * Still waiting after ``timeout`` (at most 55 minutes, ``WAITER_DEADLINE_MINUTES``):
+      fails with the last status.
     * While creating, ``cluster_stack_name`` (the stack that creates the cluster, when given)
       rolling back, being deleted or failed in this deploy fails at once, quoting
       CloudFormation: its rollback cannot delete the cluster while the node group exists.
@@ -82,7 +84,8 @@ class GpuCapacityWatch(Construct):
         if timeout_s > MAX_TIMEOUT.to_seconds():
             raise ValueError(
                 f"GpuCapacityWatch timeout {timeout.to_human_string()}: CloudFormation waits "
-                "at most 60 minutes for a custom resource"
+                "at most 60 minutes for a custom resource: every waiter ends with its own message "
+                f"by {WAITER_DEADLINE_MINUTES} minutes"
             )
         if timeout_s < 2 * QUERY_INTERVAL.to_seconds() + HANDLER_TIMEOUT.to_seconds():
             raise ValueError(

@@ -12,6 +12,7 @@ from aws_cdk import (
     CfnCondition,
     CfnResource,
     CfnTag,
+    DefaultStackSynthesizer,
     Duration,
     Fn,
     RemovalPolicy,
@@ -253,6 +254,14 @@ class PdCluster(Construct):
         )
         acknowledge(
             self.cluster,
+            "AwsSolutions-IAM5",
+            "aws-cdk-lib's grant for the vendored Helm charts (assets/charts/): the kubectl "
+            "provider reads the chart assets from this account's CDK asset bucket (the S3 "
+            "read grant set on the bucket's objects).",
+            findings=chart_asset_read_findings(Stack.of(self)),
+        )
+        acknowledge(
+            self.cluster,
             "AwsSolutions-L1",
             "The kubectl provider's runtime is chosen by aws-cdk-lib to match the kubectl layer.",
         )
@@ -262,6 +271,35 @@ class PdCluster(Construct):
                 "AwsSolutions-EKS1",
                 "endpointPublicCidrs asks for a public endpoint; it is open only to those CIDRs.",
             )
+
+
+def chart_asset_read_findings(stack: Stack) -> list[str]:
+    """How cdk-nag names the wildcards of ``Asset.bucket.grantRead`` to the kubectl provider's
+    role, which ``eks.HelmChart`` adds for a chart asset: the S3 read actions on the objects
+    of the stack's CDK asset bucket (``cdk-<qualifier>-assets-<account>-<region>``)."""
+    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+    region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    qualifier = (
+        stack.node.try_get_context("@aws-cdk/core:bootstrapQualifier")
+        or DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    )
+    bucket = f"cdk-{qualifier}-assets-{account}-{region}"
+    # With an explicit region aws-cdk-lib writes the partition as a literal.
+    partition = "<AWS::Partition>"
+    if not Token.is_unresolved(stack.region):
+        partition = (
+            "aws-cn"
+            if stack.region.startswith("cn-")
+            else "aws-us-gov"
+            if stack.region.startswith("us-gov-")
+            else "aws"
+        )
+    return [
+        "Action::s3:GetBucket*",
+        "Action::s3:GetObject*",
+        "Action::s3:List*",
+        f"Resource::arn:{partition}:s3:::{bucket}/*",
+    ]
 
 
 def _own_kubectl_log_groups(

@@ -23,6 +23,7 @@ from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag
 from pd_constructs.pod_identity import cluster_arn
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.waiter import logged_waiter_provider
+from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
 
 # Must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS. A short interval:
 # the wait is on the deploy's critical path (the node group starts one poll after ACTIVE).
@@ -32,7 +33,7 @@ HANDLER_TIMEOUT = Duration.minutes(1)
 # update takes as long; three times that, within CloudFormation's one hour for a custom
 # resource, before the wait fails with what it saw.
 DEFAULT_TIMEOUT = Duration.minutes(45)
-MAX_TIMEOUT = Duration.minutes(60)
+MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 
 
 class ClusterActive(Construct):
@@ -65,7 +66,8 @@ class ClusterActive(Construct):
         if timeout_s > MAX_TIMEOUT.to_seconds():
             raise ValueError(
                 f"ClusterActive timeout {timeout.to_human_string()}: CloudFormation waits at "
-                "most 60 minutes for a custom resource"
+                "most 60 minutes for a custom resource: every waiter ends with its own message "
+                f"by {WAITER_DEADLINE_MINUTES} minutes"
             )
         if timeout_s < 2 * QUERY_INTERVAL.to_seconds() + HANDLER_TIMEOUT.to_seconds():
             raise ValueError(

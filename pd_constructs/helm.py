@@ -1,5 +1,7 @@
 """One small construct per Helm component: chart coordinates pinned in one place, values in a
-YAML file under ``assets/helm-values/``, overrides deep-merged in code."""
+YAML file under ``assets/helm-values/``, overrides deep-merged in code. Every chart is installed
+from its vendored folder (``assets/charts/``, ray_pd_eks/charts.py), never fetched by version
+from its repository at deploy time; ``repository`` stays as the chart's published home."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ from typing import Any
 
 from aws_cdk import Aws, CfnMapping, Duration, Stack, Token
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.namespaces import OPERATOR_NAMESPACE
 from pd_constructs.templates import deep_merge, load_yaml
+from ray_pd_eks.charts import vendored
 from ray_pd_eks.eks_images import EKS_IMAGE_REGISTRIES
 
 HELM_TIMEOUT = Duration.minutes(10)
@@ -195,7 +199,9 @@ def kuberay_operator_identity(release: HelmRelease | None = None) -> OperatorIde
 
 class HelmAddon(Construct):
     """Installs one pinned chart with ``helm upgrade --install --wait`` through the kubectl
-    provider. The primary child, ``Resource``, is the ``eks.HelmChart``."""
+    provider, from the chart's vendored folder (``ChartAsset``, a CDK asset the provider reads
+    from the bootstrap bucket). The primary child, ``Resource``, is the ``eks.HelmChart``. A
+    release without a vendored chart fails synth."""
 
     def __init__(
         self,
@@ -210,13 +216,19 @@ class HelmAddon(Construct):
         super().__init__(scope, construct_id)
         self.release = release
         self.values = release.values(overrides)
+        chart = vendored(release.chart, release.version)
+        if chart is None:
+            raise ValueError(
+                f"chart {release.chart} {release.version} is not vendored: add it with "
+                "scripts/vendor_chart.py and record it in ray_pd_eks/charts.py"
+            )
+        self.vendored = chart
+        self.chart_asset = s3_assets.Asset(self, "ChartAsset", path=str(chart.folder))
         self.chart = eks.HelmChart(
             self,
             "Resource",
             cluster=as_icluster(cluster),
-            repository=release.repository,
-            chart=release.chart,
-            version=release.version,
+            chart_asset=self.chart_asset,
             release=release.release,
             namespace=release.namespace,
             create_namespace=True,

@@ -60,6 +60,7 @@ CONDITIONS: dict[str, Callable[[AppConfig], bool]] = {
     # pd_constructs/endpoint_probe.py (skipped with an existing identity provider).
     "endpoint probe, Cognito": lambda c: c.endpoint_uses_cognito,
     "endpoint probe, endpointAuth=none": lambda c: c.endpoint_exposed and c.endpoint_auth == "none",
+    "retainLogs=true": lambda c: c.retain_logs,
     "access logs deleted with the stack": lambda c: (
         c.endpoint_exposed and bool(c.region) and not c.retain_logs
     ),
@@ -246,9 +247,10 @@ ROLES: tuple[Role, ...] = (
     Role(
         "kubectl-provider",
         ("Cluster/Cluster/Resource/KubectlProvider/Handler/ServiceRole/Resource",),
-        "aws-cdk-lib's kubectl/helm function: cluster admin (it applies every manifest)",
+        "aws-cdk-lib's kubectl/helm function: cluster admin (it applies every manifest); "
+        "reads the vendored Helm charts from the CDK asset bucket",
         (LAMBDA,),
-        actions=("eks:DescribeCluster",),
+        actions=("eks:DescribeCluster", "s3:GetBucket*", "s3:GetObject*", "s3:List*"),
         managed=(
             BASIC,
             VPC_ACCESS,
@@ -468,6 +470,16 @@ ROLES: tuple[Role, ...] = (
         (LAMBDA,),
         actions=("ec2:RevokeSecurityGroupEgress", "ec2:RevokeSecurityGroupIngress"),
         managed=(BASIC,),
+    ),
+    Role(
+        "leftover-log-groups-check",
+        ("Network/LeftoverLogGroups/Function/ServiceRole/Resource",),
+        "stops a deploy first when a fixed-name log group of an earlier retained deployment "
+        "exists (reads whether it exists, nothing else)",
+        (LAMBDA,),
+        actions=("logs:DescribeLogGroups",),
+        managed=(BASIC,),
+        when="retainLogs=true",
     ),
     Role(
         "access-log-auto-delete",

@@ -20,6 +20,7 @@ from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import acknowledge
 from pd_constructs.templates import ASSETS, render
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.trust import MODEL_ACCESS_TAG_KEY, MODEL_ACCESS_TAG_VALUE
 
 MODEL_CACHE = "/data/model-cache"  # where pods mount the node's model cache
 HF_SUBDIR = "hf"  # the Hugging Face cache inside it
@@ -203,7 +204,9 @@ def bucket_owner(config: AppConfig) -> str:
 def model_access_statements(config: AppConfig) -> list[iam.PolicyStatement]:
     """Read-only access to exactly the staged prefix and/or the token secret. S3 access holds
     only while the bucket belongs to :func:`bucket_owner` (``s3:ResourceAccount``): a bucket
-    of the same name in another account matches the ARNs but not the condition."""
+    of the same name in another account matches the ARNs but not the condition. Objects and
+    the secret are readable only while they carry :data:`MODEL_ACCESS_TAG_KEY` =
+    ``true`` (listing the prefix shows names only and needs no tag)."""
     statements = []
     if config.model_s3_uri:
         bucket, prefix = config.model_s3_bucket, config.model_s3_prefix
@@ -214,7 +217,12 @@ def model_access_statements(config: AppConfig) -> list[iam.PolicyStatement]:
                 sid="ReadStagedModel",
                 actions=["s3:GetObject"],
                 resources=[f"{bucket_arn}/{prefix}/*"],
-                conditions={"StringEquals": owner},
+                conditions={
+                    "StringEquals": {
+                        **owner,
+                        f"s3:ExistingObjectTag/{MODEL_ACCESS_TAG_KEY}": MODEL_ACCESS_TAG_VALUE,
+                    }
+                },
             ),
             iam.PolicyStatement(
                 sid="ListStagedModel",
@@ -232,6 +240,13 @@ def model_access_statements(config: AppConfig) -> list[iam.PolicyStatement]:
                 sid="ReadHuggingFaceToken",
                 actions=["secretsmanager:GetSecretValue"],
                 resources=[config.hf_token_secret_resource],
+                conditions={
+                    "StringEquals": {
+                        f"secretsmanager:ResourceTag/{MODEL_ACCESS_TAG_KEY}": (
+                            MODEL_ACCESS_TAG_VALUE
+                        )
+                    }
+                },
             )
         )
     return statements

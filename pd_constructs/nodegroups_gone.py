@@ -23,6 +23,7 @@ from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag
 from pd_constructs.pod_identity import cluster_arn
 from pd_constructs.rollback import grant_describe_own_stack
 from pd_constructs.waiter import logged_waiter_provider
+from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS.
 QUERY_INTERVAL = Duration.seconds(30)
@@ -40,8 +41,8 @@ DEFAULT_WAIT = Duration.minutes(40)
 # GpuAddons; docs/teardown.md), and its node group's DeleteNodegroup comes within a minute or
 # two of that stack's start (after the node-template tags' Delete).
 DEFAULT_GRACE = Duration.minutes(5)
-# CloudFormation waits at most one hour for a custom resource.
-MAX_TIMEOUT = Duration.minutes(60)
+# CloudFormation waits at most one hour for a custom resource; every waiter ends by 55 minutes.
+MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 # The Provider's total timeout is the wait plus this: the handler raises its own message at
 # the wait, at most one interval and one Lambda run after it; the Provider's bare "Operation
 # timed out" must come after that.
@@ -84,8 +85,10 @@ class NodegroupsGone(Construct):
         if timeout.to_seconds() > MAX_TIMEOUT.to_seconds():
             raise ValueError(
                 f"NodegroupsGone wait {wait.to_human_string()}: with the Provider's "
-                f"{PROVIDER_MARGIN.to_human_string()} margin it exceeds the 60 minutes "
-                "CloudFormation waits for a custom resource; use at most 57 minutes"
+                f"{PROVIDER_MARGIN.to_human_string()} margin it ends after "
+                f"{WAITER_DEADLINE_MINUTES} minutes, the most any waiter of the app may take "
+                "inside CloudFormation's hour; use at most "
+                f"{WAITER_DEADLINE_MINUTES - int(PROVIDER_MARGIN.to_minutes())} minutes"
             )
         if not QUERY_INTERVAL.to_seconds() <= grace_s < wait_s:
             raise ValueError(

@@ -358,7 +358,7 @@ class PdObservability(Construct):
             cluster=as_icluster(cluster),
             addon_name=ADDON_NAME,
             addon_version=config.cloudwatch_addon_version,
-            configuration_values=addon_configuration(),
+            configuration_values=addon_configuration(config.gpu_node_telemetry),
             preserve_on_delete=False,
         )
         cfn_addon = self.addon.node.default_child

@@ -25,15 +25,41 @@ NODE = '"@resource.k8s.node.name"'
 RATE_WINDOW = "5m"
 
 
+# How an alarm treats a query that returns no series (a PromQL alarm has no TreatMissingData:
+# no series is simply OK, so each alarm must say what "nothing" means).
+MISSING_IS_ZERO = "zero"  # `or vector(0)`: nothing answering counts as 0 and breaches
+MISSING_IS_WATCHED = "watched"  # the MetricsMissing alarm fires when its series are absent
+MISSING_IS_NORMAL = "normal"  # no series until the first event (an error, a failed transfer)
+# How long a watched family may be absent before MetricsMissing breaches, and then pends.
+ABSENT_WINDOW = "15m"
+
+
 @dataclass(frozen=True)
 class AlarmSpec:
-    """One PromQL alarm: every series the query returns is a breaching contributor."""
+    """One PromQL alarm: every series the query returns is a breaching contributor.
+
+    ``probe`` is the value the alarm compares (``query`` is ``probe`` with the comparison):
+    run alone it must return series, or the alarm is blind (``alarm-queries`` runs each one).
+    ``missing`` says what no series means for it (the ``MISSING_IS_*`` constants), and
+    ``watched`` the metric families whose absence the ``MetricsMissing`` alarm reports.
+    ``needs_gpu_nodes``: its series come from the GPU workers, which only the CloudWatch agent
+    on the GPU nodes scrapes (``gpuNodeTelemetry``).
+    """
 
     id: str
-    query: str
+    probe: str
+    comparison: str
     meaning: str
+    missing: str
     pending_minutes: int = 0  # 0 = alarm on the first breaching evaluation
     recovery_minutes: int = 5
+    watched: tuple[str, ...] = ()
+    needs_gpu_nodes: bool = True
+
+    @property
+    def query(self) -> str:
+        value = f"({self.probe} or vector(0))" if self.missing == MISSING_IS_ZERO else self.probe
+        return f"{value} {self.comparison}"
 
 
 @dataclass(frozen=True)
@@ -93,7 +119,17 @@ def _start_minutes(sel: str, which: str) -> str:
     )
 
 
-def alarm_specs(config: AppConfig) -> tuple[AlarmSpec, ...]:
+def _absent(config: AppConfig, family: str) -> str:
+    """One series, labelled ``metric=<family>``, when ``family`` of this RayService has had
+    no series for :data:`ABSENT_WINDOW`."""
+    sel = ray_selector(config)
+    return (
+        f'label_replace(absent_over_time({family}{sel}[{ABSENT_WINDOW}]), "metric", "{family}", '
+        '"", "")'
+    )
+
+
+def _all_alarm_specs(config: AppConfig) -> tuple[AlarmSpec, ...]:
     sel = ray_selector(config)
     worker = ray_selector(config, 'ray_io_node_type="worker"')
     head = ray_selector(config, 'ray_io_node_type="head"')
@@ -103,71 +139,119 @@ def alarm_specs(config: AppConfig) -> tuple[AlarmSpec, ...]:
         f"sum by (application) (rate(ray_serve_num_http_error_requests_total{server_errors}[{w}]))"
     )
     requests = f"sum by (application) (rate(ray_serve_num_http_requests_total{sel}[{w}]))"
+    # Every vLLM alarm joins on Serve's replica gauge (by_phase): without it, they see nothing.
+    phases = ("ray_serve_replica_processing_queries",)
+    failed = f"increase(ray_vllm_nixl_num_failed_transfers_total{sel}[{w}])"
     return (
         AlarmSpec(
             "TtftP95",
-            f"{_quantile(config, 0.95, 'ray_vllm_time_to_first_token_seconds')} "
+            _quantile(config, 0.95, "ray_vllm_time_to_first_token_seconds"),
             f"> {config.alarm_ttft_p95_seconds:g}",
             f"Time to first token p95 of a phase above {config.alarm_ttft_p95_seconds:g} s "
             "for 5 minutes: prompts queue or prefill is saturated (decode: the KV transfer "
             "is slow).",
+            MISSING_IS_WATCHED,
             pending_minutes=5,
+            watched=("ray_vllm_time_to_first_token_seconds", *phases),
         ),
         AlarmSpec(
             "InterTokenP95",
-            f"{_quantile(config, 0.95, 'ray_vllm_inter_token_latency_seconds')} "
+            _quantile(config, 0.95, "ray_vllm_inter_token_latency_seconds"),
             f"> {config.alarm_inter_token_p95_seconds:g}",
             f"Inter-token latency p95 of a phase above {config.alarm_inter_token_p95_seconds:g}"
             " s for 5 minutes: decode batches are too large or the GPU is contended.",
+            MISSING_IS_WATCHED,
             pending_minutes=5,
+            watched=("ray_vllm_inter_token_latency_seconds", *phases),
         ),
         AlarmSpec(
             "ErrorRatio",
-            f"({errors}) / ({requests}) > {config.alarm_error_percent / 100:g}",
+            f"({errors}) / ({requests})",
+            f"> {config.alarm_error_percent / 100:g}",
             f"More than {config.alarm_error_percent:g} % of HTTP requests to the Serve app "
             "end in a 5xx for 5 minutes.",
+            # Serve creates the error counter at the first error: none is the healthy state.
+            MISSING_IS_NORMAL,
             pending_minutes=5,
+            needs_gpu_nodes=False,  # Serve's HTTP proxy runs on the head
         ),
         AlarmSpec(
             "KvCacheFull",
-            "max by (deployment) "
-            f"({by_phase(config, f'ray_vllm_kv_cache_usage_perc{sel}')}) "
+            f"max by (deployment) ({by_phase(config, f'ray_vllm_kv_cache_usage_perc{sel}')})",
             f"> {config.alarm_kv_cache_percent / 100:g}",
             f"An engine's KV cache above {config.alarm_kv_cache_percent:g} % for 10 minutes: "
             "requests will be preempted or wait; add replicas or lower maxModelLen.",
+            MISSING_IS_WATCHED,
             pending_minutes=10,
+            watched=("ray_vllm_kv_cache_usage_perc", *phases),
         ),
         AlarmSpec(
             "RequestsWaiting",
-            f"sum by (deployment) ({by_phase(config, f'ray_vllm_num_requests_waiting{sel}')}) > 0",
+            f"sum by (deployment) ({by_phase(config, f'ray_vllm_num_requests_waiting{sel}')})",
+            "> 0",
             "Requests have been waiting in an engine's queue for 5 minutes without pause: the "
             "phase is at capacity.",
+            MISSING_IS_WATCHED,
             pending_minutes=5,
+            watched=("ray_vllm_num_requests_waiting", *phases),
         ),
         AlarmSpec(
             "NixlFailedTransfers",
-            "sum by (deployment) "
-            f"({by_phase(config, f'increase(ray_vllm_nixl_num_failed_transfers_total{sel}[{w}])')})"
-            " > 0",
+            f"sum by (deployment) ({by_phase(config, failed)})",
+            "> 0",
             "A NIXL KV-cache transfer failed: the request was recomputed or failed; check the "
             "EFA panel and `python -m ray_pd_eks efa-check`.",
+            # The failure counter appears with the first failure: none is the healthy state.
+            MISSING_IS_NORMAL,
             recovery_minutes=10,
         ),
         AlarmSpec(
             "HeadDown",
-            f"(count(up{head} == 1) or vector(0)) < 1",
+            f"count(up{head} == 1)",
+            "< 1",
             "The Ray head's metrics endpoint has not answered for 5 minutes: the head pod is "
             "down or restarting (Serve's HTTP proxy and controller run there).",
+            MISSING_IS_ZERO,
             pending_minutes=5,
+            needs_gpu_nodes=False,
         ),
         AlarmSpec(
             "WorkersDown",
-            f"(count(up{worker} == 1) or vector(0)) < {config.worker_replicas}",
+            f"count(up{worker} == 1)",
+            f"< {config.worker_replicas}",
             f"Fewer than {config.worker_replicas} GPU workers have answered for 10 minutes: a "
             "worker pod or its GPU node is gone.",
+            MISSING_IS_ZERO,
             pending_minutes=10,
         ),
     )
+
+
+def alarm_specs(config: AppConfig) -> tuple[AlarmSpec, ...]:
+    """The alarms of ``config``: without ``gpuNodeTelemetry`` nothing scrapes the GPU workers,
+    so the alarms on their series are left out rather than left blind; last, the
+    ``MetricsMissing`` alarm over the families the others watch."""
+    specs = tuple(
+        s for s in _all_alarm_specs(config) if config.gpu_node_telemetry or not s.needs_gpu_nodes
+    )
+    families = sorted({f for s in specs for f in s.watched})
+    if not families:
+        return specs
+    absent = " or ".join(_absent(config, f) for f in families)
+    watchdog = AlarmSpec(
+        "MetricsMissing",
+        absent,
+        "== 1",
+        f"A metric family that an alarm reads has had no series for {ABSENT_WINDOW} (the "
+        "contributor's `metric` label names it): that alarm cannot fire. A restarted, idle "
+        "deployment shows it until its first request; otherwise check the scrape "
+        "(`kubectl get podmonitors -A`) and run `python -m ray_pd_eks alarm-queries`.",
+        # Its own query returns a series exactly when something is missing.
+        MISSING_IS_NORMAL,
+        pending_minutes=15,
+        needs_gpu_nodes=any(s.needs_gpu_nodes for s in specs if s.watched),
+    )
+    return (*specs, watchdog)
 
 
 def dashboard_panels(config: AppConfig) -> tuple[Panel, ...]:

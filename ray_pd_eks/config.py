@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_pd_eks import instance_types
+from ray_pd_eks.charts import vendored_versions
 from ray_pd_eks.dlc_images import DLC_DEFAULT_ACCOUNT, DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
+from ray_pd_eks.trust import registry_problem
 
 # Kubernetes versions this app can deploy, each with the kubectl Lambda layer package it ships.
 KUBECTL_LAYER_PACKAGES = {
@@ -90,7 +92,14 @@ MIN_SYSTEM_ROOT_GIB = 80  # the Ray head runs the ~20 GB (compressed) DLC image 
 GPU_LOCAL_STORAGE = ("auto", "raid0", "none")
 GP3_IOPS = (3000, 80000)
 GP3_THROUGHPUT = (125, 2000)  # MiB/s; at most 0.25 MiB/s per provisioned IOPS
-MAX_CAPACITY_WAIT_MINUTES = 50
+# Every waiter of the app (custom resources that poll) ends with its own message by this many
+# minutes: CloudFormation fails a custom resource after one hour, and the Provider's hard stop,
+# the last poll and the answer to CloudFormation need the minutes above it.
+WAITER_DEADLINE_MINUTES = 55
+# The GPU capacity watch waits gpuCapacityWaitMinutes for capacity, then this long more for the
+# nodes to launch and join; the sum must end by WAITER_DEADLINE_MINUTES.
+CAPACITY_WATCH_EXTRA_MINUTES = 20
+MAX_CAPACITY_WAIT_MINUTES = WAITER_DEADLINE_MINUTES - CAPACITY_WATCH_EXTRA_MINUTES  # 35
 MAX_MODEL_PARAMS_BILLIONS = 600  # 16-bit weights of 600B fill 8 H200s (p5en.48xlarge)
 # Where nodeadm mounts the RAID0 of the instance-store NVMe disks (it bind-mounts containerd's
 # and kubelet's state under it), and the app's cache directory on the node in either case.
@@ -423,6 +432,10 @@ class AppConfig:
     log_retention_days: int = 30
     # Observability (docs/observability.md).
     observability: str = "cloudwatch"  # or none: no add-on, monitors, dashboard or alarms
+    # The CloudWatch agent and Fluent Bit (whose shared token may `get nodes/proxy`, i.e. exec
+    # into any container) on the GPU nodes too: GPU/EFA metrics and the workers' logs in
+    # CloudWatch, at the price of that token within reach of root on a GPU node.
+    gpu_node_telemetry: bool = False
     cloudwatch_addon_version: str = CLOUDWATCH_ADDON_VERSION
     alarm_email: str = ""  # empty = the alarm topic has no subscription
     alarm_ttft_p95_seconds: float = 2.0
@@ -580,6 +593,12 @@ class AppConfig:
     @property
     def kubectl_layer_package(self) -> str:
         return KUBECTL_LAYER_PACKAGES[self.kubernetes_version]
+
+    @property
+    def gpu_capacity_watch_minutes(self) -> int:
+        """How long the GPU capacity watch waits in all: the capacity wait, then the nodes'
+        launch and join (at most ``WAITER_DEADLINE_MINUTES``)."""
+        return self.gpu_capacity_wait_minutes + CAPACITY_WATCH_EXTRA_MINUTES
 
     @property
     def uses_local_nvme(self) -> bool:
@@ -1086,7 +1105,9 @@ def _capacity(c: AppConfig) -> list[str]:
     if not 1 <= wait <= MAX_CAPACITY_WAIT_MINUTES:
         why = (
             f"must be 1..{MAX_CAPACITY_WAIT_MINUTES}: how long GPU launches may fail for lack "
-            "of capacity before the deploy fails"
+            "of capacity before the deploy fails (the watch then allows "
+            f"{CAPACITY_WATCH_EXTRA_MINUTES} more minutes for the nodes to join, and every "
+            f"waiter ends by {WAITER_DEADLINE_MINUTES} minutes, inside CloudFormation's hour)"
         )
         out.append(_problem("gpuCapacityWaitMinutes", wait, why))
     return out
@@ -1238,12 +1259,21 @@ def _software(c: AppConfig) -> list[str]:
                 "(IfNotPresent), so ':latest' would differ from node to node"
             )
             out.append(_problem(key, image, why))
+        elif unknown := registry_problem(image, c.account):
+            out.append(_problem(key, image, unknown))
     if not _SEMVER.match(c.kuberay_version):
         out.append(_problem("kuberayVersion", c.kuberay_version, "must be a version like 1.7.0"))
     elif tuple(int(p) for p in c.kuberay_version.split(".")) < (1, 6, 0):
         why = (
             "must be 1.6.0 or newer (the RayService Ready condition and upgradeStrategy; "
             "rayClusterConfig.authOptions.secretName for Ray token authentication)"
+        )
+        out.append(_problem("kuberayVersion", c.kuberay_version, why))
+    elif c.kuberay_version not in vendored_versions("kuberay-operator"):
+        why = (
+            "no vendored chart of that version (charts install from assets/charts/, never "
+            f"from a repository): use {', '.join(vendored_versions('kuberay-operator'))}, or "
+            "vendor it with scripts/vendor_chart.py"
         )
         out.append(_problem("kuberayVersion", c.kuberay_version, why))
     if not _SEMVER.match(c.ray_version):

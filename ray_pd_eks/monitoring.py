@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,37 @@ _ADDON_VALUES = (
 )
 
 
-def addon_configuration() -> dict[str, Any]:
+# What keeps the agent's token off the GPU nodes: the CloudWatch agent (a DaemonSet the add-on's
+# operator builds from `agent`) and Fluent Bit (`containerLogs.fluentBit`) run as the one
+# service account `cloudwatch-agent`, whose ClusterRole holds `get nodes/proxy` (exec into any
+# container through the kubelet). An empty component list replaces the root "every taint"
+# toleration for that component (the chart's `amazon-cloudwatch-observability.common.
+# tolerations` helper, as for kubeStateMetrics), so neither lands on the tainted GPU nodes.
+# aws-observability/helm-charts, chart amazon-cloudwatch-observability:
+# templates/linux/cloudwatch-agent-custom-resource.yaml and fluent-bit-daemonset.yaml.
+GPU_NODE_TELEMETRY_OFF: dict[str, Any] = {
+    "agent": {"tolerations": []},
+    "containerLogs": {"fluentBit": {"tolerations": []}},
+}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def addon_configuration(gpu_node_telemetry: bool = False) -> dict[str, Any]:
     """The add-on's configuration values (``assets/addons/cloudwatch-observability.yaml``), as
-    the stack passes them and as ``preflight`` checks them against the version's schema."""
-    return dict(yaml.safe_load(_ADDON_VALUES.read_text(encoding="utf-8")))
+    the stack passes them and as ``preflight`` checks them against the version's schema.
+    Without ``gpu_node_telemetry`` (the default) the agent and Fluent Bit stay off the GPU
+    nodes (:data:`GPU_NODE_TELEMETRY_OFF`)."""
+    values = dict(yaml.safe_load(_ADDON_VALUES.read_text(encoding="utf-8")))
+    return values if gpu_node_telemetry else _merge(values, GPU_NODE_TELEMETRY_OFF)
 
 
 def control_plane_log_group(cluster_name: str) -> str:
@@ -73,3 +101,26 @@ def log_group_names(cluster_name: str) -> dict[str, str]:
         "Dataplane": f"{base}/dataplane",
         "Host": f"{base}/host",
     }
+
+
+# The alarms whose probe (the value they compare, without the comparison) returns no series in
+# a healthy deployment, and why; pd_constructs/promql.py marks exactly these MISSING_IS_NORMAL
+# (tests/test_observability.py keeps the two in step). Every other alarm returning no series
+# is blind: it can never fire.
+NO_SERIES_IS_NORMAL: dict[str, str] = {
+    "ErrorRatio": "none until the first 5xx",
+    "NixlFailedTransfers": "none until the first failed transfer",
+    "MetricsMissing": "none while every watched family has series",
+}
+_COMPARISON = re.compile(r"\s+(>|<|==|!=|>=|<=)\s+[-+0-9.eE]+$")
+_ZERO_FALLBACK = re.compile(r"^\((?P<probe>.*) or vector\(0\)\)$", re.S)
+
+
+def alarm_probe(query: str) -> str:
+    """The value a deployed alarm's PromQL ``query`` compares: ``query`` without its trailing
+    comparison and without the ``(... or vector(0))`` that makes nothing count as 0 (the
+    inverse of ``AlarmSpec.query`` in pd_constructs/promql.py). Run alone, it must return
+    series, or the alarm cannot see what it watches."""
+    value = _COMPARISON.sub("", query.strip())
+    m = _ZERO_FALLBACK.match(value)
+    return m["probe"] if m else value

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ray_pd_eks.config import AppConfig, ConfigError
@@ -30,7 +30,9 @@ from ray_pd_eks.config import AppConfig, ConfigError
 PIPELINE_KEY = "pipeline"
 ENVIRONMENTS_KEY = "environments"
 
-PIPELINE_KEYS = frozenset({"account", "region", "connectionArn", "repository", "branch"})
+PIPELINE_KEYS = frozenset(
+    {"account", "region", "connectionArn", "repository", "branch", "selfMutation"}
+)
 ENVIRONMENT_KEYS = frozenset({"name", "account", "region", "production", "approval", "overrides"})
 # Overrides may not move an environment: its account and region are its own keys.
 _NOT_OVERRIDABLE = frozenset({"account", "region"})
@@ -64,9 +66,11 @@ class DeploymentEnvironment:
     """One stage of the pipeline: the Stage deployed with ``config`` after an optional approval.
 
     ``config`` is the app's configuration with this environment's ``overrides`` applied and its
-    ``account``/``region`` set, validated as a whole. ``production``: a production name or
-    ``"production": true``; the pipeline stack then always adds the permission-broadening
-    check and the manual approval, in code (``approval`` cannot turn them off).
+    ``account``/``region`` set, validated as a whole. ``production``: a production name,
+    ``"production": true``, or the account of another production environment (production is
+    an account, not a name: a stage named ``canary`` in the production account deploys with
+    the same rights); the pipeline stack then always adds the permission-broadening check and
+    the manual approval, in code (``approval`` cannot turn them off).
     """
 
     name: str
@@ -88,6 +92,15 @@ class PipelineConfig:
     repository: str
     branch: str
     environments: tuple[DeploymentEnvironment, ...]
+    # Whether a push updates the pipeline itself before its stages run (CDK Pipelines'
+    # self-mutation). Off whenever a production environment exists: the gate in front of
+    # production is then the pipeline an administrator deployed, not one the change rewrote.
+    self_mutation: bool = True
+
+    @property
+    def production_accounts(self) -> frozenset[str]:
+        """The accounts that hold a production environment."""
+        return frozenset(e.account for e in self.environments if e.production)
 
     @property
     def cross_account(self) -> bool:
@@ -140,6 +153,8 @@ def _account_region(where: str, obj: Mapping[str, Any]) -> list[str]:
 
 
 def _parse_pipeline(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The pipeline's own keys as PipelineConfig's string fields (``selfMutation`` is checked
+    here and decided with the environments, see :func:`_self_mutation`)."""
     where = PIPELINE_KEY
     problems = _unknown_keys(where, raw, PIPELINE_KEYS) + _account_region(where, raw)
     arn = raw.get("connectionArn")
@@ -157,6 +172,9 @@ def _parse_pipeline(raw: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     if not isinstance(branch, str) or not _BRANCH.match(branch):
         why = f"must be a git branch name (default {DEFAULT_BRANCH})"
         problems.append(_problem(where, "branch", branch, why))
+    self_mutation = raw.get("selfMutation")
+    if self_mutation is not None and not isinstance(self_mutation, bool):
+        problems.append(_problem(where, "selfMutation", self_mutation, "must be true or false"))
     values = {
         "account": str(raw.get("account")),
         "region": str(raw.get("region")),
@@ -264,6 +282,55 @@ def _clashes(envs: list[DeploymentEnvironment]) -> list[str]:
     return out
 
 
+def _gate_production_accounts(
+    envs: list[DeploymentEnvironment], raw_envs: list[Any]
+) -> tuple[list[DeploymentEnvironment], list[str]]:
+    """Production is an account: every environment in the account of a production one is
+    production too (its stage would deploy with the same deploy role into the same account).
+    A ``production`` or ``approval`` of ``false`` given for such an environment is refused."""
+    accounts = {e.account: e.name for e in envs if e.production}
+    given = {
+        raw.get("name"): raw for raw in raw_envs if isinstance(raw, Mapping) and raw.get("name")
+    }
+    out, problems = [], []
+    for env in envs:
+        owner = accounts.get(env.account)
+        if env.production or owner is None:
+            out.append(env)
+            continue
+        raw = given.get(env.name, {})
+        for key in ("production", "approval"):
+            if raw.get(key) is False:
+                why = (
+                    f"account {env.account} holds production environment '{owner}', so this "
+                    "environment deploys into production with the same rights and is gated like "
+                    "it (check and approval, fixed in stacks/pipeline_stack.py); remove the key "
+                    "or move the environment to another account"
+                )
+                problems.append(_problem(f"environment '{env.name}'", key, False, why))
+        out.append(replace(env, production=True, approval=True))
+    return out, problems
+
+
+def _self_mutation(
+    raw: Mapping[str, Any], envs: list[DeploymentEnvironment]
+) -> tuple[bool, list[str]]:
+    """Self-mutation defaults to on without production and is refused with it."""
+    production = [e.name for e in envs if e.production]
+    value = raw.get("selfMutation")
+    if not isinstance(value, bool):
+        return not production, []
+    if value and production:
+        why = (
+            f"production environment '{production[0]}' is deployed by this pipeline: a "
+            "self-mutating pipeline rewrites its own gate from the change it is about to gate, "
+            "so production pipelines never self-mutate (update one with `npx cdk deploy "
+            "RayPdEksPipeline`, see docs/pipeline.md); remove the key"
+        )
+        return False, [_problem(PIPELINE_KEY, "selfMutation", value, why)]
+    return value, []
+
+
 def pipeline_from_context(context: Mapping[str, Any], base: AppConfig) -> PipelineConfig | None:
     """The pipeline declared in ``context``, or None when none is.
 
@@ -309,9 +376,12 @@ def pipeline_from_context(context: Mapping[str, Any], base: AppConfig) -> Pipeli
         if env is not None:
             envs.append(env)
     problems += _clashes(envs)
+    envs, gated = _gate_production_accounts(envs, raw_envs)
+    self_mutation, mutation_problems = _self_mutation(raw_pipeline, envs)
+    problems += gated + mutation_problems
     if problems:
         raise PipelineConfigError("\n".join(problems))
-    return PipelineConfig(environments=tuple(envs), **values)
+    return PipelineConfig(environments=tuple(envs), self_mutation=self_mutation, **values)
 
 
 __all__ = [

@@ -393,7 +393,7 @@ class _Model:
         return [
             n
             for n, _ in self._find(
-                "Custom::AWSCDK-EKS-HelmChart", lambda r: r["Properties"].get("Chart") == chart
+                "Custom::AWSCDK-EKS-HelmChart", lambda r: r["Properties"].get("Release") == chart
             )
         ]
 

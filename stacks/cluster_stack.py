@@ -148,7 +148,7 @@ class ClusterStack(AppStack):
             cluster_name=config.cluster_name,
             watched=f"{config.gpu_nodegroup_name}-*",
             served_stack_name=gpu_nodes_stack_name,
-            timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
+            timeout=Duration.minutes(config.gpu_capacity_watch_minutes),
             log_retention=self.log_retention,
             # No longer failure evidence (the watch of this release is GpuNodes'): with the
             # app's other logs, so a fresh deploy leaves nothing of it behind.

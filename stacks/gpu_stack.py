@@ -140,7 +140,7 @@ class GpuNodesStack(AppStack):
             availability_zone=self.gpu_az.az_name,
             capacity_reservation_id=config.gpu_capacity_reservation_id,
             capacity_wait=Duration.minutes(config.gpu_capacity_wait_minutes),
-            timeout=Duration.minutes(min(60, config.gpu_capacity_wait_minutes + 20)),
+            timeout=Duration.minutes(config.gpu_capacity_watch_minutes),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
             log_retention=self.log_retention,
             # Fails the node group's create at once when the Cluster stack rolls back, so the

@@ -13,8 +13,10 @@ from aws_cdk import Fn
 from constructs import Construct
 
 from pd_constructs.deploy_refusal import DeployRefusal
+from pd_constructs.log_groups_free import LeftoverLogGroupsCheck
 from pd_constructs.network import PdNetwork
 from ray_pd_eks.config import set_hint
+from ray_pd_eks.monitoring import fixed_log_group_names
 from stacks.app_stack import AppStack, AppStackProps
 
 NO_ADMINS_REASON = (
@@ -42,6 +44,17 @@ class NetworkStack(AppStack):
             log_removal_policy=self.log_removal_policy,
         )
         self.vpc = self.network.vpc
+        if config.retain_logs:
+            # Before anything of the stage: a leftover of an earlier retained deployment
+            # stops the deploy here, not after the NAT gateway and the cluster have started.
+            check = LeftoverLogGroupsCheck(
+                self,
+                "LeftoverLogGroups",
+                log_group_names=fixed_log_group_names(config),
+                log_retention=self.log_retention,
+                log_removal_policy=self.log_removal_policy,
+            )
+            self.network.node.add_dependency(check.resource)
         self.gpu_route_table_id = self.network.gpu_route_table.ref
         self.egress_route_table_ids = self.network.egress_route_table_ids
         self.load_balancer_route_table_ids = self.network.load_balancer_route_table_ids

@@ -135,7 +135,10 @@ class PipelineStack(Stack):
                 commands=list(SYNTH_COMMANDS),
                 primary_output_directory="cdk.out",
             ),
-            self_mutation=True,
+            # Off with a production environment (pipeline_config decides): the pipeline that
+            # gates production is then the one an administrator deployed, which the gated
+            # change cannot rewrite on its way through.
+            self_mutation=cfg.self_mutation,
             cross_account_keys=cfg.cross_account,
             enable_key_rotation=cfg.cross_account or None,
             cli_version=cdk_cli_version(),
@@ -171,7 +174,12 @@ class PipelineStack(Stack):
                     comment=(
                         f"Deploy ray-pd-eks to {env.name} ({env.account}/{env.region})? "
                         "Earlier stages, if any, deployed and passed their readiness checks"
-                        + ("; the permission check has passed." if check else ".")
+                        + (
+                            "; the permission check (new IAM statements and security-group "
+                            "rules only, not every change) ran first: read its build log."
+                            if check
+                            else "."
+                        )
                     ),
                 )
                 if check is not None:
@@ -236,15 +244,15 @@ class PipelineStack(Stack):
                 "to avoid its cost); build artifacts are encrypted with S3- and AWS-managed "
                 "keys. Any environment in another account turns the KMS key on.",
             )
-        mutation = self.pipeline.self_mutation_project
-        acknowledge(
-            mutation,
-            "AwsSolutions-IAM5",
-            "Self-mutation runs `cdk deploy` of this stack: it assumes the CDK bootstrap roles "
-            "(role/*, limited by the aws-cdk:bootstrap-role tag condition) and reads stack "
-            "status (cloudformation:DescribeStacks and s3:ListBucket on *).",
-            findings=["Resource::*", f"Resource::arn:*:iam::{self.account}:role/*"],
-        )
+        if self.pipeline_config.self_mutation:
+            acknowledge(
+                self.pipeline.self_mutation_project,
+                "AwsSolutions-IAM5",
+                "Self-mutation runs `cdk deploy` of this stack: it assumes the CDK bootstrap "
+                "roles (role/*, limited by the aws-cdk:bootstrap-role tag condition) and reads "
+                "stack status (cloudformation:DescribeStacks and s3:ListBucket on *).",
+                findings=["Resource::*", f"Resource::arn:*:iam::{self.account}:role/*"],
+            )
         acknowledge(
             self.pipeline.node.find_child("Assets"),
             "AwsSolutions-IAM5",
@@ -282,6 +290,9 @@ class PipelineStack(Stack):
             )
         parts = [p.replace(unpinned, pinned) if isinstance(p, str) else p for p in parts]
         cfn.add_property_override("Source.BuildSpec", {"Fn::Join": [delimiter, parts]})
+        # aws-cdk-lib builds the check on its own default image (standard:7.0); the same
+        # image and runtimes as every other step of the pipeline.
+        cfn.add_property_override("Environment.Image", BUILD_IMAGE.image_id)
 
     def _acknowledge_security_check(self, check: IConstruct) -> None:
         """The permission-broadening check that CDK Pipelines adds once for production stages:

@@ -725,14 +725,25 @@ def binding_cases(config: AppConfig) -> list[AdmissionCase]:
     dry-run Binding needs an existing pending pod and ``create`` on bindings, which the cluster
     tier's CREATE run does not set up."""
     gpu_policy = "ray-pd-eks-gpu-nodes"
-    names = {SCHEDULER_USER: "the scheduler", ADMIN: "an admin", OPERATOR_USER: "the operator"}
+    names = {
+        SCHEDULER_USER: "the scheduler",
+        ADMIN: "an admin",
+        OPERATOR_USER: "the operator",
+        "system:serviceaccount:kube-system:other-scheduler": "a scheduler of another name",
+    }
     out: list[AdmissionCase] = []
     for label, resource, sub in (("pods/binding", "pods", "binding"), ("bindings", "bindings", "")):
         for user, namespace, admit in (
             (SCHEDULER_USER, "default", True),
             (ADMIN, "default", False),
-            (OPERATOR_USER, OPERATOR_NAMESPACE, False),
+            (OPERATOR_USER, "default", False),
             (ADMIN, config.namespace, True),
+            # The operator's own pod must be bound before anyone can confirm the scheduler's
+            # user name on a new cluster: bindings in its namespace are not judged (whoever
+            # binds there still needs RBAC's `create` on bindings: administrators, the
+            # scheduler), and a pod created there is still judged like any other.
+            ("system:serviceaccount:kube-system:other-scheduler", OPERATOR_NAMESPACE, True),
+            (ADMIN, OPERATOR_NAMESPACE, True),
         ):
             out.append(
                 AdmissionCase(

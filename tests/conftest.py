@@ -145,7 +145,8 @@ def token_app() -> Synthesized:
     prefill/decode split, no KV transfer), an internet-facing endpoint open to everyone
     that validates tokens of an existing identity provider (environment-agnostic, so the
     certificate's region is checked by a CloudFormation rule), alarms mailed to an
-    address with thresholds of their own, and no admins, deliberately (allowNoAdmins)."""
+    address with thresholds of their own, read from the GPU workers too (gpuNodeTelemetry),
+    and no admins, deliberately (allowNoAdmins)."""
     app = synth(
         {
             "allowNoAdmins": True,
@@ -163,6 +164,8 @@ def token_app() -> Synthesized:
             "endpointJwtScope": "llm.invoke",
             "endpointIdleTimeoutSeconds": 4000,
             "alarmEmail": ALARM_EMAIL,
+            # The CloudWatch agent on the GPU nodes too: every alarm, the GPU workers' included.
+            "gpuNodeTelemetry": True,
             "alarmTtftP95Seconds": 1.5,
             "alarmKvCachePercent": 95,
         }

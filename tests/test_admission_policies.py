@@ -226,7 +226,7 @@ def _gpu_tenants(app: Synthesized) -> dict[str, set[str]]:
                         found.setdefault(namespace, set()).add(obj["metadata"]["name"])
             elif r["Type"] == "Custom::AWSCDK-EKS-HelmChart":
                 if _tolerates_gpu_taint(_values(props.get("Values"))):
-                    found.setdefault(props["Namespace"], set()).add(props["Chart"])
+                    found.setdefault(props["Namespace"], set()).add(props["Release"])
             elif r["Type"] == "AWS::EKS::Addon" and _tolerates_gpu_taint(
                 json.loads(props.get("ConfigurationValues") or "{}")
             ):

@@ -52,9 +52,21 @@ ADDON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "agent": {"type": "object", "properties": {"config": {"type": "object"}}},
+        "agent": {
+            "type": "object",
+            "properties": {"config": {"type": "object"}, "tolerations": {"type": "array"}},
+        },
         "tolerations": {"type": "array"},
-        "containerLogs": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
+        "containerLogs": {
+            "type": "object",
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "fluentBit": {
+                    "type": "object",
+                    "properties": {"tolerations": {"type": "array"}},
+                },
+            },
+        },
         "containerInsights": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "applicationSignals": {"type": "object", "properties": {"enabled": {"type": "boolean"}}},
         "otelContainerInsights": {
@@ -1153,6 +1165,7 @@ def stub_secret(h: Harness, **fields: Any) -> None:
         "ARN": SECRET_ARN,
         "Name": "hf-token",
         "VersionIdsToStages": {"EXAMPLE1-90ab-cdef-fedc-ba987EXAMPLE": ["AWSCURRENT"]},
+        "Tags": [{"Key": "ray-pd-eks:model-access", "Value": "true"}],
         **fields,
     }
     h.session.stub("secretsmanager").add_response(
@@ -1176,6 +1189,24 @@ def test_token_secret_with_the_managed_key_passes_without_reading_it(harness: Ha
     ]
     assert result.code == 0
     harness.session.assert_no_pending_responses()  # an unstubbed GetSecretValue would raise
+
+
+@pytest.mark.parametrize("tags", [None, [], [{"Key": "ray-pd-eks:model-access", "Value": "no"}]])
+def test_token_secret_without_the_model_access_tag_fails_with_the_tag_command(
+    harness: Harness, tags: Any
+) -> None:
+    stub_all(harness, running=[])
+    stub_secret(harness, Tags=tags)
+    result = run_with_secret(harness)
+    (line,) = lines_of(result.out, "hugging face token")
+    assert line.startswith(
+        "FAIL  hugging face token  hf-token lacks the tag ray-pd-eks:model-access=true"
+    ), line
+    assert (
+        f"`aws secretsmanager tag-resource --secret-id {SECRET_ARN} "
+        "--tags Key=ray-pd-eks:model-access,Value=true`" in line
+    )
+    assert result.code != 0
 
 
 def test_preflight_never_asks_for_a_secret_value() -> None:

@@ -23,7 +23,7 @@ def _efa_chart(app: Synthesized) -> dict[str, Any]:
     (chart,) = [
         r
         for r in app.resources("GpuAddons", "Custom::AWSCDK-EKS-HelmChart").values()
-        if r["Properties"]["Chart"] == EFA_CHART
+        if r["Properties"]["Release"] == EFA_CHART
     ]
     return chart
 

@@ -101,7 +101,7 @@ def test_default_synth_creates_no_load_balancer(default_app: Synthesized) -> Non
         assert not types & set(ENDPOINT_TYPES), stack
         assert not [k for k in template.get("Outputs", {}) if k.startswith("Endpoint")], stack
     charts = default_app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").values()
-    assert [c["Properties"]["Chart"] for c in charts] == ["kuberay-operator"]
+    assert [c["Properties"]["Release"] for c in charts] == ["kuberay-operator"]
 
 
 # -- the load balancer, listener and target group ------------------------------------------
@@ -308,11 +308,9 @@ def test_cognito_pool_for_machines_only(variant_app: Synthesized) -> None:
 def test_controller_chart_is_pinned_with_its_settings(variant_app: Synthesized) -> None:
     _, chart = _chart(variant_app)
     props = chart["Properties"]
-    assert (props["Repository"], props["Chart"], props["Version"]) == (
-        "https://aws.github.io/eks-charts",
-        "aws-load-balancer-controller",
-        LOAD_BALANCER_CONTROLLER.version,
-    )
+    # The vendored chart (assets/charts/), never fetched from a repository at deploy time.
+    assert "Repository" not in props and "ChartAssetURL" in props
+    assert LOAD_BALANCER_CONTROLLER.version == "3.5.0"
     assert (props["Release"], props["Namespace"], props["Wait"]) == (
         "aws-load-balancer-controller",
         "kube-system",

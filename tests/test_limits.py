@@ -259,8 +259,8 @@ LIMITS: list[Edge] = [
         why="per-iops",
     ),
     # -- capacity ------------------------------------------------------------------------------
-    Edge("gpuCapacityWaitMinutes", 1, 0, "must be 1..50", why="min"),
-    Edge("gpuCapacityWaitMinutes", 50, 51, "must be 1..50", why="max"),
+    Edge("gpuCapacityWaitMinutes", 1, 0, "must be 1..35", why="min"),
+    Edge("gpuCapacityWaitMinutes", 35, 36, "must be 1..35", why="max"),
     Edge("gpuPlacementGroupName", "p" * 255, "p" * 256, "existing cluster placement group"),
     Edge(
         "gpuCapacityReservationId",
@@ -283,7 +283,8 @@ LIMITS: list[Edge] = [
     Edge("maxModelLen", 231_408, 231_409, "does not fit the KV cache", why="kv"),
     Edge("readinessTimeoutMinutes", 10, 9, "must be 10..55", why="min"),
     Edge("readinessTimeoutMinutes", 55, 56, "before that", why="max"),
-    Edge("kuberayVersion", "1.6.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
+    Edge("kuberayVersion", "1.7.0", "1.5.99", "must be 1.6.0 or newer", why="min"),
+    Edge("kuberayVersion", "1.7.0", "1.7.1", "no vendored chart", why="vendored"),
     Edge("rayVersion", "2.52.0", "2.51.99", "must be 2.52.0 or newer", why="min"),
     Edge(
         "vpcCniAddonVersion",
@@ -437,3 +438,26 @@ def test_gp3_ratio_is_judged_only_for_valid_iops(
         AppConfig.from_context(context)
     keys = [line.split("'")[1] for line in str(err.value).splitlines()]
     assert keys == problem_keys
+
+
+def test_every_capacity_watch_ends_by_the_waiter_deadline() -> None:
+    """gpuCapacityWaitMinutes at its most still ends the capacity watch, with its own message,
+    by 55 minutes, inside CloudFormation's hour; one more minute is refused at synth."""
+    from aws_cdk import Duration
+
+    from pd_constructs.capacity import MAX_TIMEOUT as CAPACITY_MAX
+    from pd_constructs.cluster_active import MAX_TIMEOUT as ACTIVE_MAX
+    from pd_constructs.nodegroups_gone import MAX_TIMEOUT as GONE_MAX
+    from ray_pd_eks.config import (
+        DEFAULTS,
+        MAX_CAPACITY_WAIT_MINUTES,
+        MAX_READINESS_MINUTES,
+        WAITER_DEADLINE_MINUTES,
+    )
+
+    assert WAITER_DEADLINE_MINUTES == 55 == MAX_READINESS_MINUTES
+    deadline = Duration.minutes(WAITER_DEADLINE_MINUTES).to_seconds()
+    for limit in (CAPACITY_MAX, ACTIVE_MAX, GONE_MAX):
+        assert limit.to_seconds() == deadline
+    at_max = DEFAULTS.with_overrides({"gpuCapacityWaitMinutes": MAX_CAPACITY_WAIT_MINUTES})
+    assert at_max.gpu_capacity_watch_minutes == WAITER_DEADLINE_MINUTES

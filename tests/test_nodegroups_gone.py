@@ -108,8 +108,8 @@ def _stack() -> tuple[cdk.Stack, eks.ICluster]:
 @pytest.mark.parametrize(
     ("wait_minutes", "grace_seconds", "error"),
     [
-        (57, 300, None),  # with the 3-minute margin: CloudFormation's 60
-        (58, 300, "exceeds the 60 minutes"),
+        (52, 300, None),  # with the 3-minute margin: the app's 55-minute waiter deadline
+        (53, 300, "use at most 52 minutes"),
         (40, 30, None),  # one poll
         (40, 29, "must be at least one poll"),
         (40, 40 * 60 - 1, None),
@@ -132,6 +132,40 @@ def test_the_guard_validates_its_bounds(
             log_removal_policy=cdk.RemovalPolicy.DESTROY,
             wait=cdk.Duration.minutes(wait_minutes),
             grace=cdk.Duration.seconds(grace_seconds),
+        )
+
+    if error is None:
+        build()
+    else:
+        with pytest.raises(ValueError, match=error):
+            build()
+
+
+@pytest.mark.parametrize(("minutes", "error"), [(55, None), (56, "every waiter ends")])
+def test_the_capacity_watch_refuses_a_timeout_past_the_waiter_deadline(
+    minutes: int, error: str | None
+) -> None:
+    from aws_cdk import Duration
+    from aws_cdk import aws_logs as logs
+
+    from pd_constructs.capacity import GpuCapacityWatch
+
+    stack, _ = _stack()
+
+    def build() -> None:
+        GpuCapacityWatch(
+            stack,
+            "Watch",
+            cluster_name="c",
+            nodegroup_name="gpu-workers",
+            instance_type="g6.8xlarge",
+            desired_size=2,
+            availability_zone="us-west-2a",
+            capacity_reservation_id="",
+            capacity_wait=Duration.minutes(35),
+            timeout=Duration.minutes(minutes),
+            fingerprint="1",
+            log_retention=logs.RetentionDays.ONE_MONTH,
         )
 
     if error is None:

@@ -32,7 +32,13 @@ from pd_constructs.observability import (
     panel_guide_markdown,
     render_podmonitors,
 )
-from pd_constructs.promql import alarm_specs, dashboard_panels
+from pd_constructs.promql import (
+    MISSING_IS_NORMAL,
+    MISSING_IS_WATCHED,
+    MISSING_IS_ZERO,
+    alarm_specs,
+    dashboard_panels,
+)
 from pd_constructs.workload import RAY_METRIC_CARDINALITY, render_rayservice
 from ray_pd_eks import metrics
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
@@ -48,9 +54,11 @@ from tests.synth import TEST_REGION, Synthesized, resolve
 from tests.test_network_policies import World
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
+# Every alarm exists only with the agent on the GPU nodes (gpuNodeTelemetry).
+TELEMETRY = DEFAULTS.with_overrides({"gpuNodeTelemetry": True})
 CONFIGS = {
-    "default": DEFAULTS,
-    "variant": DEFAULTS.with_overrides(
+    "default": TELEMETRY,
+    "variant": TELEMETRY.with_overrides(
         {"modelId": "llama-3.1.8b", "rayServiceName": "svc", "decodeReplicas": 2, "gpuNodeCount": 3}
     ),
 }
@@ -118,6 +126,9 @@ HISTOGRAM_FUNCTIONS = frozenset(
 )
 
 
+PRESENCE_FUNCTIONS = ("absent", "absent_over_time")
+
+
 def histogram_misuse(query: str) -> list[str]:
     """How ``query`` reads histograms in a way CloudWatch cannot answer: a classic-histogram
     series (``_bucket``/``_sum``/``_count``), a grouping by ``le``, or a histogram family used
@@ -128,6 +139,9 @@ def histogram_misuse(query: str) -> list[str]:
 
     def visit(node: Any, inside: bool) -> None:
         if isinstance(node, promql_parser.Call) and node.func.name in HISTOGRAM_FUNCTIONS:
+            inside = True
+        # A presence check reads whether a series exists, of any type.
+        if isinstance(node, promql_parser.Call) and node.func.name in PRESENCE_FUNCTIONS:
             inside = True
         modifier = node.modifier if isinstance(node, promql_parser.AggregateExpr) else None
         if modifier is not None and "le" in list(modifier.labels):
@@ -196,7 +210,7 @@ def test_phases_are_the_deployments_the_pd_builder_names() -> None:
         "Prefill:qwen3_5-9b",
         "Decode:qwen3_5-9b",
     )
-    (ttft,) = [a for a in alarm_specs(DEFAULTS) if a.id == "TtftP95"]
+    (ttft,) = [a for a in alarm_specs(TELEMETRY) if a.id == "TtftP95"]
     assert 'deployment=~"Prefill:qwen3_5-9b|Decode:qwen3_5-9b"' in ttft.query
     # vLLM series are joined to Serve's deployment through the replica id.
     assert "on (ReplicaId) group_left (deployment)" in ttft.query
@@ -227,7 +241,7 @@ def test_every_ray_query_is_scoped_to_the_rayservice() -> None:
 
 
 def test_alarms_carry_the_thresholds_of_the_settings() -> None:
-    c = DEFAULTS.with_overrides(
+    c = TELEMETRY.with_overrides(
         {
             "alarmTtftP95Seconds": 1.5,
             "alarmInterTokenP95Seconds": 0.05,
@@ -241,22 +255,24 @@ def test_alarms_carry_the_thresholds_of_the_settings() -> None:
     assert by_id["ErrorRatio"].query.endswith("> 0.025")
     assert by_id["KvCacheFull"].query.endswith("> 0.95")
     assert by_id["WorkersDown"].query.endswith("< 2")
-    assert alarm_specs(CONFIGS["variant"])[-1].query.endswith("< 3")
+    (down,) = [a for a in alarm_specs(CONFIGS["variant"]) if a.id == "WorkersDown"]
+    assert down.query.endswith("< 3")
 
 
 def test_synthesized_alarms_are_the_promql_alarms_wired_to_the_topic(
-    default_app: Synthesized,
+    token_app: Synthesized,
 ) -> None:
-    alarms = default_app.resources("Workload", "AWS::CloudWatch::Alarm")
-    (topic_id,) = default_app.resources("Workload", "AWS::SNS::Topic")
-    specs = {a.id: a for a in alarm_specs(DEFAULTS)}
-    assert len(alarms) >= 7 and len(alarms) == len(specs)
+    app = token_app  # every alarm: the agent runs on the GPU nodes there (gpuNodeTelemetry)
+    alarms = app.resources("Workload", "AWS::CloudWatch::Alarm")
+    (topic_id,) = app.resources("Workload", "AWS::SNS::Topic")
+    specs = {a.id: a for a in alarm_specs(app.config)}
+    assert len(alarms) >= 9 and len(alarms) == len(specs)
     seen = {}
     for alarm in alarms.values():
         props = alarm["Properties"]
         name = props["AlarmName"]
-        assert name.startswith(alarm_name_prefix(DEFAULTS))
-        spec = specs[name.removeprefix(alarm_name_prefix(DEFAULTS))]
+        assert name.startswith(alarm_name_prefix(app.config))
+        spec = specs[name.removeprefix(alarm_name_prefix(app.config))]
         criteria = props["EvaluationCriteria"]["PromQLCriteria"]
         assert criteria["Query"] == spec.query
         assert criteria.get("PendingPeriod", 0) == spec.pending_minutes * 60
@@ -271,6 +287,51 @@ def test_synthesized_alarms_are_the_promql_alarms_wired_to_the_topic(
         300,
         0,
     )
+
+
+# -- what an empty query means ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_alarm_says_what_no_series_means(name: str) -> None:
+    """A PromQL alarm has no TreatMissingData: no series is OK. Each alarm takes a stance, and
+    each watched family is in the MetricsMissing alarm, which fires when it is absent."""
+    specs = alarm_specs(CONFIGS[name])
+    *alarms, watchdog = specs
+    assert watchdog.id == "MetricsMissing"
+    stances = {a.id: a.missing for a in alarms}
+    assert stances == {
+        "TtftP95": MISSING_IS_WATCHED,
+        "InterTokenP95": MISSING_IS_WATCHED,
+        "ErrorRatio": MISSING_IS_NORMAL,  # the error counter appears with the first error
+        "KvCacheFull": MISSING_IS_WATCHED,
+        "RequestsWaiting": MISSING_IS_WATCHED,
+        "NixlFailedTransfers": MISSING_IS_NORMAL,  # the failure counter: the first failure
+        "HeadDown": MISSING_IS_ZERO,
+        "WorkersDown": MISSING_IS_ZERO,
+    }
+    for alarm in alarms:
+        if alarm.missing == MISSING_IS_ZERO:
+            # Nothing answering is 0, which breaches.
+            assert alarm.query == f"({alarm.probe} or vector(0)) {alarm.comparison}"
+        else:
+            assert alarm.query == f"{alarm.probe} {alarm.comparison}"
+        if alarm.missing == MISSING_IS_WATCHED:
+            # Every family the alarm selects is watched (an absent one would blind it).
+            assert selected_series(alarm.probe) <= set(alarm.watched), alarm.id
+            assert alarm.watched
+            for family in alarm.watched:
+                assert f"absent_over_time({family}{{" in watchdog.query
+                assert f'"metric", "{family}"' in watchdog.query
+    assert watchdog.query.endswith(" == 1") and watchdog.pending_minutes == 15
+
+
+def test_without_gpu_node_telemetry_the_gpu_workers_alarms_are_left_out_not_blind() -> None:
+    """Nothing scrapes the GPU workers then (the agent scrapes its own node only): alarms on
+    their series would never see one, so they are not created."""
+    ids = [a.id for a in alarm_specs(DEFAULTS.with_overrides({"gpuNodeTelemetry": False}))]
+    assert ids == ["ErrorRatio", "HeadDown"]
+    assert {a.id for a in alarm_specs(TELEMETRY)} >= {"TtftP95", "WorkersDown", "MetricsMissing"}
 
 
 def test_thresholds_of_the_settings_reach_the_template(token_app: Synthesized) -> None:
@@ -398,6 +459,11 @@ def test_addon_is_v8_or_newer_removed_on_destroy_and_tolerates_the_gpu_taint(
     assert props["PreserveOnDelete"] is False
     values = json.loads(props["ConfigurationValues"])
     assert values == addon_configuration()
+    # By default the token that may `get nodes/proxy` (the agent's, shared by Fluent Bit) is
+    # kept off the GPU nodes: both components tolerate no taint.
+    assert values["agent"]["tolerations"] == []
+    assert values["containerLogs"]["fluentBit"]["tolerations"] == []
+    assert values["tolerations"] == [{"operator": "Exists"}]  # DCGM, node-exporter stay
     assert values["containerLogs"]["enabled"] is True
     assert values["otelContainerInsights"]["enabled"] is True
     # Classic Container Insights (the agent's EMF performance logs) would bill the same
@@ -909,3 +975,18 @@ def test_the_replica_start_panel_reads_serves_controller_histograms() -> None:
     )
     assert "ray_serve_replica_initialization_latency_ms" in queries["engine start p99 min"]
     assert queries["replicas started"].startswith("histogram_count(sum by (deployment) ")
+
+
+def test_gpu_node_telemetry_puts_the_agent_and_fluent_bit_back_on_the_gpu_nodes() -> None:
+    """The explicit trade-off: GPU/EFA metrics and the workers' logs in CloudWatch, with the
+    agent's `nodes/proxy` token within reach of root on a GPU node."""
+    on = addon_configuration(gpu_node_telemetry=True)
+    assert "agent" not in on  # the root "every taint" toleration applies
+    assert "tolerations" not in on["containerLogs"].get("fluentBit", {})
+    off = addon_configuration()
+    assert {k: v for k, v in off.items() if k != "agent"} == {
+        **on,
+        "containerLogs": {**on["containerLogs"], "fluentBit": {"tolerations": []}},
+    }
+    assert DEFAULTS.gpu_node_telemetry is False
+    assert DEFAULTS.with_overrides({"gpuNodeTelemetry": True}).gpu_node_telemetry is True

@@ -24,6 +24,7 @@ from pd_constructs.helm import (
     KUBERAY_CHART,
     KUBERAY_CHART_NAMING,
     KUBERAY_CHART_NAMING_VERSION,
+    KUBERAY_RELEASE,
     chart_fullname,
     chart_name,
     chart_service_account,
@@ -80,7 +81,7 @@ def _installed(app: Synthesized) -> dict[str, Any]:
     (chart,) = [
         c["Properties"]
         for c in app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").values()
-        if c["Properties"]["Chart"] == KUBERAY_CHART
+        if c["Properties"]["Release"] == KUBERAY_RELEASE
     ]
     return dict(chart)
 
@@ -91,7 +92,7 @@ def test_policies_table_chart_and_network_policy_name_one_operator(
     chart = _installed(default_app)
     # What Helm renders: the chart's values.yaml with the stack's values over it.
     values = deep_merge(CHART_VALUES, json.loads(chart["Values"]))
-    account = chart_service_account(chart["Chart"], chart["Release"], values)
+    account = chart_service_account(KUBERAY_CHART, chart["Release"], values)
     installed = f"system:serviceaccount:{chart['Namespace']}:{account}"
     assert installed == OPERATOR_USER == kuberay_operator_identity().user
 
@@ -111,7 +112,7 @@ def test_policies_table_chart_and_network_policy_name_one_operator(
         if f"'{installed}'" in text:
             naming |= set(re.findall(r"ray-pd-eks-[a-z-]+\.[a-z0-9-]+", text))
     assert {n.format(ns=ns) for n in row.named_by} <= naming
-    assert {"app.kubernetes.io/name": chart_name(chart["Chart"], values)} == OPERATOR_POD_LABELS
+    assert {"app.kubernetes.io/name": chart_name(KUBERAY_CHART, values)} == OPERATOR_POD_LABELS
 
 
 def test_the_cluster_tier_runs_the_operator_under_the_same_account() -> None:

@@ -212,7 +212,7 @@ def test_approval_is_optional_outside_production_and_production_can_be_declared(
     envs = [
         env(name="staging", approval=True),
         env(name="qa", region="us-east-2", approval=False),
-        env(name="live", region="us-east-1", production=True),
+        env(name="live", account=PROD_ACCOUNT, region="us-east-1", production=True),
     ]
     cfg = parse(pipeline=PIPELINE, environments=envs)
     assert [(e.approval, e.production) for e in cfg.environments] == [
@@ -248,6 +248,46 @@ def test_approval_is_optional_outside_production_and_production_can_be_declared(
 def test_data_cannot_remove_the_production_gate(fields: dict[str, Any], expected: str) -> None:
     (line,) = errors(pipeline=PIPELINE, environments=[env(**fields)])
     assert line.startswith(expected), line
+
+
+def test_production_is_an_account_not_a_name() -> None:
+    """A stage of any name in a production environment's account deploys with the same deploy
+    role into the same account: it is gated like production (check and approval)."""
+    canary = env(name="canary", account=PROD_ACCOUNT, region="us-east-1")
+    canary["overrides"] = {"clusterName": "canary"}
+    cfg = parse(pipeline=PIPELINE, environments=[*ENVIRONMENTS, canary])
+    gates = {e.name: (e.production, e.approval) for e in cfg.environments}
+    assert gates == {"dev": (False, False), "prod": (True, True), "canary": (True, True)}
+    assert cfg.production_accounts == {PROD_ACCOUNT}
+    # Listed before production, in another region: the account still decides.
+    early = {**canary, "region": "eu-west-1"}
+    cfg = parse(pipeline=PIPELINE, environments=[early, *ENVIRONMENTS])
+    assert [e.production for e in cfg.environments] == [True, False, True]
+
+
+@pytest.mark.parametrize("key", ["production", "approval"])
+def test_data_cannot_ungate_an_environment_in_a_production_account(key: str) -> None:
+    canary = env(name="canary", account=PROD_ACCOUNT, overrides={"clusterName": "canary"})
+    (line,) = errors(pipeline=PIPELINE, environments=[*ENVIRONMENTS, {**canary, key: False}])
+    assert line.startswith(
+        f"environment 'canary': '{key}' = false: account {PROD_ACCOUNT} holds production "
+        "environment 'prod'"
+    ), line
+
+
+def test_production_pipelines_do_not_self_mutate() -> None:
+    """The gate in front of production is the pipeline an administrator deployed: a change
+    cannot rewrite it on its way through. Without production, self-mutation stays on."""
+    assert parse(pipeline=PIPELINE, environments=ENVIRONMENTS).self_mutation is False
+    assert parse(pipeline=PIPELINE, environments=[env()]).self_mutation is True
+    off = {**PIPELINE, "selfMutation": False}
+    assert parse(pipeline=off, environments=[env()]).self_mutation is False
+    (line,) = errors(pipeline={**PIPELINE, "selfMutation": True}, environments=ENVIRONMENTS)
+    assert line.startswith(
+        "pipeline: 'selfMutation' = true: production environment 'prod' is deployed"
+    ), line
+    (line,) = errors(pipeline={**PIPELINE, "selfMutation": "no"}, environments=[env()])
+    assert line == "pipeline: 'selfMutation' = \"no\": must be true or false"
 
 
 def test_cross_account_only_when_an_environment_is_in_another_account() -> None:
@@ -382,7 +422,7 @@ def test_the_app_with_a_pipeline_is_the_pipeline_stack_only(
 
 def test_stages_deploy_the_environments_in_order(pipeline: SynthesizedPipeline) -> None:
     names = [s["Name"] for s in pipeline.pipeline_stages()]
-    assert names == ["Source", "Build", "UpdatePipeline", "Assets", "RayPdEks-dev", "RayPdEks-prod"]
+    assert names == ["Source", "Build", "Assets", "RayPdEks-dev", "RayPdEks-prod"]
 
 
 @pytest.mark.parametrize(
@@ -514,12 +554,35 @@ def test_asset_jobs_install_the_pinned_cdk_assets(pipeline: SynthesizedPipeline)
     assert re.fullmatch(r"\d+\.\d+\.\d+", CDK_ASSETS_VERSION)
 
 
-def test_self_mutation_uses_the_pinned_cdk_cli(pipeline: SynthesizedPipeline) -> None:
-    (mutate,) = pipeline.actions("UpdatePipeline")
-    spec = pipeline.project_buildspec(mutate["Configuration"]["ProjectName"])
-    assert f"npm install -g aws-cdk@{cdk_cli_version()}" in spec["phases"]["install"]["commands"]
-    package = json.loads((ROOT / "package.json").read_text())
-    assert cdk_cli_version() == package["devDependencies"]["aws-cdk"]
+def test_a_retained_stage_checks_for_leftover_log_groups_first(
+    pipeline: SynthesizedPipeline,
+) -> None:
+    """prod keeps its logs (retainLogs): its stage stops on a leftover before anything bills."""
+
+    def checks(name: str) -> list[str]:
+        resources = pipeline.stage_templates[name]["Network"]["Resources"]
+        return [k for k, r in resources.items() if r["Type"] == "Custom::LeftoverLogGroupsCheck"]
+
+    assert len(checks("prod")) == 1
+    assert checks("dev") == []
+
+
+def test_a_production_pipeline_has_no_self_mutation(pipeline: SynthesizedPipeline) -> None:
+    names = [s["Name"] for s in pipeline.pipeline_stages()]
+    assert names[:3] == ["Source", "Build", "Assets"]
+    assert "UpdatePipeline" not in names
+
+
+def test_the_permission_check_runs_on_the_pipeline_build_image(
+    pipeline: SynthesizedPipeline,
+) -> None:
+    check, _confirm, approve = pipeline.actions("RayPdEks-prod")[:3]
+    project = pipeline.template["Resources"][check["Configuration"]["ProjectName"]["Ref"]]
+    assert project["Properties"]["Environment"]["Image"] == "aws/codebuild/standard:8.0"
+    # The approval says what the check covers instead of "has passed".
+    comment = approve["Configuration"]["CustomData"]
+    assert "has passed" not in comment
+    assert "new IAM statements and security-group rules only" in comment
 
 
 def test_cross_account_artifacts_use_a_rotating_key(pipeline: SynthesizedPipeline) -> None:
@@ -584,6 +647,16 @@ def test_a_single_account_pipeline_passes_cdk_nag_without_a_kms_key() -> None:
     assert [a.stack_name for a in assembly.stacks] == ["RayPdEksPipeline"]
     template = assembly.get_stack_artifact(stack.artifact_id).template
     assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
+    # Without production the pipeline updates itself, with the pinned CDK CLI.
+    (codepipeline,) = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::CodePipeline::Pipeline"
+    ]
+    (mutate,) = [s for s in codepipeline["Properties"]["Stages"] if s["Name"] == "UpdatePipeline"]
+    project = template["Resources"][mutate["Actions"][0]["Configuration"]["ProjectName"]["Ref"]]
+    spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+    assert f"npm install -g aws-cdk@{cdk_cli_version()}" in spec["phases"]["install"]["commands"]
+    package = json.loads((ROOT / "package.json").read_text())
+    assert cdk_cli_version() == package["devDependencies"]["aws-cdk"]
 
 
 def test_an_invalid_environment_fails_the_app_like_any_config_error() -> None:

@@ -234,7 +234,7 @@ def test_device_plugins_go_before_the_gpu_nodes(default_app: Synthesized) -> Non
     assert stage.gpu_nodes in stage.gpu_addons.dependencies
     template = default_app.templates["GpuAddons"]
     charts = {
-        r["Properties"]["Chart"]
+        r["Properties"]["Release"]
         for r in template["Resources"].values()
         if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
     }

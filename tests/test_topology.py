@@ -203,7 +203,7 @@ def test_operator_waits_for_the_system_nodes_not_the_gpu_nodes(default_app: Synt
     (operator,) = [
         k
         for k, v in default_app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").items()
-        if v["Properties"]["Chart"] == "kuberay-operator"
+        if v["Properties"]["Release"] == "kuberay-operator"
     ]
     assert system_nodes in template["Resources"][operator]["DependsOn"]
     assert "GpuNodes" not in json.dumps(template)

@@ -319,7 +319,10 @@ def test_staging_access_is_read_only_on_exactly_the_prefix(variant_app: Synthesi
             "StringLike": {"s3:prefix": ["qwen/Qwen3.5-9B/*", "qwen/Qwen3.5-9B"]},
             "StringEquals": owner,
         }
-        assert by_action["s3:GetObject"]["Condition"] == {"StringEquals": owner}
+        # Objects are read only while tagged for this app: a changed modelS3Uri cannot read
+        # a prefix that nobody marked (listing shows names only).
+        tagged = {"s3:ExistingObjectTag/ray-pd-eks:model-access": "true"}
+        assert by_action["s3:GetObject"]["Condition"] == {"StringEquals": {**owner, **tagged}}
     addons = variant_app.resources("Cluster", "AWS::EKS::Addon").values()
     assert sorted(a["Properties"]["AddonName"] for a in addons) == [
         "eks-pod-identity-agent",
@@ -373,6 +376,10 @@ def test_token_access_is_read_only_on_exactly_the_secret(token_app: Synthesized)
         (statement,) = _pod_identity_policies(token_app, namespace)
         assert statement["Action"] == "secretsmanager:GetSecretValue"
         assert statement["Resource"] == TOKEN_SECRET + "-??????"  # partial ARN, documented form
+        # Only a secret tagged for this app: a changed hfTokenSecretArn cannot read any other.
+        assert statement["Condition"] == {
+            "StringEquals": {"secretsmanager:ResourceTag/ray-pd-eks:model-access": "true"}
+        }
 
 
 @pytest.mark.parametrize("app_name", ["default_app", "variant_app", "token_app"])

@@ -87,8 +87,10 @@ def test_kuberay_operator_chart_pinned_on_system_nodes(default_app: Synthesized)
         r["Properties"]
         for r in default_app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").values()
     ]
-    assert chart["Chart"] == "kuberay-operator" and chart["Version"] == "1.7.0"
-    assert chart["Repository"] == "https://ray-project.github.io/kuberay-helm/"
+    # From the vendored chart 1.7.0 (assets/charts/), not from a repository at deploy time.
+    assert chart["Release"] == "kuberay-operator"
+    assert "Repository" not in chart and "Version" not in chart
+    assert ".zip" in json.dumps(chart["ChartAssetURL"])
     assert chart.get("SkipCrds") in (None, False)  # the chart installs the ray.io CRDs
     values = json.loads(chart["Values"])
     assert values["nodeSelector"] == {"role": "system"}
@@ -105,7 +107,7 @@ def test_kuberay_operator_has_rights_in_the_ray_namespace_only(
     (chart,) = [
         r["Properties"]
         for r in app.resources("Workload", "Custom::AWSCDK-EKS-HelmChart").values()
-        if r["Properties"]["Chart"] == "kuberay-operator"
+        if r["Properties"]["Release"] == "kuberay-operator"
     ]
     values = json.loads(chart["Values"])
     assert values["singleNamespaceInstall"] is True

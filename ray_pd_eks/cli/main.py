@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ray_pd_eks.cli import (
+    alarm_queries,
     bench,
     coldstart,
     drill,
@@ -34,6 +35,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     status,
     endpoint,
     smoke,
+    alarm_queries,
     efa_check,
     drill,
     coldstart,
@@ -53,6 +55,7 @@ _TYPICAL = (
     ("preflight", f"before `{DEPLOY_COMMAND}`"),
     ("status --watch", "while the deploy waits for the model"),
     ("smoke", "one chat completion (load balancer or API server)"),
+    ("alarm-queries", "does every alarm see series? (after some traffic)"),
     ("efa-check", "LIBFABRIC (EFA) or UCX (TCP fallback)?"),
     ("drill decode-restart --yes", "time the recovery from a lost engine"),
     ("endpoint", "the URL, how to get a token, curl lines"),

@@ -42,6 +42,7 @@ from ray_pd_eks.monitoring import (
     addon_configuration,
     fixed_log_group_names,
 )
+from ray_pd_eks.trust import MODEL_ACCESS_TAG_KEY, MODEL_ACCESS_TAG_VALUE, secret_tag_command
 
 NAME = "preflight"
 HELP = (
@@ -761,6 +762,16 @@ class Preflight:
                 f"with the AWS managed key ({AWS_MANAGED_SECRETS_KEY})",
             )
             return
+        tags = {str(t.get("Key")): str(t.get("Value")) for t in secret.get("Tags") or []}
+        if tags.get(MODEL_ACCESS_TAG_KEY) != MODEL_ACCESS_TAG_VALUE:
+            yield Finding(
+                FAIL,
+                "hugging face token",
+                f"{name} lacks the tag {MODEL_ACCESS_TAG_KEY}={MODEL_ACCESS_TAG_VALUE}: the "
+                "pods may read only a secret tagged for this app, so the hf-token init "
+                f"container would be denied; tag it: `{secret_tag_command(arn)}`",
+            )
+            return
         stages = secret.get("VersionIdsToStages") or {}
         if not any("AWSCURRENT" in s for s in stages.values()):
             yield Finding(
@@ -1051,7 +1062,7 @@ class Preflight:
             yield Finding(WARN, "addon config", "EKS returned an unreadable schema")
             return
         yield from self._agent_identity(answer.get("podIdentityConfiguration") or [])
-        unknown = unknown_keys(addon_configuration(), schema)
+        unknown = unknown_keys(addon_configuration(c.gpu_node_telemetry), schema)
         if unknown:
             yield Finding(
                 FAIL,
