@@ -25,6 +25,10 @@ from tests_serving.rendering import app_for
 # Engines on 2 busy CPU cores load in 2-5 minutes; a cold first import of vLLM and Torch adds
 # minutes more (bytecode written once into .venv-serving).
 DEPLOY_TIMEOUT_S = float(os.environ.get("RAY_PD_EKS_SERVING_DEPLOY_TIMEOUT", "900"))
+# A negative control, run by hand (docs/serving-tier.md): the config as it was before the
+# engine ids were unpinned (``engine_id: prefill|decode``), so the restart test can be seen to
+# fail on it.
+PIN_ENGINE_IDS = os.environ.get("RAY_PD_EKS_SERVING_PIN_ENGINE_IDS") == "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
