@@ -104,22 +104,6 @@ def test_readme_is_short_and_links_every_doc() -> None:
     assert linked == {f"docs/{name}" for name in DOCS}, linked ^ {f"docs/{n}" for n in DOCS}
 
 
-def _anchors(text: str) -> set[str]:
-    """GitHub's heading anchors: lowercase, punctuation dropped, spaces to '-'."""
-    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), flags=re.M)
-    return {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
-
-
-def test_every_relative_link_resolves() -> None:
-    for where, text in MANUAL.items():
-        base = (ROOT / where).parent
-        for target, anchor in re.findall(r"\]\(((?!https?:)[^)#\s]*)(?:#([\w-]+))?\)", text):
-            path = (base / target).resolve() if target else ROOT / where
-            assert path.is_file(), f"{where}: broken link {target}"
-            if anchor:
-                assert anchor in _anchors(path.read_text()), f"{where}: no #{anchor} in {target}"
-
-
 def test_the_cost_table_prices_the_default_deployment() -> None:
     costs = README.split("## What it costs", 1)[1].split("\n## ", 1)[0]
     gpu = next(line for line in costs.splitlines() if line.startswith("| GPU nodes"))
