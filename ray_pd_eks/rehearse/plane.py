@@ -412,9 +412,10 @@ class ServingPlane:
             self._run(
                 [str(serving_bin("ray")), "stop", "--force"], self.head_env(), "ray stop", 120
             )
-        # Anything left of this plane's engines (vLLM's engine-core processes start in their
-        # own process group).
-        subprocess.run(["pkill", "-9", "-f", str(self.temp_dir)], check=False, capture_output=True)
+        # What ``ray stop`` leaves: vLLM's engine-core processes (PLANE_MARK).
+        for pid in marked_processes(str(self.temp_dir)):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     # -- Serve ------------------------------------------------------------------------------
