@@ -27,6 +27,15 @@ def _run_process(argv: Sequence[str], env: Mapping[str, str] | None) -> int:
     return subprocess.call(list(argv), env=dict(env) if env is not None else None)
 
 
+def _capture_process(argv: Sequence[str]) -> tuple[int, str]:
+    """(exit status, stdout) of a short local command; 127 and the reason when it cannot run."""
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+    return result.returncode, result.stdout
+
+
 @dataclass
 class Runtime:
     """Side effects of the tool; the defaults are the real ones."""
@@ -39,6 +48,8 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep
     which: Callable[[str], str | None] = shutil.which
     run_process: Callable[[Sequence[str], Mapping[str, str] | None], int] = _run_process
+    # A short command whose output is read (``nvidia-smi -L``).
+    capture_process: Callable[[Sequence[str]], tuple[int, str]] = _capture_process
     # HTTPS to the application endpoint and its token endpoint (tests trust a loopback CA).
     ssl_context: Callable[[], ssl.SSLContext] = ssl.create_default_context
     getenv: Callable[[str], str | None] = os.environ.get

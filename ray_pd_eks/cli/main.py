@@ -21,6 +21,7 @@ from ray_pd_eks.cli import (
     efa_check,
     endpoint,
     preflight,
+    rehearse,
     settings_command,
     smoke,
     status,
@@ -32,6 +33,7 @@ from ray_pd_eks.cli.settings import DEFAULT_CDK_JSON, load_config, load_environm
 COMMANDS: tuple[ModuleType, ...] = (
     settings_command,
     preflight,
+    rehearse,
     status,
     endpoint,
     smoke,
@@ -53,6 +55,7 @@ kubectl needed)."""
 _TYPICAL = (
     ("settings --set KEY=VALUE", "once: your admins, IP, region (settings.local.json)"),
     ("preflight", f"before `{DEPLOY_COMMAND}`"),
+    ("rehearse", "the serve config on this machine's GPU or CPU, first"),
     ("status --watch", "while the deploy waits for the model"),
     ("smoke", "one chat completion (load balancer or API server)"),
     ("alarm-queries", "does every alarm see series? (after some traffic)"),
