@@ -718,3 +718,17 @@ def test_a_stale_render_warns(rendered: Path, tmp_path: Path) -> None:
     assert stale.text.startswith("cdk.json changed after 30-rayservice.yaml was rendered")
     os.utime(cdk_json, (900_000, 900_000))
     assert rehearse.stale_render(rendered, cdk_json) is None
+
+
+def test_a_plane_that_does_not_start_is_exit_1_and_stopped(
+    fake_plane: PlaneCalls, rendered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails(self: Any) -> Any:
+        fake_plane.calls.append("start")
+        raise plane_module.PlaneError("starting the Ray head failed (exit 1):\nport in use")
+
+    monkeypatch.setattr(rehearse.RehearsalPlane, "start", fails)
+    code, out, _ = cli(Machine(), "--rendered", str(rendered), "--workdir", str(tmp_path))
+    assert code == 1
+    assert fake_plane.calls == ["start", "stop"]
+    assert "  FAIL  plane         starting the Ray head failed (exit 1):\nport in use" in out

@@ -17,6 +17,7 @@ import contextlib
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 import urllib.error
 from collections.abc import Iterator, Sequence
@@ -436,7 +437,7 @@ def run(app: App) -> int:
                 if message:
                     app.print("Serve's message (last lines):")
                     app.print(*(f"  | {line}" for line in message.splitlines()[-30:]))
-        except plane_module.PlaneError as err:
+        except (plane_module.PlaneError, subprocess.TimeoutExpired) as err:
             progress.finish()
             findings.append(Finding(FAIL, "plane", str(err)))
         except urllib.error.HTTPError as err:  # the dashboard refused the Serve config
