@@ -67,7 +67,7 @@ def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A serving venv with vLLM's CPU build, and the plane's ports free (whatever runs here)."""
     path = make_venv(tmp_path / "venv")
     monkeypatch.setattr(plane_module, "SERVING_VENV", path)
-    monkeypatch.setattr(rehearse, "busy_ports", lambda ports: [])
+    monkeypatch.setattr(rehearse, "busy_ports", lambda addresses: [])
     return path
 
 
@@ -154,25 +154,36 @@ def test_busy_ports_are_the_ones_that_answer() -> None:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         port = listening.getsockname()[1]
-        assert rehearse.busy_ports([port]) == [port]
-    assert rehearse.busy_ports([port]) == []
-    assert rehearse.head_ports(PD_APP) == (6379, 8265, 8000)
+        assert rehearse.busy_ports([("127.0.0.1", port)]) == [f"127.0.0.1:{port}"]
+    assert rehearse.busy_ports([("127.0.0.1", port)]) == []
+
+
+def test_plane_ports_are_the_heads_and_each_workers_side_channel() -> None:
+    assert PD_APP.worker_env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
+    assert rehearse.plane_ports(PD_APP) == (
+        ("127.0.0.1", 6379),
+        ("127.0.0.1", 8265),
+        ("127.0.0.1", 8000),
+        ("127.0.0.2", 5600),
+        ("127.0.0.3", 5600),
+    )
 
 
 def test_another_ray_on_the_machine_is_exit_2_before_anything_starts(
     venv: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    asked: list[tuple[int, ...]] = []
+    asked: list[Any] = []
 
-    def busy(ports: tuple[int, ...]) -> list[int]:
-        asked.append(ports)
-        return [8265]
+    def busy(addresses: Any) -> list[str]:
+        asked.append(addresses)
+        return ["127.0.0.2:5600"]
 
     monkeypatch.setattr(rehearse, "busy_ports", busy)
     code, out, err = cli(Machine(), "--rendered", str(rendered))
     assert (code, out) == (2, "")
-    assert err.startswith("error: port(s) 8265 on 127.0.0.1 are in use: another Ray")
-    assert asked == [(6379, 8265, 8000)]
+    assert err.startswith("error: 127.0.0.2:5600 already in use: another Ray (`ray stop` ends")
+    assert "a VLLM::EngineCore process" in err
+    assert asked == [rehearse.plane_ports(PD_APP)]
 
 
 def test_context_overrides_are_refused_with_the_synth_to_run() -> None:

@@ -237,21 +237,30 @@ class RehearsalPlane(plane_module.ServingPlane):
                 os.kill(pid, signal.SIGKILL)
 
 
-def head_ports(app: plane_module.RenderedApp) -> tuple[int, ...]:
-    """The head's ports the plane binds on 127.0.0.1: Ray's GCS, the dashboard, Serve."""
-    port = int(app.head_start_params.get("port", "6379"))
-    return port, plane_module.DASHBOARD_PORT, plane_module.SERVE_PORT
+def plane_ports(app: plane_module.RenderedApp) -> tuple[tuple[str, int], ...]:
+    """The addresses the plane binds that nothing else may hold: the head's Ray GCS, dashboard
+    and Serve ports, and each worker node's NIXL side channel (``VLLM_NIXL_SIDE_CHANNEL_PORT``,
+    which a vLLM engine left over from another plane keeps)."""
+    head = plane_module.HEAD_IP
+    side_channel = int(app.worker_env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"))
+    return (
+        (head, int(app.head_start_params.get("port", "6379"))),
+        (head, plane_module.DASHBOARD_PORT),
+        (head, plane_module.SERVE_PORT),
+        *((ip, side_channel) for ip in plane_module.WORKER_IPS),
+    )
 
 
-def busy_ports(ports: Sequence[int]) -> list[int]:
-    """The ``ports`` that already answer on 127.0.0.1: another Ray runs here, and the plane
-    would neither start nor be the one its checks talk to."""
+def busy_ports(addresses: Sequence[tuple[str, int]]) -> list[str]:
+    """The ``addresses`` where something already listens, as ``ip:port``: another Ray or a
+    left-over engine runs here, and the plane would neither start nor be the one its checks
+    talk to."""
     busy = []
-    for port in ports:
+    for ip, port in addresses:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(1.0)
-            if sock.connect_ex((plane_module.HEAD_IP, port)) == 0:
-                busy.append(port)
+            if sock.connect_ex((ip, port)) == 0:
+                busy.append(f"{ip}:{port}")
     return busy
 
 
@@ -386,12 +395,12 @@ def run(app: App) -> int:
             f"`{INSTALL_COMMAND}` (Ray, Serve LLM, vLLM and NIXL, pinned and hash-checked; "
             "about 5 GB)"
         )
-    busy = busy_ports(head_ports(rendered_app))
+    busy = busy_ports(plane_ports(rendered_app))
     if busy:
         raise UsageError(
-            f"port(s) {', '.join(map(str, busy))} on {plane_module.HEAD_IP} are in use: another "
-            "Ray (or the serving tier) runs on this machine; stop it (`ray stop`) and rehearse "
-            "again (the rehearsal's plane stops every Ray process here when it ends)"
+            f"{', '.join(busy)} already in use: another Ray (`ray stop` ends it) or a vLLM "
+            "engine left over from one (a VLLM::EngineCore process) runs on this machine; end "
+            "it and rehearse again (the rehearsal's stop ends every Ray process here)"
         )
     gpus = gpu_count(runtime)
     device, why = resolve_device(args.device, gpus, vllm_build(plane_module.SERVING_VENV))
