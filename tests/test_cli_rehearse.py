@@ -389,13 +389,25 @@ def test_aggregated_engines_are_capped_to_the_two_worker_nodes(tmp_path: Path) -
 
 # --- Serve's answers --------------------------------------------------------------------------
 
+# The end of Serve's message for a replica whose vLLM refused max_model_len (Ray 2.58, vLLM 0.26,
+# as a CPU rehearsal of maxModelLen=65536 with the 32k dummy model printed it).
 VLLM_ERROR = (
     "Traceback (most recent call last):\n"
-    '  File "vllm/config/model.py", line 1700, in _get_and_verify_max_len\n'
-    "    raise ValueError(\n"
-    "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+    '  File "ray/llm/_internal/serve/engines/vllm/vllm_engine.py", line 206, in '
+    "_get_vllm_engine_config\n"
+    '    raise RuntimeError(f"Failed to create vLLM engine config: {e}") from None\n'
+    "RuntimeError: Failed to create vLLM engine config: 1 validation error for ModelConfig\n"
     "  Value error, User-specified max_model_len (65536) is greater than the derived "
-    "max_model_len (max_position_embeddings=32768). [type=value_error]\n"
+    "max_model_len (max_position_embeddings=32768.0 or model_max_length=None in model's "
+    "config.json). To allow overriding this maximum, set the env var "
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. [type=value_error, input_value=ArgsKwargs((), {}), "
+    "input_type=ArgsKwargs]\n"
+    "    For further information visit https://errors.pydantic.dev/2.13/v/value_error\n"
+)
+VLLM_CAUSE = (
+    "RuntimeError: Failed to create vLLM engine config: 1 validation error for ModelConfig: "
+    "User-specified max_model_len (65536) is greater than the derived max_model_len "
+    "(max_position_embeddings=32768.0 or model_max_length=None in model's config.json)"
 )
 
 
@@ -427,9 +439,7 @@ def test_failure_cause_is_vllms_error_line() -> None:
     status, message = checks.app_report(serve_json("DEPLOY_FAILED"), PD_APP.app_name)
     assert status == "DEPLOY_FAILED"
     assert message.startswith("The deployments are UNHEALTHY.\nDecode:x (UNHEALTHY): replica")
-    assert checks.failure_cause(message) == (
-        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig"
-    )
+    assert checks.failure_cause(message) == VLLM_CAUSE
     assert checks.failure_cause("RuntimeError: CUDA out of memory\nmore") == (
         "RuntimeError: CUDA out of memory"
     )
@@ -597,7 +607,7 @@ def test_checks_on_a_healthy_pd_app(standin: StandIn, tmp_path: Path) -> None:
 def test_a_deploy_failure_reports_serves_error_line(standin: StandIn, tmp_path: Path) -> None:
     findings = run_checks(standin, tmp_path, serve_json("DEPLOY_FAILED"), UCX_LINE)
     assert [(f.level, f.check) for f in findings] == [("FAIL", "serve")]
-    assert "ValidationError: 1 validation error for ModelConfig" in findings[0].text
+    assert findings[0].text == f"app {PD_APP.app_name} is DEPLOY_FAILED: {VLLM_CAUSE}"
     assert standin.requests == []
 
 
@@ -696,10 +706,7 @@ def test_deploy_failed_is_exit_1_with_serves_message_and_the_plane_stopped(
     assert "  changed  NIXL backends LIBFABRIC -> UCX" in out
     assert f"dummy tiny (Qwen3 architecture, seeded random weights) in {tmp_path}" in out
     assert "  |   Value error, User-specified max_model_len (65536) is greater" in out
-    assert (
-        "  FAIL  serve         the Serve app failed to deploy: pydantic_core._pydantic_core."
-        "ValidationError: 1 validation error for ModelConfig" in out
-    )
+    assert f"  FAIL  serve         the Serve app failed to deploy: {VLLM_CAUSE}\n" in out
     assert "1 FAIL, 0 WARN: fix the app's settings before deploying" in out
 
 
@@ -765,3 +772,30 @@ def test_every_process_of_the_plane_carries_its_id(tmp_path: Path) -> None:
     assert plane.head_env()[rehearse.PLANE_ID_ENV] == plane.plane_id
     for ip in WORKER_IPS:
         assert plane.worker_env(ip)[rehearse.PLANE_ID_ENV] == plane.plane_id
+
+
+def test_a_validation_error_without_detail_is_its_own_line() -> None:
+    assert checks.failure_cause("x\nValueError: 2 validation errors for EngineArgs") == (
+        "ValueError: 2 validation errors for EngineArgs"
+    )
+
+
+@pytest.mark.parametrize(("max_model_len", "context"), [(4096, 32768), (65536, 65536)])
+def test_the_dummy_models_context_holds_the_apps_max_model_len(
+    tmp_path: Path, max_model_len: int, context: int
+) -> None:
+    """The dummy rehearses engine settings, not a model's limits: its context is never the
+    reason vLLM refuses the app's maxModelLen (the user's own model keeps its own)."""
+    app = rendered_app(
+        rendered_files(DEFAULTS.with_overrides({"maxModelLen": max_model_len}))[RAYSERVICE]
+    )
+    for dummy in (True, False):
+        plane = rehearse.RehearsalPlane(app, tmp_path / str(dummy), dummy_model=dummy)
+        plane.model_dir.mkdir(parents=True)
+        (plane.model_dir / "config.json").write_text('{"max_position_embeddings": 32768}')
+        (plane.model_dir / "tokenizer_config.json").write_text('{"model_max_length": 32768}')
+        plane.write_model()  # a written model is kept; the dummy's context is raised
+        config = json.loads((plane.model_dir / "config.json").read_text())
+        tokenizer = json.loads((plane.model_dir / "tokenizer_config.json").read_text())
+        want = context if dummy else 32768
+        assert (config["max_position_embeddings"], tokenizer["model_max_length"]) == (want, want)

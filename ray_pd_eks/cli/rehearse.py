@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -217,6 +218,7 @@ class RehearsalPlane(plane_module.ServingPlane):
     the engine processes ``ray stop`` leaves behind."""
 
     worker_devices: tuple[str, ...] = ()
+    dummy_model: bool = True
     plane_id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -229,6 +231,26 @@ class RehearsalPlane(plane_module.ServingPlane):
         if self.worker_devices:
             env["CUDA_VISIBLE_DEVICES"] = self.worker_devices[plane_module.WORKER_IPS.index(ip)]
         return env
+
+    def write_model(self) -> None:
+        """The dummy model, its context as long as the app's ``max_model_len`` (vLLM refuses a
+        longer one): the dummy rehearses the engine settings, not a model's own limits."""
+        super().write_model()
+        if not self.dummy_model:
+            return
+        need = max(
+            int(e["engine_kwargs"].get("max_model_len") or 0)
+            for e in plane_module.engine_configs(self.app.serve_config)
+        )
+        for name, key in (
+            ("config.json", "max_position_embeddings"),
+            ("tokenizer_config.json", "model_max_length"),
+        ):
+            path = self.model_dir / name
+            values = json.loads(path.read_text(encoding="utf-8"))
+            if need > int(values.get(key) or 0):
+                values[key] = need
+                path.write_text(json.dumps(values, indent=2), encoding="utf-8")
 
     def stop(self) -> None:
         super().stop()
@@ -411,7 +433,12 @@ def run(app: App) -> int:
     shape = args.shape or ("qwen3-8b" if device == "cuda" else "tiny")
     workdir: Path = args.workdir.expanduser().resolve()
     plane = RehearsalPlane(
-        rendered_app, workdir, device=device, model_shape=shape, worker_devices=devices
+        rendered_app,
+        workdir,
+        device=device,
+        model_shape=shape,
+        worker_devices=devices,
+        dummy_model=model_path is None,
     )
     plane.model_dir = model_path or workdir / f"model-{shape}"
     rehearsal = rehearse_checks_module.rehearsal_serve_config(

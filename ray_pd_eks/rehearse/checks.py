@@ -49,6 +49,7 @@ METRICS_EVERY_S = 3.0
 # weights answer nonsense).
 PROBE_MAX_TOKENS = 16
 # An error line in Serve's message: ``ValueError: User-specified max_model_len ...``.
+_VALIDATION_RE = re.compile(r"\d+ validation errors? for \w+$")
 _ERROR_LINE_RE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b.*?:\s*\S")
 
 
@@ -139,10 +140,19 @@ def app_report(serve_json: Mapping[str, Any] | None, app_name: str) -> tuple[str
 
 def failure_cause(message: str) -> str:
     """The line of Serve's message that says what went wrong: the last ``...Error: ...`` line
-    (vLLM's exception, at the end of the traceback Serve keeps), else the last line."""
+    (vLLM's exception, at the end of the traceback Serve keeps), else the last line. A
+    pydantic ``validation error for ModelConfig`` line gets its first error's sentence (vLLM's
+    ``User-specified max_model_len (65536) is greater than the derived max_model_len ...``)."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    errors = [line for line in lines if _ERROR_LINE_RE.match(line)]
-    return (errors or lines or [""])[-1][:600]
+    errors = [i for i, line in enumerate(lines) if _ERROR_LINE_RE.match(line)]
+    if not lines:
+        return ""
+    index = errors[-1] if errors else len(lines) - 1
+    cause = lines[index]
+    if _VALIDATION_RE.search(cause) and index + 1 < len(lines):
+        detail = lines[index + 1].removeprefix("Value error, ")
+        cause = f"{cause}: {detail.split('. ', 1)[0].rstrip('.')}"
+    return cause[:600]
 
 
 def wait_for_app(
