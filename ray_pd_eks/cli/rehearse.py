@@ -31,6 +31,7 @@ from ray_pd_eks.cli.app import App, Runtime
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, Progress, summary
 from ray_pd_eks.cli.settings import REPO_ROOT
+from ray_pd_eks.config import set_hint
 from ray_pd_eks.context import LOCAL_SETTINGS_FILE
 from ray_pd_eks.rehearse import checks as rehearse_checks_module
 from ray_pd_eks.rehearse import model as dummy_model
@@ -186,10 +187,10 @@ def gpu_layout(gpus: int, per_engine: int) -> tuple[tuple[str, ...], int]:
     if gpus >= per_engine:
         shared = ",".join(str(i) for i in range(per_engine))
         return (shared, shared), 2
+    fix = set_hint("tensorParallelSize", str(gpus))
     raise UsageError(
         f"each engine of the app takes {per_engine} GPUs (tensorParallelSize) and this machine "
-        f"has {gpus}: rehearse with -c tensorParallelSize={gpus} rendered "
-        f"(`{SYNTH_COMMAND} -c tensorParallelSize={gpus}`) or on a larger machine"
+        f"has {gpus}: rehearse on a larger machine, or set {fix} and run `{SYNTH_COMMAND}` again"
     )
 
 
