@@ -799,3 +799,12 @@ def test_the_dummy_models_context_holds_the_apps_max_model_len(
         tokenizer = json.loads((plane.model_dir / "tokenizer_config.json").read_text())
         want = context if dummy else 32768
         assert (config["max_position_embeddings"], tokenizer["model_max_length"]) == (want, want)
+
+
+def test_the_planes_processes_write_bytecode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    plane = rehearse.RehearsalPlane(PD_APP, tmp_path)
+    assert "PYTHONDONTWRITEBYTECODE" not in plane.head_env()
+    assert "PYTHONDONTWRITEBYTECODE" not in plane.worker_env(PREFILL_IP)

@@ -227,6 +227,13 @@ class RehearsalPlane(plane_module.ServingPlane):
         self.plane_id = f"{os.getpid()}-{time.time_ns()}"
         self.extra_env = {**self.extra_env, PLANE_ID_ENV: self.plane_id}
 
+    def _base_env(self) -> dict[str, str]:
+        env = super()._base_env()
+        # Without bytecode every Ray and vLLM process compiles Torch, vLLM and Ray again
+        # (minutes on a small machine), as scripts/test-serving.sh says.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        return env
+
     def worker_env(self, ip: str) -> dict[str, str]:
         env = super().worker_env(ip)
         if self.worker_devices:
