@@ -752,28 +752,6 @@ def test_a_plane_that_does_not_start_is_exit_1_and_stopped(
     assert "  FAIL  plane         starting the Ray head failed (exit 1):\nport in use" in out
 
 
-def test_plane_processes_are_found_by_the_plane_id_in_their_environment(tmp_path: Path) -> None:
-    for pid, environ in (
-        ("101", b"PATH=/bin\0RAY_PD_EKS_REHEARSAL_ID=7-1\0"),
-        ("102", b"RAY_PD_EKS_REHEARSAL_ID=7-10\0"),  # another plane's id: a prefix is no match
-        ("103", b"PATH=/bin\0"),
-        ("self", b"RAY_PD_EKS_REHEARSAL_ID=7-1\0"),
-    ):
-        (tmp_path / pid).mkdir()
-        (tmp_path / pid / "environ").write_bytes(environ)
-    (tmp_path / "104").mkdir()  # a process that ended while being read: no environ
-    assert rehearse.plane_processes("7-1", tmp_path) == [101]
-
-
-def test_every_process_of_the_plane_carries_its_id(tmp_path: Path) -> None:
-    plane = rehearse.RehearsalPlane(PD_APP, tmp_path, device="cpu")
-    other = rehearse.RehearsalPlane(PD_APP, tmp_path, device="cpu")
-    assert plane.plane_id != other.plane_id
-    assert plane.head_env()[rehearse.PLANE_ID_ENV] == plane.plane_id
-    for ip in WORKER_IPS:
-        assert plane.worker_env(ip)[rehearse.PLANE_ID_ENV] == plane.plane_id
-
-
 def test_a_validation_error_without_detail_is_its_own_line() -> None:
     assert checks.failure_cause("x\nValueError: 2 validation errors for EngineArgs") == (
         "ValueError: 2 validation errors for EngineArgs"

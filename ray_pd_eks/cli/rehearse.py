@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import signal
 import socket
 import subprocess
 import threading
-import time
 import urllib.error
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ray_pd_eks.cli.app import App, Runtime
@@ -194,38 +192,13 @@ def gpu_layout(gpus: int, per_engine: int) -> tuple[tuple[str, ...], int]:
     )
 
 
-# Set in every process of a rehearsal's plane (Ray passes its nodes' environment down to the
-# workers, and they to vLLM's engine processes), so that stop finds them all.
-PLANE_ID_ENV = "RAY_PD_EKS_REHEARSAL_ID"
-
-
-def plane_processes(plane_id: str, proc: Path = Path("/proc")) -> list[int]:
-    """The processes whose environment holds ``PLANE_ID_ENV=plane_id``: what is left of one
-    plane after ``ray stop`` (vLLM's engine processes rename themselves ``VLLM::EngineCore``
-    and ``VLLM::Worker``, so no command line names the plane)."""
-    marker = f"{PLANE_ID_ENV}={plane_id}".encode()
-    found = []
-    for entry in proc.glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-    return sorted(found)
-
-
 @dataclass
 class RehearsalPlane(plane_module.ServingPlane):
     """The serving plane, with each worker node given its own GPUs (``CUDA_VISIBLE_DEVICES``,
-    as each GPU pod sees only its own) when the machine has enough, and a stop that also ends
-    the engine processes ``ray stop`` leaves behind."""
+    as each GPU pod sees only its own) when the machine has enough."""
 
     worker_devices: tuple[str, ...] = ()
     dummy_model: bool = True
-    plane_id: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.plane_id = f"{os.getpid()}-{time.time_ns()}"
-        self.extra_env = {**self.extra_env, PLANE_ID_ENV: self.plane_id}
 
     def _base_env(self) -> dict[str, str]:
         env = super()._base_env()
@@ -259,12 +232,6 @@ class RehearsalPlane(plane_module.ServingPlane):
             if need > int(values.get(key) or 0):
                 values[key] = need
                 path.write_text(json.dumps(values, indent=2), encoding="utf-8")
-
-    def stop(self) -> None:
-        super().stop()
-        for pid in plane_processes(self.plane_id):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
 
 
 def plane_ports(app: plane_module.RenderedApp) -> tuple[tuple[str, int], ...]:
