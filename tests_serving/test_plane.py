@@ -8,13 +8,21 @@ the stand-in's (proxy_standin.py).
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from typing import Any
 
 import pytest
 
 from ray_pd_eks import lambda_code
-from ray_pd_eks.rehearse.plane import HEAD_IP, RAY_TOKEN, WORKER_IPS, RenderedApp, ServingPlane
+from ray_pd_eks.rehearse.plane import (
+    HEAD_IP,
+    RAY_TOKEN,
+    WORKER_IPS,
+    RenderedApp,
+    ServingPlane,
+    serving_python,
+)
 from ray_pd_eks.rehearse.probe import answer_text, chat, http, wait_for
 from tests_serving.proxy_standin import RealPlaneKubeApi
 
@@ -190,18 +198,24 @@ def test_a_prefill_engine_restarted_on_its_node_serves_again(
     plane: ServingPlane, app: RenderedApp
 ) -> None:
     """The prefill replica dies and Serve starts a new one on the same node (the only one with a
-    free GPU), pod and IP unchanged. Without a pinned ``engine_id`` the new engine gets a new
-    NIXL id, decode handshakes with it, and requests succeed again; with one pinned
-    (``prefill-<ip>-5600``) decode would keep the dead engine's agent and fail every request."""
+    free GPU), pod and IP unchanged. The serve config pins no ``engine_id``, so the new engine
+    gets a new NIXL id and decode handshakes with it; requests succeed again. (With the ids
+    pinned, test_stale_peer.py's by-hand control, this plane recovers too.)"""
     base = f"http://{HEAD_IP}:8000"
-    serve_json = plane.dashboard("api/serve/applications/")
-    before = {r.role: r for r in checks.serve_replicas(serve_json, app.app_name)}
-    prefill = before["prefill"]
     assert chat(base, app.model_id, "Warm the decode peer up.", 4)["status"] == 200
-    import subprocess
+    prefill, new = restart_prefill(plane, app)
+    assert new.node_ip == prefill.node_ip
+    answers = [chat(base, app.model_id, kvproof.probe_prompt("RSTRT001"), 4) for _ in range(2)]
+    assert [a["status"] for a in answers] == [200, 200], answers
 
-    from ray_pd_eks.rehearse.plane import serving_python
 
+def restart_prefill(plane: ServingPlane, app: RenderedApp) -> tuple[Any, Any]:
+    """Kill the prefill replica's actor (its node, the pod on EKS, stays) and wait until Serve
+    runs a new one; (the old replica, the new one)."""
+    serve_json = plane.dashboard("api/serve/applications/")
+    prefill = next(
+        r for r in checks.serve_replicas(serve_json, app.app_name) if r.role == "prefill"
+    )
     subprocess.run(
         [str(serving_python()), "-c", KILL_ACTOR, f"{HEAD_IP}:6379", prefill.actor_name],
         env=plane.head_env(),
@@ -216,6 +230,4 @@ def test_a_prefill_engine_restarted_on_its_node_serves_again(
 
     new = wait_for(restarted, 600, every_s=5)
     assert new, "Serve did not restart the prefill replica within 10 minutes"
-    assert new.node_ip == prefill.node_ip
-    answers = [chat(base, app.model_id, kvproof.probe_prompt("RSTRT001"), 4) for _ in range(2)]
-    assert [a["status"] for a in answers] == [200, 200], answers
+    return prefill, new

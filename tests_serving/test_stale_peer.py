@@ -10,16 +10,14 @@ serving-tier.md)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from ray_pd_eks import lambda_code
-from ray_pd_eks.rehearse.plane import HEAD_IP, RenderedApp, ServingPlane, serving_python
+from ray_pd_eks.rehearse.plane import HEAD_IP, RenderedApp, ServingPlane
 from ray_pd_eks.rehearse.probe import chat, wait_for
 from tests_serving.conftest import PIN_ENGINE_IDS
 from tests_serving.proxy_standin import RealPlaneKubeApi
-from tests_serving.test_plane import KILL_ACTOR, _client, _dashboard, _props, _rose
+from tests_serving.test_plane import _client, _dashboard, _props, _rose, restart_prefill
 
 checks = lambda_code.checks()
 handler = lambda_code.handler()
@@ -33,24 +31,8 @@ def test_stale_peer_a_prefill_restarted_with_a_pinned_id_still_serves(
     plane: ServingPlane, app: RenderedApp, kube: RealPlaneKubeApi
 ) -> None:
     base = f"http://{HEAD_IP}:8000"
-    serve_json = plane.dashboard("api/serve/applications/")
-    prefill = next(
-        r for r in checks.serve_replicas(serve_json, app.app_name) if r.role == "prefill"
-    )
     assert chat(base, app.model_id, "Warm the decode peer up.", 4)["status"] == 200
-    subprocess.run(
-        [str(serving_python()), "-c", KILL_ACTOR, f"{HEAD_IP}:6379", prefill.actor_name],
-        env=plane.head_env(),
-        check=True,
-        timeout=120,
-    )
-
-    def restarted() -> object:
-        replicas = checks.serve_replicas(plane.dashboard("api/serve/applications/"), app.app_name)
-        new = [r for r in replicas if r.role == "prefill" and r.state == "RUNNING"]
-        return new and new[0].replica_id != prefill.replica_id and new[0]
-
-    assert wait_for(restarted, 600, every_s=5), "Serve did not restart the prefill replica"
+    restart_prefill(plane, app)
     client = _client(kube)
     dashboard = _dashboard(kube, client)
     serve_json = dashboard.serve_applications()
