@@ -88,14 +88,7 @@ def test_a_500_from_the_running_endpoint_is_a_stale_peer(
     """vLLM 0.26 answers a request whose KV load failed with HTTP 500: before, the drill took
     it for "not judged yet", so its stale-peer verdict could never appear."""
     kube_api.set_stage("serving")
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=500,
-        body={"object": "error", "message": "Internal server error", "code": 500},
-    )
+    kube_api.fail_chat(500, {"object": "error", "message": "Internal server error", "code": 500})
     result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
     assert result.code == 1
     assert "decode holds a stale peer (KV transfer failed: POST /v1/chat/completions" in result.err

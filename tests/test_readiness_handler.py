@@ -879,14 +879,7 @@ def test_a_500_from_the_serving_pd_endpoint_fails_at_once_as_a_kv_failure(
     """vLLM's kv_load_failure_policy "fail" answers a failed KV load with HTTP 500; before, the
     check took it for "not ready yet" and the deploy ended only at the poll time-out."""
     kube_api.set_stage("serving")
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=500,
-        body=KV_LOAD_500,
-    )
+    kube_api.fail_chat(500, KV_LOAD_500)
     message = fail_message(started(cfn_event(kube_api)))
     assert message.startswith(
         f"Readiness check failed for {fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}: "
@@ -921,14 +914,7 @@ def test_a_500_from_an_aggregated_endpoint_is_not_a_kv_failure(
     """No KV moves in an aggregated app: the 500 is not read as a KV load failure."""
     kube_api.set_stage("serving")
     kube_api.set_aggregated()
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=500,
-        body=KV_LOAD_500,
-    )
+    kube_api.fail_chat(500, KV_LOAD_500)
     event = started(cfn_event(kube_api, ServingMode="aggregated"))
     assert poll(event) == {"IsComplete": False}
     assert pending_check(caplog) == "chat-completion"
@@ -1590,14 +1576,7 @@ def test_a_kv_load_failure_with_unprivileged_efa_workers_names_the_setting(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
     kube_api.set_stage("serving")
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=500,
-        body=KV_LOAD_500,
-    )
+    kube_api.fail_chat(500, KV_LOAD_500)
     message = fail_message(started(cfn_event(kube_api, GpuWorkersPrivileged="false")))
     assert "KV transfer failed" in message
     assert "gpuWorkerPrivileged=false" in message

@@ -1148,6 +1148,13 @@ class FakeKubeApi:
                 status, data, content_type or ctype
             )
 
+    def fail_chat(self, status: int, body: Any) -> None:
+        """Serve answers every chat completion with ``status`` and ``body`` (vLLM 0.26 answers a
+        failed KV load with HTTP 500)."""
+        self.set_proxy(
+            self.serve_service, 8000, "v1/chat/completions", method="POST", status=status, body=body
+        )
+
     def clear_proxy(self, service: str, port: int, path: str, *, method: str = "GET") -> None:
         with self._lock:
             self._proxy.pop((service, port, method.upper(), path.lstrip("/")), None)
