@@ -786,3 +786,31 @@ def test_the_planes_processes_write_bytecode(
     plane = rehearse.RehearsalPlane(PD_APP, tmp_path)
     assert "PYTHONDONTWRITEBYTECODE" not in plane.head_env()
     assert "PYTHONDONTWRITEBYTECODE" not in plane.worker_env(PREFILL_IP)
+
+
+@pytest.mark.parametrize(
+    ("device", "found", "env"),
+    [
+        ("cuda", 0, {}),  # PyPI's vllm brings FlashInfer: nothing changes
+        ("cuda", 1, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}),  # a venv without it: PyTorch's
+        ("cpu", 1, {}),  # the CPU build never imports it
+    ],
+)
+def test_sampler_env_follows_flashinfer_in_the_serving_venv(
+    venv: Path, device: str, found: int, env: dict[str, str]
+) -> None:
+    runtime = Machine().runtime()
+    asked: list[list[str]] = []
+
+    def capture(argv: Sequence[str]) -> tuple[int, str]:
+        asked.append(list(argv))
+        return found, ""
+
+    runtime.capture_process = capture
+    got, notes = rehearse.sampler_env(runtime, device)
+    assert got == env
+    assert bool(notes) == bool(env)
+    assert asked == ([] if device == "cpu" else [asked[0]])
+    if device == "cuda":
+        assert asked[0][0] == str(venv / "bin" / "python")
+        assert "find_spec('flashinfer')" in asked[0][-1]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -77,20 +78,28 @@ def make_venv(site: Path, venv: Path) -> None:
 
 
 def bench(
-    base: str, model: str, tokenizer: Path, out_dir: Path, label: str, deadline: float
+    base: str,
+    model: str,
+    tokenizer: Path,
+    out_dir: Path,
+    label: str,
+    deadline: float,
+    save: Path,
+    levels: tuple[int, ...] = BENCH_LEVELS,
 ) -> dict[str, str]:
     """Every level of the sweep with the project's own ``vllm bench serve`` arguments
-    (``ray_pd_eks.bench.job.Sweep.args``); the result files by name."""
+    (``ray_pd_eks.bench.job.Sweep.args``); the result files by name, also written to ``save``
+    after each level (a call cut off at its limit still brings back the levels it ran)."""
     from ray_pd_eks.bench.job import RESULT_DIR, TOKENIZER_DIR, Sweep, prompts_per_level
     from ray_pd_eks.rehearse.plane import serving_bin
 
-    prompts = prompts_per_level(BENCH_LEVELS, None)
+    prompts = prompts_per_level(levels, None)
     sweep = Sweep(
         base_url=base,
         model=model,
         tokenizer=str(tokenizer),
         tokenizer_revision="local",
-        concurrency=BENCH_LEVELS,
+        concurrency=levels,
         prompts=tuple(max(8, p // 2) for p in prompts),
         input_len=BENCH_INPUT_LEN,
         output_len=BENCH_OUTPUT_LEN,
@@ -121,10 +130,17 @@ def bench(
             files[path.name] = path.read_text()
         else:
             files[f"failed-{concurrency}.txt"] = (result.stdout + result.stderr)[-4000:]
+        save.write_text(json.dumps(files, indent=1))
     return files
 
 
+def _stop_on_term(signum: int, frame: Any) -> None:
+    raise SystemExit(f"signal {signum}: the call's time limit")
+
+
 def run(args: argparse.Namespace) -> int:
+    # ``timeout`` ends the run with SIGTERM: the report, the logs and the plane's stop still run.
+    signal.signal(signal.SIGTERM, _stop_on_term)
     os.environ["RAY_PD_EKS_SERVING_VENV"] = str(args.venv)
     make_venv(args.site, args.venv)
     from ray_pd_eks.rehearse import plane as plane_module
@@ -202,18 +218,19 @@ def run(args: argparse.Namespace) -> int:
             for p in ("Tell me about the river.", probe.kvproof.probe_prompt("ABCD1234"))
         ]
         report["bench_started_s"] = round(time.monotonic() - started, 1)
-        files = bench(
+        bench(
             base,
             app.model_id,
             plane.model_dir,
             workdir / "bench",
             args.label,
             started + args.budget_s,
+            out / f"{args.profile}-bench.json",
+            tuple(int(level) for level in args.levels.split(",")),
         )
-        (out / f"{args.profile}-bench.json").write_text(json.dumps(files, indent=1))
         report["bench_done_s"] = round(time.monotonic() - started, 1)
         return 0
-    except Exception as exc:  # the report says what failed; the logs come back beside it
+    except (Exception, SystemExit) as exc:  # the report says what failed; logs come beside it
         report["error"] = f"{type(exc).__name__}: {exc}"
         print(report["error"], flush=True)
         return 1
@@ -251,6 +268,7 @@ def main() -> int:
     r.add_argument("--profile", choices=sorted(PROFILES), required=True)
     r.add_argument("--shape", default="qwen3-8b")
     r.add_argument("--label", default="")
+    r.add_argument("--levels", default=",".join(map(str, BENCH_LEVELS)), help="concurrencies")
     r.add_argument("--deploy-timeout", type=float, default=420)
     r.add_argument("--budget-s", type=float, default=430, help="start no bench level after")
     r.add_argument("--out", type=Path, required=True)

@@ -145,6 +145,28 @@ def vllm_build(venv: Path) -> str | None:
     return None
 
 
+def sampler_env(runtime: Runtime, device: str) -> tuple[dict[str, str], list[str]]:
+    """The engines' environment for the serving venv at hand: vLLM 0.26's CUDA sampler imports
+    FlashInfer unless ``VLLM_USE_FLASHINFER_SAMPLER=0`` (measured on an H100: a venv without
+    it fails every engine at start), so a venv that lacks it gets PyTorch's sampler, said in
+    a "changed" line. PyPI's ``vllm==0.26.0`` brings FlashInfer, so that venv changes nothing."""
+    if device != "cuda":
+        return {}, []
+    status, _ = runtime.capture_process(
+        [
+            str(plane_module.serving_bin("python")),
+            "-c",
+            "import importlib.util, sys; sys.exit(importlib.util.find_spec('flashinfer') is None)",
+        ]
+    )
+    if status == 0:
+        return {}, []
+    return {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, [
+        "FlashInfer is not in the serving venv: vLLM's sampler is PyTorch's "
+        "(VLLM_USE_FLASHINFER_SAMPLER=0)"
+    ]
+
+
 def resolve_device(requested: str, gpus: int, build: str | None) -> tuple[str, str]:
     """(device, why) for ``--device``; a UsageError when cuda cannot run here."""
     cpu_build = (
@@ -406,6 +428,7 @@ def run(app: App) -> int:
     if device == "cuda":
         devices, engines_per_gpu = gpu_layout(gpus, rendered_app.worker_gpus)
     shape = args.shape or ("qwen3-8b" if device == "cuda" else "tiny")
+    engine_env, engine_notes = sampler_env(runtime, device)
     workdir: Path = args.workdir.expanduser().resolve()
     plane = RehearsalPlane(
         rendered_app,
@@ -414,6 +437,7 @@ def run(app: App) -> int:
         model_shape=shape,
         worker_devices=devices,
         dummy_model=model_path is None,
+        extra_env=engine_env,
     )
     plane.model_dir = model_path or workdir / f"model-{shape}"
     rehearsal = rehearse_checks_module.rehearsal_serve_config(
@@ -434,7 +458,7 @@ def run(app: App) -> int:
         if model_path
         else f"dummy {shape} (Qwen3 architecture, seeded random weights) in {plane.model_dir}"
     )
-    changes = list(rehearsal.notes)
+    changes = list(rehearsal.notes) + engine_notes
     before = rehearse_checks_module.kv_backends(rendered_app.serve_config)
     after = rehearse_checks_module.kv_backends(rehearsal.serve_config)
     if before != after:
