@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs.eks_types import control_plane_security_group
@@ -60,6 +63,29 @@ def handler_function(
         log_group=log_group,
         description=description,
     )
+
+
+def function_resource(
+    scope: Construct,
+    function: lambda_.Function,
+    *,
+    resource_type: str,
+    properties: Mapping[str, Any],
+) -> tuple[cr.Provider, CustomResource]:
+    """A custom resource answered at once by ``function`` (its ``on_event`` does the work): the
+    ``Provider`` (id ``Provider``, logging to the function's log group) and the resource (id
+    ``Resource``), in ``scope``."""
+    provider = cr.Provider(
+        scope, "Provider", on_event_handler=function, log_group=function.log_group
+    )
+    resource = CustomResource(
+        scope,
+        "Resource",
+        service_token=provider.service_token,
+        resource_type=resource_type,
+        properties=dict(properties),
+    )
+    return provider, resource
 
 
 def waiter_functions(

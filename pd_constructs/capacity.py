@@ -25,15 +25,16 @@ from pd_constructs.nag import (
     nag_flatten,
 )
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
-from pd_constructs.waiter import EVIDENCE_REMOVAL_POLICY, logged_waiter_provider
-from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
+from pd_constructs.waiter import (
+    EVIDENCE_REMOVAL_POLICY,
+    checked_waiter_timeout,
+    logged_waiter_provider,
+)
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
 # derives when to give up with its own message before the Provider's total timeout.
 QUERY_INTERVAL = Duration.seconds(30)
 HANDLER_TIMEOUT = Duration.minutes(1)
-# CloudFormation waits at most one hour for a custom resource.
-MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 
 
 class GpuCapacityWatch(Construct):
@@ -79,19 +80,14 @@ class GpuCapacityWatch(Construct):
         cluster_stack_name: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
-        timeout_s = int(timeout.to_seconds())
+        timeout_s = checked_waiter_timeout(
+            "GpuCapacityWatch",
+            timeout,
+            query_interval=QUERY_INTERVAL,
+            handler_timeout=HANDLER_TIMEOUT,
+            too_short="too short to watch; use at least 3 minutes",
+        )
         wait_s = int(capacity_wait.to_seconds())
-        if timeout_s > MAX_TIMEOUT.to_seconds():
-            raise ValueError(
-                f"GpuCapacityWatch timeout {timeout.to_human_string()}: CloudFormation waits "
-                "at most 60 minutes for a custom resource: every waiter ends with its own message "
-                f"by {WAITER_DEADLINE_MINUTES} minutes"
-            )
-        if timeout_s < 2 * QUERY_INTERVAL.to_seconds() + HANDLER_TIMEOUT.to_seconds():
-            raise ValueError(
-                f"GpuCapacityWatch timeout {timeout.to_human_string()}: too short to watch; "
-                "use at least 3 minutes"
-            )
         if not 0 < wait_s < timeout_s:
             raise ValueError(
                 f"GpuCapacityWatch capacity_wait {capacity_wait.to_human_string()} must be "

@@ -11,7 +11,7 @@ created with it, so nothing here refers to the Cluster stack's resources.
 
 from __future__ import annotations
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -22,8 +22,7 @@ from pd_constructs._lambda import waiter_functions
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
 from pd_constructs.pod_identity import cluster_arn
 from pd_constructs.rollback import grant_describe_named_stack, grant_describe_own_stack
-from pd_constructs.waiter import logged_waiter_provider
-from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
+from pd_constructs.waiter import checked_waiter_timeout, waiter_resource
 
 # Must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS. A short interval:
 # the wait is on the deploy's critical path (the node group starts one poll after ACTIVE).
@@ -33,7 +32,6 @@ HANDLER_TIMEOUT = Duration.minutes(1)
 # update takes as long; three times that, within CloudFormation's one hour for a custom
 # resource, before the wait fails with what it saw.
 DEFAULT_TIMEOUT = Duration.minutes(45)
-MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 
 
 class ClusterActive(Construct):
@@ -62,18 +60,13 @@ class ClusterActive(Construct):
         timeout: Duration = DEFAULT_TIMEOUT,
     ) -> None:
         super().__init__(scope, construct_id)
-        timeout_s = int(timeout.to_seconds())
-        if timeout_s > MAX_TIMEOUT.to_seconds():
-            raise ValueError(
-                f"ClusterActive timeout {timeout.to_human_string()}: CloudFormation waits at "
-                "most 60 minutes for a custom resource: every waiter ends with its own message "
-                f"by {WAITER_DEADLINE_MINUTES} minutes"
-            )
-        if timeout_s < 2 * QUERY_INTERVAL.to_seconds() + HANDLER_TIMEOUT.to_seconds():
-            raise ValueError(
-                f"ClusterActive timeout {timeout.to_human_string()}: too short to wait; use at "
-                "least 2 minutes"
-            )
+        timeout_s = checked_waiter_timeout(
+            "ClusterActive",
+            timeout,
+            query_interval=QUERY_INTERVAL,
+            handler_timeout=HANDLER_TIMEOUT,
+            too_short="too short to wait; use at least 2 minutes",
+        )
         stack = Stack.of(self)
         on_event, is_complete = waiter_functions(
             self,
@@ -91,20 +84,14 @@ class ClusterActive(Construct):
             iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[this_cluster])
         )
         cluster_stack_arn = grant_describe_named_stack(is_complete, cluster_stack_name)
-        provider = logged_waiter_provider(
+        self.resource = waiter_resource(
             self,
             on_event=on_event,
             is_complete=is_complete,
             query_interval=QUERY_INTERVAL,
             timeout=timeout,
-            log_group=on_event.log_group,
             log_retention=log_retention,
             log_removal_policy=log_removal_policy,
-        )
-        self.resource = CustomResource(
-            self,
-            "Resource",
-            service_token=provider.service_token,
             resource_type="Custom::ClusterActive",
             properties={
                 "ClusterName": cluster_name,

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import ArnFormat, CustomResource, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import handler_function
+from pd_constructs._lambda import function_resource, handler_function
 from pd_constructs.cluster import GPU_LABELS
 from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
@@ -263,11 +262,9 @@ class GpuNodeTemplateTags(Construct):
         )
         # Tells CloudFormation's rollback Update (best effort, never failed) from a deploy.
         grant_describe_own_stack(fn)
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
-        self.resource = CustomResource(
+        provider, self.resource = function_resource(
             self,
-            "Resource",
-            service_token=provider.service_token,
+            fn,
             resource_type="Custom::GpuNodeTemplateTags",
             properties={
                 "ClusterName": cluster_name,

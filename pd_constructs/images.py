@@ -13,13 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from aws_cdk import Aws, CfnMapping, CustomResource, Duration, RemovalPolicy, Stack, Token
+from aws_cdk import Aws, CfnMapping, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import handler_function
+from pd_constructs._lambda import function_resource, handler_function
 from pd_constructs.nag import acknowledge_basic_execution_role
 from pd_constructs.network import suppress_provider_framework
 from pd_constructs.rollback import grant_describe_own_stack
@@ -109,13 +108,8 @@ class ImageDigests(Construct):
             )
         # Tells CloudFormation's rollback Update (answered at once, no registry call).
         grant_describe_own_stack(fn)
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
-        self.resource = CustomResource(
-            self,
-            "Resource",
-            service_token=provider.service_token,
-            resource_type="Custom::ImageDigests",
-            properties=dict(images),
+        provider, self.resource = function_resource(
+            self, fn, resource_type="Custom::ImageDigests", properties=images
         )
         acknowledge_basic_execution_role(fn)
         suppress_provider_framework(provider, fn)

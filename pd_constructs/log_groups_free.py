@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Aws, CustomResource, RemovalPolicy
+from aws_cdk import Aws, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import handler_function
+from pd_constructs._lambda import function_resource, handler_function
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role
 from pd_constructs.network import suppress_provider_framework
 
@@ -52,11 +51,9 @@ class LeftoverLogGroupsCheck(Construct):
         fn.add_to_role_policy(
             iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=["*"])
         )
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
-        self.resource = CustomResource(
+        provider, self.resource = function_resource(
             self,
-            "Resource",
-            service_token=provider.service_token,
+            fn,
             resource_type="Custom::LeftoverLogGroupsCheck",
             properties={"LogGroupNames": ",".join(log_group_names), "Region": Aws.REGION},
         )

@@ -13,7 +13,13 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs._lambda import PYTHON_RUNTIME, handler_function, lambda_code, shared_layer
+from pd_constructs._lambda import (
+    PYTHON_RUNTIME,
+    function_resource,
+    handler_function,
+    lambda_code,
+    shared_layer,
+)
 from pd_constructs.nag import (
     LAMBDA_BASIC,
     acknowledge,
@@ -387,11 +393,9 @@ class DefaultSecurityGroupRestriction(Construct):
                 resources=[group_arn],
             )
         )
-        provider = cr.Provider(self, "Provider", on_event_handler=fn, log_group=fn.log_group)
-        self.resource = CustomResource(
+        provider, self.resource = function_resource(
             self,
-            "Resource",
-            service_token=provider.service_token,
+            fn,
             resource_type="Custom::DefaultSecurityGroupRestriction",
             properties={
                 "DefaultSecurityGroupId": default_security_group_id,

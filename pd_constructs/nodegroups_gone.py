@@ -12,7 +12,7 @@ node group's delete (docs/teardown.md, docs/lifecycle.md).
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -22,7 +22,7 @@ from pd_constructs._lambda import waiter_functions
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
 from pd_constructs.pod_identity import cluster_arn
 from pd_constructs.rollback import grant_describe_own_stack
-from pd_constructs.waiter import logged_waiter_provider
+from pd_constructs.waiter import MAX_TIMEOUT, waiter_resource
 from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS.
@@ -41,8 +41,6 @@ DEFAULT_WAIT = Duration.minutes(40)
 # GpuAddons; docs/teardown.md), and its node group's DeleteNodegroup comes within a minute or
 # two of that stack's start (after the node-template tags' Delete).
 DEFAULT_GRACE = Duration.minutes(5)
-# CloudFormation waits at most one hour for a custom resource; every waiter ends by 55 minutes.
-MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 # The Provider's total timeout is the wait plus this: the handler raises its own message at
 # the wait, at most one interval and one Lambda run after it; the Provider's bare "Operation
 # timed out" must come after that.
@@ -123,20 +121,14 @@ class NodegroupsGone(Construct):
         is_complete.add_to_role_policy(
             iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroups_arn])
         )
-        provider = logged_waiter_provider(
+        self.resource = waiter_resource(
             self,
             on_event=on_event,
             is_complete=is_complete,
             query_interval=QUERY_INTERVAL,
             timeout=timeout,
-            log_group=on_event.log_group,
             log_retention=log_retention,
             log_removal_policy=log_removal_policy,
-        )
-        self.resource = CustomResource(
-            self,
-            "Resource",
-            service_token=provider.service_token,
             resource_type="Custom::NodegroupsGone",
             properties={
                 # The cluster's Ref: created after the cluster, deleted before it.
