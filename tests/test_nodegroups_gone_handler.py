@@ -462,12 +462,6 @@ def test_a_poll_without_time_for_the_slowest_call_describes_nothing(
     assert seen == [handler.Nodegroup("gpu", status), handler.Nodegroup("system", status)]
 
 
-def test_time_left_is_the_contexts_in_seconds() -> None:
-    time_left = handler._time_left(Context(12.5))
-    assert time_left is not None and time_left() == 12.5
-    assert handler._time_left(None) is None  # a direct call: no budget
-
-
 def test_a_first_poll_without_its_start_time_counts_from_now(at: Any) -> None:
     """Without the start on_event stored, the grace counts from this poll: an ACTIVE group is
     not yet stuck."""

@@ -71,12 +71,9 @@ class Props:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise WaitError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the ClusterActive "
-                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="ClusterActive", error=WaitError
+        )
         if version_tuple(str(properties["KubernetesVersion"])) is None:
             raise WaitError(
                 f"KubernetesVersion must read <major>.<minor>, got "

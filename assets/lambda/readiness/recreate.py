@@ -83,12 +83,9 @@ class Props:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise RecreateError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the RayServiceRecreate "
-                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="RayServiceRecreate", error=RecreateError
+        )
         raw_timeout = str(properties.get("TimeoutSeconds") or DEFAULT_TIMEOUT_SECONDS)
         if not raw_timeout.isdigit() or int(raw_timeout) < 1:
             raise RecreateError(
