@@ -111,6 +111,10 @@ def test_the_layer_answers_like_the_handlers_did() -> None:
     assert made == ["cfn"]
     assert rollback.stack_rolling_back({}, make_client=make) is False
     assert made == ["cfn"]  # no stack to ask about: no client
+    assert rollback.settled({"RequestType": "Delete", "K": "true"}, "K") == {"IsComplete": True}
+    marked = {"RequestType": "Update", "K": "true", "Data": {"A": "1"}}
+    assert rollback.settled(marked, "K") == {"IsComplete": True, "Data": {"A": "1"}}
+    assert rollback.settled({"RequestType": "Update", "K": "false"}, "K") is None
     assert props.positive_int({"N": "1"}, "N") == 1
     with pytest.raises(KeyError, match="N must be a positive whole number, got '0'"):
         props.positive_int({"N": "0"}, "N", error=KeyError)

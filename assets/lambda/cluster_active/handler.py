@@ -133,10 +133,9 @@ def is_complete(
 ) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while waiting; the group as ``Data`` when ready (and the
     physical id ``<cluster>/<group id>``); raises :class:`WaitError` on a terminal failure."""
-    if event.get("RequestType") == "Delete":
-        return {"IsComplete": True}
-    if event.get(ROLLBACK_KEY) == "true":
-        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    done = rollback.settled(event, ROLLBACK_KEY)
+    if done is not None:
+        return done
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = props_helpers.started_at(event, STARTED_AT_KEY, now)

@@ -157,10 +157,9 @@ def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while the old cluster goes, Data when done."""
-    if event.get("RequestType") == "Delete":
-        return {"IsComplete": True}
-    if event.get(ROLLBACK_KEY) == "true":
-        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    done = rollback.settled(event, ROLLBACK_KEY)
+    if done is not None:
+        return done
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     try:
