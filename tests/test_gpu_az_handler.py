@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-HANDLER = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "gpu_az" / "handler.py"
+from tests.lambda_handlers import load, stubbed_client, stubbed_stack
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_az_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load()
+handler = load("gpu_az", "gpu_az_handler")
 
 
 def _ec2(azs: list[str]) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        "ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
+    client, stub = stubbed_client("ec2")
     stub.add_response(
         "describe_instance_type_offerings",
         {
@@ -44,7 +28,6 @@ def _ec2(azs: list[str]) -> tuple[Any, Stubber]:
             "Filters": [{"Name": "instance-type", "Values": ["g6.8xlarge"]}],
         },
     )
-    stub.activate()
     return client, stub
 
 
@@ -384,19 +367,7 @@ STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Network
 
 
 def _cloudformation(status: str) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        "cloudformation", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
-    stack = {
-        "StackId": STACK_ID,
-        "StackName": "RayPdEks-Network",
-        "CreationTime": "2026-11-30T10:00:00Z",
-        "StackStatus": status,
-    }
-    stub.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": STACK_ID})
-    stub.activate()
-    return client, stub
+    return stubbed_stack(STACK_ID, status, created="2026-11-30T10:00:00Z")
 
 
 def _rollback_event(physical: str) -> dict[str, Any]:
@@ -414,11 +385,7 @@ def _rollback_event(physical: str) -> dict[str, Any]:
 
 def test_rollback_update_answers_at_once_with_the_physical_ids_az_and_block() -> None:
     cfn, cfn_stub = _cloudformation("UPDATE_ROLLBACK_IN_PROGRESS")
-    ec2 = boto3.client(
-        "ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    ec2_stub = Stubber(ec2)
-    ec2_stub.activate()  # no response queued: any EC2 call would raise
+    ec2, ec2_stub = stubbed_client("ec2")  # no response queued: any EC2 call would raise
     out = handler.on_event(
         _rollback_event("us-west-2c/10.0.224.0/19"), None, ec2=ec2, cloudformation=cfn
     )

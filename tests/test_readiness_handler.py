@@ -8,20 +8,16 @@ CA, demands an EKS-style bearer token and records every request. ``sleep`` is a 
 from __future__ import annotations
 
 import base64
-import importlib
-import importlib.util
 import json
 import logging
 import string
-import sys
 import time
 import urllib.parse
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import (
     FAKE_ACCESS_KEY_ID,
@@ -30,29 +26,12 @@ from tests.fakes.kube_api import (
     make_pod,
     make_rayservice,
 )
+from tests.lambda_handlers import load
 
-pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), fake_aws_env
+pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), eks_token, ...
 
-READINESS_DIR = Path(__file__).resolve().parents[1] / "assets" / "lambda" / "readiness"
-
-
-def _load_lambda() -> tuple[ModuleType, ModuleType, ModuleType]:
-    # The Lambda runtime puts the asset root on sys.path and imports `handler`; do the same, but
-    # register the handler under a unique name so other Lambdas' `handler.py` cannot collide.
-    if str(READINESS_DIR) not in sys.path:
-        sys.path.insert(0, str(READINESS_DIR))
-    kube_module = importlib.import_module("kube")
-    checks_module = importlib.import_module("checks")
-    spec = importlib.util.spec_from_file_location("readiness_handler", READINESS_DIR / "handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["readiness_handler"] = module
-    spec.loader.exec_module(module)
-    return module, kube_module, checks_module
-
-
-handler, kube, checks = _load_lambda()
-kvproof = importlib.import_module("kvproof")
+handler = load("readiness", "readiness_handler")
+kube, checks, kvproof = lambda_code.kube(), lambda_code.checks(), lambda_code.kvproof()
 
 GPU_RESOURCE_TEXT = "2 Insufficient nvidia.com/gpu"
 EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
@@ -61,21 +40,15 @@ EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
 # --- helpers -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def token() -> str:
-    """One real EKS token for the module: signing is offline but not free, so reuse it."""
-    session = importlib.import_module("botocore.session").Session()
-    session.set_credentials(FAKE_ACCESS_KEY_ID, "secret/for/tests/only")
-    return str(kube.eks_token(fake.CLUSTER_NAME, session=session, region="us-west-2"))
-
-
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch, token: str) -> list[float]:
+def sleeps(monkeypatch: pytest.MonkeyPatch, eks_token: str) -> list[float]:
     """Route the handler's client through a no-op sleep that records each backoff."""
     recorded: list[float] = []
 
     def factory(props: Any) -> Any:
-        return kube.KubeClient(props.endpoint, props.ca_data, lambda: token, sleep=recorded.append)
+        return kube.KubeClient(
+            props.endpoint, props.ca_data, lambda: eks_token, sleep=recorded.append
+        )
 
     monkeypatch.setattr(handler, "client_factory", factory)
     return recorded

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import botocore.session
 import pytest
 
-from tests.fakes.kube_api import FAKE_ACCESS_KEY_ID, FAKE_REGION, FakeKubeApi
+from ray_pd_eks import lambda_code
+from tests.fakes.kube_api import CLUSTER_NAME, FAKE_ACCESS_KEY_ID, FAKE_REGION, FakeKubeApi
 
-__all__ = ["FAKE_ACCESS_KEY_ID", "FAKE_REGION", "fake_aws_env", "kube_api"]
+__all__ = ["FAKE_ACCESS_KEY_ID", "FAKE_REGION", "eks_token", "fake_aws_env", "kube_api"]
 
 
 @pytest.fixture
@@ -26,6 +28,15 @@ def kube_api() -> Iterator[FakeKubeApi]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def eks_token() -> str:
+    """A real EKS token for the fake's cluster, signed offline with the fake's access key (as
+    the fake API server demands): signing is not free, so one per test module."""
+    session = botocore.session.Session()
+    session.set_credentials(FAKE_ACCESS_KEY_ID, "secret/for/tests/only")
+    return str(lambda_code.kube().eks_token(CLUSTER_NAME, session=session, region=FAKE_REGION))
 
 
 @pytest.fixture
