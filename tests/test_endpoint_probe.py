@@ -5,7 +5,6 @@ once, no token with endpointAuth=none, a rollback and a Delete answered at once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +19,8 @@ from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 from tests.fakes.endpoint_api import CLIENT_ID, CLIENT_SECRET, SCOPE, FakeEndpoint
 from tests.lambda_handlers import load
 from tests.synth import Synthesized
+
+pytest_plugins = ["tests.fakes.fixtures"]  # alb
 
 POOL_ID = "us-west-2_AbCdEf123"
 
@@ -48,15 +49,6 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-@pytest.fixture
-def alb() -> Iterator[FakeEndpoint]:
-    fake = FakeEndpoint().start()
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def props(alb: FakeEndpoint, **overrides: Any) -> Any:

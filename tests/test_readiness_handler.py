@@ -869,14 +869,7 @@ def test_a_proxy_or_serve_5xx_other_than_500_stays_pending(
 ) -> None:
     """The API server's proxy and Serve answer these while no replica is reachable or free."""
     kube_api.set_stage("serving")
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=status,
-        body={"object": "error", "message": "busy"},
-    )
+    kube_api.fail_chat(status, {"object": "error", "message": "busy"})
     assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
     assert pending_check(caplog) == "chat-completion"
 
