@@ -15,6 +15,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_logs as logs
 
 from pd_constructs.nodegroups_gone import NodegroupsGone
+from tests.arns import own_arn
 from tests.synth import Synthesized
 
 
@@ -69,28 +70,12 @@ def test_the_guard_may_read_this_clusters_node_groups_only(default_app: Synthesi
     role = poller["Properties"]["Role"]["Fn::GetAtt"][0]
     statements = _statements(default_app, role)
 
-    def arn(resource: str) -> dict[str, Any]:
-        return {
-            "Fn::Join": [
-                "",
-                [
-                    "arn:",
-                    {"Ref": "AWS::Partition"},
-                    ":eks:",
-                    {"Ref": "AWS::Region"},
-                    ":",
-                    {"Ref": "AWS::AccountId"},
-                    f":{resource}",
-                ],
-            ]
-        }
-
     assert sorted(
         (s["Action"], json.dumps(s["Resource"])) for s in statements if s["Effect"] == "Allow"
     ) == sorted(
         [
-            ("eks:DescribeNodegroup", json.dumps(arn(f"nodegroup/{name}/*"))),
-            ("eks:ListNodegroups", json.dumps(arn(f"cluster/{name}"))),
+            ("eks:DescribeNodegroup", json.dumps(own_arn("eks", f"nodegroup/{name}/*"))),
+            ("eks:ListNodegroups", json.dumps(own_arn("eks", f"cluster/{name}"))),
         ]
     )
 

@@ -48,6 +48,7 @@ from ray_pd_eks.monitoring import (
     dashboard_name,
     log_group_names,
 )
+from tests.arns import own_arn
 from tests.conftest import ALARM_EMAIL
 from tests.netpol import Cluster, External, Pod
 from tests.synth import TEST_REGION, Synthesized, resolve
@@ -365,22 +366,7 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
     # Only this account's alarms of this stack (their names share the prefix) may use the key.
     our_alarms = {
         "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
-        "ArnLike": {
-            "aws:SourceArn": {
-                "Fn::Join": [
-                    "",
-                    [
-                        "arn:",
-                        {"Ref": "AWS::Partition"},
-                        ":cloudwatch:",
-                        {"Ref": "AWS::Region"},
-                        ":",
-                        {"Ref": "AWS::AccountId"},
-                        f":alarm:{prefix}*",
-                    ],
-                ]
-            }
-        },
+        "ArnLike": {"aws:SourceArn": own_arn("cloudwatch", f"alarm:{prefix}*")},
     }
     assert grant["Condition"] == our_alarms
     policy = default_app.only("Workload", "AWS::SNS::TopicPolicy")["Properties"]

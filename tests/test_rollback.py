@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.arns import own_arn
 from tests.lambda_handlers import load
 from tests.synth import Synthesized
 
@@ -87,20 +88,7 @@ def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesiz
     stage = default_app.stage
 
     def named(stack_name: str) -> dict[str, Any]:
-        return {
-            "Fn::Join": [
-                "",
-                [
-                    "arn:",
-                    {"Ref": "AWS::Partition"},
-                    ":cloudformation:",
-                    {"Ref": "AWS::Region"},
-                    ":",
-                    {"Ref": "AWS::AccountId"},
-                    f":stack/{stack_name}/*",
-                ],
-            ]
-        }
+        return own_arn("cloudformation", f"stack/{stack_name}/*")
 
     own = {"Ref": "AWS::StackId"}
     expected_resources = {
