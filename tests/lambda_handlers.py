@@ -54,6 +54,28 @@ def stubbed_stack(stack_id: str, status: str, *, created: Any) -> tuple[Any, Stu
     return client, stub
 
 
+RESERVATION_ID = "cr-0123456789abcdef0"
+
+
+def capacity_reservation(**changes: Any) -> dict[str, Any]:
+    """An active, open On-Demand Capacity Reservation for 2 x g6.8xlarge in us-west-2c, as
+    EC2's DescribeCapacityReservations describes it; ``changes`` replace fields (None drops
+    one)."""
+    reservation: dict[str, Any] = {
+        "CapacityReservationId": RESERVATION_ID,
+        "InstanceType": "g6.8xlarge",
+        "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": "us-west-2c",
+        "Tenancy": "default",
+        "TotalInstanceCount": 2,
+        "AvailableInstanceCount": 2,
+        "State": "active",
+        "InstanceMatchCriteria": "open",
+    }
+    reservation.update(changes)
+    return {k: v for k, v in reservation.items() if v is not None}
+
+
 def boto3_makes(monkeypatch: pytest.MonkeyPatch, handler: ModuleType, **clients: Any) -> list[str]:
     """Replaces ``boto3.client``: hands out ``clients`` by service name, each only with the
     handler's timeouts and retries (its ``CLIENT_CONFIG``); returns the names asked for, in
