@@ -20,10 +20,10 @@ from constructs import Construct
 
 from pd_constructs._lambda import function_resource, handler_function
 from pd_constructs.cluster import GPU_LABELS
-from pd_constructs.eks_types import as_icluster
 from pd_constructs.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
 from pd_constructs.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
 from pd_constructs.network import suppress_provider_framework
+from pd_constructs.pod_identity import pod_identity_service_account
 from pd_constructs.rollback import grant_describe_own_stack
 from ray_pd_eks import instance_types
 
@@ -94,14 +94,12 @@ class GpuClusterAutoscaler(Construct):
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         nodegroup_names = f"{nodegroup_name_prefix}-*"
-        self.service_account = eks.ServiceAccount(
+        self.service_account = pod_identity_service_account(
             self,
             "ServiceAccount",
-            cluster=as_icluster(cluster),
+            cluster=cluster,
             name=SERVICE_ACCOUNT,
             namespace=CLUSTER_AUTOSCALER.namespace,
-            identity_type=eks.IdentityType.POD_IDENTITY,
-            labels={"app.kubernetes.io/part-of": "ray-pd-eks"},
         )
         auto_scaling_groups = stack.format_arn(
             service="autoscaling",

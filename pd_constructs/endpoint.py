@@ -41,6 +41,7 @@ from pd_constructs.helm import (
 )
 from pd_constructs.nag import acknowledge
 from pd_constructs.network import LOAD_BALANCER_SUBNET_GROUP
+from pd_constructs.pod_identity import pod_identity_service_account
 from pd_constructs.templates import render
 from ray_pd_eks.config import AppConfig, set_hint
 from ray_pd_eks.logs import log_removal_policy
@@ -183,14 +184,12 @@ class LoadBalancerController(Construct):
         target_group_arn: str,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.service_account = eks.ServiceAccount(
+        self.service_account = pod_identity_service_account(
             self,
             "ServiceAccount",
-            cluster=as_icluster(cluster),
+            cluster=cluster,
             name=CONTROLLER_SERVICE_ACCOUNT,
             namespace=LOAD_BALANCER_CONTROLLER.namespace,
-            identity_type=eks.IdentityType.POD_IDENTITY,
-            labels={"app.kubernetes.io/part-of": "ray-pd-eks"},
         )
         self.policy = iam.Policy(
             self,

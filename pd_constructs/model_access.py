@@ -16,8 +16,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from pd_constructs.eks_types import as_icluster
 from pd_constructs.nag import acknowledge
+from pd_constructs.pod_identity import pod_identity_service_account
 from pd_constructs.templates import ASSETS, render
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.trust import MODEL_ACCESS_TAG_KEY, MODEL_ACCESS_TAG_VALUE
@@ -283,14 +283,8 @@ class ModelFetchServiceAccount(Construct):
         namespace: str,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.service_account = eks.ServiceAccount(
-            self,
-            "Resource",
-            cluster=as_icluster(cluster),
-            name=SERVICE_ACCOUNT,
-            namespace=namespace,
-            identity_type=eks.IdentityType.POD_IDENTITY,
-            labels={"app.kubernetes.io/part-of": "ray-pd-eks"},
+        self.service_account = pod_identity_service_account(
+            self, "Resource", cluster=cluster, name=SERVICE_ACCOUNT, namespace=namespace
         )
         for statement in model_access_statements(config):
             self.service_account.add_to_principal_policy(statement)

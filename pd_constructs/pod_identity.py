@@ -13,7 +13,9 @@ import jsii
 from aws_cdk import ArnFormat, Aws, IAspect, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from constructs import IConstruct
+from constructs import Construct, IConstruct
+
+from pd_constructs.eks_types import as_icluster
 
 POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
 
@@ -43,6 +45,23 @@ def pod_identity_principal(cluster: eks.ICluster | str) -> iam.IPrincipal:
     ``cluster`` may be the cluster's ARN (:func:`cluster_arn`)."""
     return iam.SessionTagsPrincipal(
         iam.ServicePrincipal(POD_IDENTITY_SERVICE).with_conditions(trust_conditions(cluster))
+    )
+
+
+def pod_identity_service_account(
+    scope: Construct, construct_id: str, *, cluster: eks.Cluster, name: str, namespace: str
+) -> eks.ServiceAccount:
+    """Service account ``namespace/name`` with an IAM role of its own through EKS Pod Identity
+    (aws-cdk-lib adds the ``eks-pod-identity-agent`` add-on once per cluster), labelled part of
+    ray-pd-eks; grant the role (``.role``) what the account's pods call."""
+    return eks.ServiceAccount(
+        scope,
+        construct_id,
+        cluster=as_icluster(cluster),
+        name=name,
+        namespace=namespace,
+        identity_type=eks.IdentityType.POD_IDENTITY,
+        labels={"app.kubernetes.io/part-of": "ray-pd-eks"},
     )
 
 
