@@ -1043,23 +1043,22 @@ def test_retries_are_bounded_and_a_persistent_error_keeps_the_poll_pending(
     assert pending_check(caplog) == "kubernetes-api"
 
 
-def test_401_fails_at_once_naming_the_access_entry(
-    kube_api: FakeKubeApi, sleeps: list[float]
+@pytest.mark.parametrize(
+    ("status", "named"),
+    [
+        (401, ("401 Unauthorized", "EKS access entry")),
+        (403, ('cannot list resource "nodes"', "RBAC")),
+    ],
+    ids=["401-names-the-access-entry", "403-names-rbac"],
+)
+def test_a_refused_call_fails_at_once_naming_what_to_fix(
+    kube_api: FakeKubeApi, sleeps: list[float], status: int, named: tuple[str, str]
 ) -> None:
     kube_api.set_stage("serving")
-    kube_api.inject_fault(401, path_contains="/api/v1/nodes")
+    kube_api.inject_fault(status, path_contains="/api/v1/nodes")
     message = fail_message(started(cfn_event(kube_api)))
-    assert "401 Unauthorized" in message
-    assert "EKS access entry" in message
-    assert sleeps == [] and len(kube_api.requests) == 1
-
-
-def test_403_fails_at_once_naming_rbac(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
-    kube_api.set_stage("serving")
-    kube_api.inject_fault(403, path_contains="/api/v1/nodes")
-    message = fail_message(started(cfn_event(kube_api)))
-    assert 'cannot list resource "nodes"' in message
-    assert "RBAC" in message
+    for text in named:
+        assert text in message
     assert sleeps == [] and len(kube_api.requests) == 1
 
 
