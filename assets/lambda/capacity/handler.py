@@ -188,9 +188,9 @@ def is_complete(
     """One poll: ``IsComplete`` False while pending, ``Data`` when ACTIVE; raises on failure.
     A rollback Update (marked by ``on_event``) completes at once with ``on_event``'s Data. On
     Create, the Cluster stack is looked at first (:func:`watch_cluster_stack`)."""
-    done = rollback.settled(event, ROLLBACK_KEY)
-    if done is not None:
-        return done
+    settled = rollback.settled(event, ROLLBACK_KEY)
+    if settled is not None:
+        return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = _started_at(event, now)

@@ -133,9 +133,9 @@ def is_complete(
 ) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while waiting; the group as ``Data`` when ready (and the
     physical id ``<cluster>/<group id>``); raises :class:`WaitError` on a terminal failure."""
-    done = rollback.settled(event, ROLLBACK_KEY)
-    if done is not None:
-        return done
+    settled = rollback.settled(event, ROLLBACK_KEY)
+    if settled is not None:
+        return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = props_helpers.started_at(event, STARTED_AT_KEY, now)

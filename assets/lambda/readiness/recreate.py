@@ -157,15 +157,12 @@ def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while the old cluster goes, Data when done."""
-    done = rollback.settled(event, ROLLBACK_KEY)
-    if done is not None:
-        return done
+    settled = rollback.settled(event, ROLLBACK_KEY)
+    if settled is not None:
+        return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
-    try:
-        started = float(event.get(STARTED_AT_KEY) or now)
-    except (TypeError, ValueError):
-        started = now
+    started = props_helpers.started_at(event, STARTED_AT_KEY, now)
     try:
         done, status = poll(props, client_factory(props))
     except (kube.KubeApiError, RecreateError) as exc:
