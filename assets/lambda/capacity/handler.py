@@ -188,8 +188,7 @@ def is_complete(
     """One poll: ``IsComplete`` False while pending, ``Data`` when ACTIVE; raises on failure.
     A rollback Update (marked by ``on_event``) completes at once with ``on_event``'s Data. On
     Create, the Cluster stack is looked at first (:func:`watch_cluster_stack`)."""
-    settled = rollback.settled(event, ROLLBACK_KEY)
-    if settled is not None:
+    if settled := rollback.settled(event, ROLLBACK_KEY):
         return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()

@@ -133,8 +133,7 @@ def is_complete(
 ) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while waiting; the group as ``Data`` when ready (and the
     physical id ``<cluster>/<group id>``); raises :class:`WaitError` on a terminal failure."""
-    settled = rollback.settled(event, ROLLBACK_KEY)
-    if settled is not None:
+    if settled := rollback.settled(event, ROLLBACK_KEY):
         return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()

@@ -157,8 +157,7 @@ def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while the old cluster goes, Data when done."""
-    settled = rollback.settled(event, ROLLBACK_KEY)
-    if settled is not None:
+    if settled := rollback.settled(event, ROLLBACK_KEY):
         return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
