@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pd_constructs.images import ecr_repository_arn
+from pd_constructs.serving.images import ecr_repository_arn
 from tests.synth import Synthesized, image_refs, resolve
 
 HANDLER = (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs import kv_probe
+from pd_constructs.readiness import kv_probe
 from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import FakeKubeApi

@@ -445,9 +445,9 @@ def test_every_capacity_watch_ends_by_the_waiter_deadline() -> None:
     by 55 minutes, inside CloudFormation's hour; one more minute is refused at synth."""
     from aws_cdk import Duration
 
-    from pd_constructs.capacity import MAX_TIMEOUT as CAPACITY_MAX
-    from pd_constructs.cluster_active import MAX_TIMEOUT as ACTIVE_MAX
-    from pd_constructs.nodegroups_gone import MAX_TIMEOUT as GONE_MAX
+    from pd_constructs.lifecycle.capacity import MAX_TIMEOUT as CAPACITY_MAX
+    from pd_constructs.lifecycle.cluster_active import MAX_TIMEOUT as ACTIVE_MAX
+    from pd_constructs.lifecycle.nodegroups_gone import MAX_TIMEOUT as GONE_MAX
     from ray_pd_eks.config import (
         DEFAULTS,
         MAX_CAPACITY_WAIT_MINUTES,
