@@ -27,7 +27,7 @@ os.environ.update(jsii_node_env())
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from pd_constructs.render import write_rendered
+from pd_constructs.inventory.render import write_rendered
 from ray_pd_eks.cli.settings import with_sources
 from ray_pd_eks.config import STAGE_ID as STAGE
 from ray_pd_eks.config import AppConfig, ConfigError

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs.warmup import render_warm_spares
-from pd_constructs.workload import render_rayservice
+from pd_constructs.serving.warmup import render_warm_spares
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
 from ray_pd_eks.bench import pricing, report
 from ray_pd_eks.cli import bench
@@ -517,7 +517,7 @@ def test_the_deployed_engine_profile_is_read_from_the_live_serve_config() -> Non
     default label names a profile other than the default."""
     from types import SimpleNamespace
 
-    from pd_constructs.workload import render_rayservice
+    from pd_constructs.serving.workload import render_rayservice
     from ray_pd_eks.cli.bench import deployed_settings, profile_suffix
     from ray_pd_eks.config import DEFAULTS
 

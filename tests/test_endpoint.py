@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from pd_constructs.endpoint import (
+from pd_constructs.common.helm import LOAD_BALANCER_CONTROLLER, LOAD_BALANCER_CONTROLLER_APP_VERSION
+from pd_constructs.endpoint.endpoint import (
     CONTROLLER_CALLS,
     CONTROLLER_CALLS_READ_AT,
     AccessLogBucket,
@@ -23,7 +24,6 @@ from pd_constructs.endpoint import (
     jwt_claims,
     render_target_group_binding,
 )
-from pd_constructs.helm import LOAD_BALANCER_CONTROLLER, LOAD_BALANCER_CONTROLLER_APP_VERSION
 from ray_pd_eks.config import DEFAULTS
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 from tests.synth import Synthesized, resolve
@@ -641,7 +641,7 @@ def test_no_web_acl_when_internal_or_switched_off(variant_app: Synthesized) -> N
     from aws_cdk import aws_ec2 as ec2
     from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 
-    from pd_constructs.endpoint import RateLimit
+    from pd_constructs.endpoint.endpoint import RateLimit
 
     # The construct is created only when the limit is set (ModelEndpoint's condition).
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pd_constructs.endpoint import jwt_claims
+from pd_constructs.endpoint.endpoint import jwt_claims
 from ray_pd_eks.config import DEFAULTS, JWT_AUDIENCE_FORMATS, AppConfig, ConfigError
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 

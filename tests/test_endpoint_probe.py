@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.endpoint_probe import (
+from pd_constructs.readiness.endpoint_probe import (
     SKIPPED_EXTERNAL_IDP,
     SKIPPED_NO_ENDPOINT,
     probe_skip_reason,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.cluster import gpu_node_config, node_config
+from pd_constructs.cluster.cluster import gpu_node_config, node_config
 from ray_pd_eks.config import DLC_REPOSITORY_TAG
 from tests.synth import ROOT
 

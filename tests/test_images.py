@@ -10,7 +10,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pd_constructs.images import ecr_repository_arn
+from pd_constructs.serving.images import ecr_repository_arn
 from tests.lambda_handlers import load
 from tests.synth import Synthesized, image_refs, resolve
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pd_constructs import kv_probe
+from pd_constructs.readiness import kv_probe
 from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import FakeKubeApi

@@ -445,7 +445,7 @@ def test_every_capacity_watch_ends_by_the_waiter_deadline() -> None:
     by 55 minutes, inside CloudFormation's hour; one more minute is refused at synth."""
     from aws_cdk import Duration
 
-    from pd_constructs.waiter import MAX_TIMEOUT  # the bound of every waiter construct
+    from pd_constructs.lifecycle.waiter import MAX_TIMEOUT  # the bound of every waiter construct
     from ray_pd_eks.config import (
         DEFAULTS,
         MAX_CAPACITY_WAIT_MINUTES,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
+from pd_constructs.serving.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
 from ray_pd_eks import lambda_code
 from ray_pd_eks.config import AppConfig
 from tests.fakes import kube_api as fake

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.vpc_cni import CNI_SUBNET_TAG
+from pd_constructs.cluster.vpc_cni import CNI_SUBNET_TAG
 from ray_pd_eks.vpc_layout import vpc_layout
 from tests.arns import own_arn
 from tests.synth import Synthesized

@@ -45,7 +45,8 @@ LOG.setLevel(logging.INFO)
 STARTED_AT_KEY = "ClusterActiveStartedAt"  # top level: never part of the resource's Data
 ROLLBACK_KEY = "ClusterActiveRollback"  # top level too: marks a rollback Update for is_complete
 DATA_KEYS = ("ClusterSecurityGroupId",)
-# Must match the construct's query interval and Lambda timeout (pd_constructs/cluster_active.py).
+# Must match the construct's query interval and Lambda timeout
+# (pd_constructs/lifecycle/cluster_active.py).
 QUERY_INTERVAL_SECONDS = 15
 LAMBDA_TIMEOUT_SECONDS = 60
 CLIENT_CONFIG = Config(

@@ -47,7 +47,8 @@ LOG.setLevel(logging.INFO)
 
 STARTED_AT_KEY = "NodegroupsGoneStartedAt"  # top level: never part of the resource's Data
 GUARD_KEY = "NodegroupsGoneGuard"  # top level: "true" when this Delete deletes the cluster
-# Must match the construct's query interval and Lambda timeout (pd_constructs/nodegroups_gone.py).
+# Must match the construct's query interval and Lambda timeout
+# (pd_constructs/lifecycle/nodegroups_gone.py).
 QUERY_INTERVAL_SECONDS = 30
 LAMBDA_TIMEOUT_SECONDS = 60
 CLIENT_CONFIG = Config(

@@ -62,8 +62,8 @@ OBJECT_WARNING_MIN_COUNT = 2
 # Worst case for one API call: 4 attempts x 10 s timeout + 7 s backoff. The poll reserves it so
 # a call started just inside the budget still ends well before the Lambda timeout.
 SLOWEST_CALL_SECONDS = 60
-# The polling function's timeout (pd_constructs/readiness.py HANDLER_TIMEOUT): no poll lasts
-# longer, whatever it does.
+# The polling function's timeout (pd_constructs/readiness/readiness.py HANDLER_TIMEOUT): no poll
+# lasts longer, whatever it does.
 MAX_POLL_SECONDS = 300
 SERVE_PORT = 8000
 DASHBOARD_PORT = 8265

@@ -7,9 +7,10 @@ a change of ``rayClusterConfig`` (image, Ray version, worker count, resources, i
 service account). The deploy would apply the new manifest and "succeed" with the old cluster.
 
 So this resource sits before the RayService manifest. Its ``ClusterSpecHash`` property is the
-hash of the rendered ``rayClusterConfig`` (``pd_constructs.workload.cluster_spec_hash``), which
-the manifest also writes on the head pod template (annotation ``ray-pd-eks/cluster-spec-hash``),
-so the live RayCluster's head template says which spec is *running*. Each poll:
+hash of the rendered ``rayClusterConfig``
+(``pd_constructs.serving.workload.cluster_spec_hash``), which the manifest also writes on the
+head pod template (annotation ``ray-pd-eks/cluster-spec-hash``), so the live RayCluster's head
+template says which spec is *running*. Each poll:
 
 1. RayService absent: wait until no pod of its Ray clusters (``ray.io/cluster=<name>-*``) is
    left, then complete; the manifest that follows creates it from the new spec.

@@ -1,0 +1,63 @@
+"""A KV path that is really broken, on the real plane: the readiness probe says so at once.
+
+The decode engine is redeployed with ``UCX_TLS=self`` (UCX may then reach only its own
+process), so its NIXL agent cannot reach prefill's: the KV pull fails inside vLLM 0.26, which
+ends the request (``kv_load_failure_policy`` "fail") and answers HTTP 500 through Serve's PD
+router. The readiness check's probe must report that as a KV transfer failure on its first
+poll, not as "pending" until the check times out (the behaviour before the fix, after up to
+55 minutes of GPU billing). Last in the session (the file's name): it leaves decode broken.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ray_pd_eks import lambda_code
+from ray_pd_eks.rehearse.plane import RenderedApp, ServingPlane, adapt_serve_config
+from ray_pd_eks.rehearse.probe import wait_for
+from tests_serving.proxy_standin import RealPlaneKubeApi
+from tests_serving.test_plane import _client, _dashboard, _props
+
+checks = lambda_code.checks()
+handler = lambda_code.handler()
+
+
+def test_a_blocked_kv_path_is_reported_at_once_as_a_kv_transfer_failure(
+    plane: ServingPlane, app: RenderedApp, kube: RealPlaneKubeApi
+) -> None:
+    client = _client(kube)
+    props = _props(kube)
+    serve = copy.deepcopy(
+        adapt_serve_config(app.serve_config, model_dir=plane.model_dir, device="cpu")
+    )
+    decode_config = serve["applications"][0]["args"]["decode_config"]
+    env = decode_config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    env["UCX_TLS"] = "self"
+    old = _decode(_dashboard(kube, client).serve_applications(), app)
+    plane.deploy(serve)
+
+    def redeployed() -> Any:
+        new = _decode(_dashboard(kube, client).serve_applications(), app)
+        return new is not None and new.replica_id != old.replica_id and new
+
+    new = wait_for(redeployed, 600, every_s=5)
+    assert new, "Serve did not start the changed decode replica within 10 minutes"
+    serve_json = _dashboard(kube, client).serve_applications()
+    pods = checks.ray_pods(
+        client.get_json(f"/api/v1/namespaces/{kube.namespace}/pods"), kube.rayservice_name, ()
+    )
+    place = checks.placement(pods, serve_json, kube.app_name, mode="pd")
+    metric_pods = handler.decode_metric_pods(place, serve_json, kube.app_name)
+    run = handler.kv_probe(client, props, metric_pods)
+    assert not run.pending, run.pending
+    assert run.failure is not None and run.failure.startswith(handler.KV_LOAD_FAILED), run
+
+
+def _decode(serve_json: Any, app: RenderedApp) -> Any:
+    running = [
+        r
+        for r in checks.serve_replicas(serve_json, app.app_name)
+        if r.role == "decode" and r.state == "RUNNING"
+    ]
+    return running[0] if running else None
