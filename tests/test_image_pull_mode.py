@@ -1,10 +1,10 @@
 """How the nodes pull the Ray image: SOCI parallel pull, never lazy loading.
 
-docs/cold-start.md ("Scale-out", SOCI lazy loading) gives the upstream reasons and keeps the
-scale-out model without a lazy pull. The ones that live in this repository are checked here:
-every node's NodeConfig leaves the snapshotter's config to nodeadm's `FastImagePull` (which
-writes parallel mode, and parallel mode skips lazy loading), and the pinned image is not a
-SOCI-enabled (`-soci`) image, the only kind that carries a SOCI v2 index.
+docs/cold-start.md ("Reference: why not SOCI lazy loading") gives the upstream reasons and
+keeps the scale-out model without a lazy pull. The ones that live in this repository are
+checked here: every node's NodeConfig leaves the snapshotter's config to nodeadm's
+`FastImagePull` (which writes parallel mode, and parallel mode skips lazy loading), and the
+pinned image is not a SOCI-enabled (`-soci`) image, the only kind that carries a SOCI v2 index.
 """
 
 from __future__ import annotations
