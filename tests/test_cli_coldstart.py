@@ -1256,3 +1256,31 @@ def test_log_lines_below_one_is_refused_before_any_call(
     assert run.code == 2
     assert f"--log-lines {lines}: must be at least 1 (the last N lines of the Serve" in run.err
     assert kube_api.requests == []
+
+
+@pytest.mark.parametrize(
+    ("init", "end", "note"),
+    [
+        (90.0, 6.2, "end from the controller's constructor time"),
+        (0.0, 4.7, "end from the controller's constructor time"),
+        (None, None, "starting"),
+    ],
+)
+def test_an_engine_log_without_its_finished_line_ends_at_the_controllers_figure(
+    init: float | None, end: float | None, note: str
+) -> None:
+    """Ray 2.58 with vLLM 0.26 (the serving tier's real replicas, and a GPU run's): the engine
+    replica's own log stops before "Finished initializing replica.", while the controller's
+    RUNNING line says how long the constructor took."""
+    started_only = replica_line(4.7, coldstart.ENGINE_STARTED)
+    engine, serving = coldstart.serve_steps(
+        view(
+            logs={"abcd1234": started_only},
+            controller=coldstart.serve_lines(controller_line(6.5, "abcd1234", init=init)),
+        ),
+        worker(),
+    )
+    assert (minutes(engine.start), engine.end and minutes(engine.end)) == (4.7, end)
+    assert engine.note == f"{DECODE_DEPLOYMENT}: {note}"
+    assert minutes(serving.end) == 6.5
+    assert (serving.start and minutes(serving.start)) == end

@@ -27,7 +27,10 @@ model is off:
   after it (Ray 2.58 ``ray/serve/_private/replica.py``, ``initialize_callable``); Ray Serve
   LLM's ``LLMServer.__init__`` awaits the vLLM engine's start (``llm_server.py``), so the two
   lines bracket it. Read through the Ray dashboard's log API, the head of the replica's log
-  (``log_file_path``) only;
+  (``log_file_path``) only. The real engine replicas (Prefill, Decode, LLMServer) of Ray 2.58
+  with vLLM 0.26 stop writing that log before the second line (seen on the serving tier and on
+  a GPU), so the step then ends at the first line plus the controller's figure for the
+  constructor ("Replica constructor, reconfigure method, and initial health check took N s");
 * **serving**: the Serve controller's "Replica(id='...', ...) started successfully on node
   ..." (``deployment_state.py``), logged when the replica turns RUNNING, after its reconfigure
   and first health check: the last lines of the controller's log (``controller_info``).
@@ -44,9 +47,9 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore import exceptions as bce
@@ -100,6 +103,8 @@ ENGINE_DONE = "Finished initializing replica."
 _REPLICA_RUNNING = re.compile(
     r"^Replica\(id='(?P<id>[^']+)', deployment='[^']*', app='[^']*'\) started successfully "
     r"on node '[^']*' after (?P<e2e>\d+(?:\.\d+)?)s \(PID: \d+\)\."
+    r"(?: Replica constructor, reconfigure method, and initial health check took "
+    r"(?P<init>\d+(?:\.\d+)?)s\.)?"
 )
 # A replica's log holds its constructor's two lines near its start; the read stops at the second.
 REPLICA_LOG_HEAD_BYTES = 4 * 1024 * 1024
@@ -195,11 +200,22 @@ def engine_times(text: str) -> tuple[datetime | None, datetime | None]:
 
 def running_at(controller: tuple[ServeLine, ...], replica_id: str) -> datetime | None:
     """When the controller first logged the replica RUNNING, else None."""
+    return next((at for at, _ in _running_lines(controller, replica_id)), None)
+
+
+def init_seconds(controller: tuple[ServeLine, ...], replica_id: str) -> float | None:
+    """The controller's figure for the replica's constructor, reconfigure and first health
+    check (its RUNNING line's "... took N s"), else None."""
+    return next((took for _, took in _running_lines(controller, replica_id)), None)
+
+
+def _running_lines(
+    controller: tuple[ServeLine, ...], replica_id: str
+) -> Iterator[tuple[datetime, float | None]]:
     for line in controller:
         m = _REPLICA_RUNNING.match(line.message)
         if m and m["id"] == replica_id:
-            return line.at
-    return None
+            yield line.at, float(m["init"]) if m["init"] else None
 
 
 def serve_steps(serve: ServeView, worker: dict[str, Any]) -> tuple[Step, Step]:
@@ -231,6 +247,12 @@ def serve_steps(serve: ServeView, worker: dict[str, Any]) -> tuple[Step, Step]:
         note += ": " + serve.log_errors.get(replica.replica_id, "its log was not read")
     elif start is None:
         note += ": no start line in its log's head"
+    elif end is None and (took := init_seconds(serve.controller, replica.replica_id)) is not None:
+        # Ray 2.58 with vLLM 0.26: a Prefill, Decode or LLMServer replica's own log stops
+        # before its "Finished initializing replica." (seen on the serving tier and on a GPU):
+        # the controller's figure for the constructor ends the step instead.
+        end = start + timedelta(seconds=took)
+        note += ": end from the controller's constructor time"
     elif end is None:
         note += ": starting"
     engine = Step(ENGINE_STEP, start, end, note)
