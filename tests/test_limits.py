@@ -448,12 +448,8 @@ def test_every_capacity_watch_ends_by_the_waiter_deadline() -> None:
     from pd_constructs.capacity import MAX_TIMEOUT as CAPACITY_MAX
     from pd_constructs.cluster_active import MAX_TIMEOUT as ACTIVE_MAX
     from pd_constructs.nodegroups_gone import MAX_TIMEOUT as GONE_MAX
-    from ray_pd_eks.config import (
-        DEFAULTS,
-        MAX_CAPACITY_WAIT_MINUTES,
-        MAX_READINESS_MINUTES,
-        WAITER_DEADLINE_MINUTES,
-    )
+    from ray_pd_eks.config import DEFAULTS, WAITER_DEADLINE_MINUTES
+    from ray_pd_eks.config.limits import MAX_CAPACITY_WAIT_MINUTES, MAX_READINESS_MINUTES
 
     assert WAITER_DEADLINE_MINUTES == 55 == MAX_READINESS_MINUTES
     deadline = Duration.minutes(WAITER_DEADLINE_MINUTES).to_seconds()

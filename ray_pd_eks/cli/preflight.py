@@ -32,7 +32,8 @@ from ray_pd_eks.cli.errors import (
     deploy_command,
 )
 from ray_pd_eks.cli.output import FAIL, OK, WARN, Finding, summary
-from ray_pd_eks.config import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT, AppConfig, set_hint
+from ray_pd_eks.config import AppConfig, set_hint
+from ray_pd_eks.config.limits import MIN_CLOUDWATCH_ADDON_MAJOR, NVME_MOUNT
 from ray_pd_eks.dlc_images import DLC_DOC, dlc_registry
 from ray_pd_eks.eks_images import ADD_ONS_IMAGES_DOC, EKS_IMAGE_REGISTRIES
 from ray_pd_eks.monitoring import (
