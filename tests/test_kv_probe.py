@@ -18,6 +18,7 @@ pytest_plugins = ["tests.fakes.fixtures"]
 
 handler = lambda_code.handler()
 kube = lambda_code.kube()
+probe_run = lambda_code.kv_probe()  # the Lambda's module, not the construct's
 
 
 def _probe_function(app: Synthesized) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def test_an_aggregated_app_alarms_only_on_the_integrity_probe(token_app: Synthes
 def probe_env(kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """The function's environment pointing at the fake; returns the metric lines printed."""
     monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props()))
-    monkeypatch.setattr(handler, "counter_sleep", lambda _: None)
+    monkeypatch.setattr(probe_run, "counter_sleep", lambda _: None)
     monkeypatch.setattr(
         handler,
         "client_factory",

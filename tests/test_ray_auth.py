@@ -48,6 +48,7 @@ def _load(name: str, alias: str) -> ModuleType:
 
 handler = _load("handler", "readiness_handler")
 kube = importlib.import_module("kube")
+properties = importlib.import_module("properties")
 ray_token = lambda_code.ray_token()
 
 
@@ -90,7 +91,7 @@ def _poll(server: FakeKubeApi, **props: Any) -> dict[str, Any]:
 
 
 def _fail(server: FakeKubeApi, **props: Any) -> str:
-    with pytest.raises(handler.ReadinessError) as info:
+    with pytest.raises(properties.ReadinessError) as info:
         _poll(server, **props)
     return str(info.value)
 

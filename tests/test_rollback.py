@@ -21,7 +21,7 @@ LAMBDA = Path(__file__).resolve().parent.parent / "assets" / "lambda"
 
 def _load(folder: str, module: str = "handler") -> ModuleType:
     if folder == "readiness" and str(LAMBDA / folder) not in sys.path:
-        sys.path.insert(0, str(LAMBDA / folder))  # its modules import kube and checks
+        sys.path.insert(0, str(LAMBDA / folder))  # its modules import each other
     name = f"rollback_{folder}_{module}"
     spec = importlib.util.spec_from_file_location(name, LAMBDA / folder / f"{module}.py")
     assert spec and spec.loader
@@ -33,7 +33,7 @@ def _load(folder: str, module: str = "handler") -> ModuleType:
 
 # Custom resource type -> the keys its handler's rollback answer carries.
 ROLLBACK_KEYS = {
-    "Custom::RayServiceReadiness": set(_load("readiness").DATA_KEYS),
+    "Custom::RayServiceReadiness": set(_load("readiness", "report").DATA_KEYS),
     "Custom::GpuCapacityWatch": set(_load("capacity").DATA_KEYS),
     "Custom::GpuAvailabilityZone": set(_load("gpu_az").ROLLBACK_DATA_KEYS),
     "Custom::RayServiceRecreate": set(_load("readiness", "recreate").DATA_KEYS),

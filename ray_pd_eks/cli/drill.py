@@ -57,8 +57,8 @@ DEFAULT_TIMEOUT_MINUTES = 20
 DEFAULT_INTERVAL_SECONDS = 15
 # Probe failures that mean "the KV cache does not arrive" once the replacement is RUNNING:
 # failed transfers, a count that did not rise, a wrong answer, and the endpoint's HTTP 500 to
-# the probe (the readiness handler's KV_LOAD_FAILED: vLLM 0.26 fails a request whose KV load
-# failed with 500, so a stale peer shows first as that).
+# the probe (the readiness check's kv_probe.KV_LOAD_FAILED: vLLM 0.26 fails a request whose KV
+# load failed with 500, so a stale peer shows first as that).
 STALE_PEER_SIGNS = (
     "failed during the probe",
     "did not rise",
@@ -124,13 +124,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_pods(pods_json: Any, serve_json: Any, app_name: str, role: str) -> list[str]:
     """The worker pods that run a RUNNING replica of ``role`` (matched by node IP)."""
-    checks = lambda_code.checks()
+    placement = lambda_code.placement()
     ips = {
         r.node_ip
-        for r in checks.serve_replicas(serve_json, app_name)
+        for r in placement.serve_replicas(serve_json, app_name)
         if r.role == role and r.state == "RUNNING" and r.node_ip
     }
-    place = checks.placement(pods_json, serve_json, app_name)
+    place = placement.placement(pods_json, serve_json, app_name)
     return sorted(p.name for p in place.pods if p.role == "worker" and p.ip in ips)
 
 
