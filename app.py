@@ -27,7 +27,7 @@ os.environ.update(jsii_node_env())
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from pd_constructs.render import write_rendered
+from pd_constructs.inventory.render import write_rendered
 from ray_pd_eks.cli.settings import with_sources
 from ray_pd_eks.config import STAGE_ID as STAGE
 from ray_pd_eks.config import AppConfig, ConfigError
@@ -107,7 +107,9 @@ def builtin_validation(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether aws-cdk-lib's own CloudFormation template validation runs: only with
     ``CDK_VALIDATION=true``. Its findings are warnings (cdk.json does not set
     ``@aws-cdk/core:validateAgainstDefaultRules``) and cfn-lint, stricter, lints every template
-    in the tests; it was half of the synth's CPU (docs/speed.md). cdk-nag runs either way."""
+    in the tests; it was half of the synth's CPU (8.9 s wall and 12.4 s CPU against 6.1 s and
+    6.8 s without it, one run each on the six-stack app, a quiet machine). cdk-nag runs
+    either way."""
     return environ.get("CDK_VALIDATION", "").strip().lower() == "true"
 
 

@@ -29,9 +29,9 @@ DEPLOY_ALL = f"npx cdk deploy '{STAGE_ID}/*' --concurrency 4"
 
 
 def _endpoint_probe(c: AppConfig) -> bool:
-    """The deploy's chat completion through the load balancer (pd_constructs/endpoint_probe.py
-    probe_skip_reason): with an endpoint, unless tokens come from an existing identity
-    provider."""
+    """The deploy's chat completion through the load balancer
+    (pd_constructs/readiness/endpoint_probe.py probe_skip_reason): with an endpoint, unless
+    tokens come from an existing identity provider."""
     return c.endpoint_exposed and not (c.endpoint_auth == "jwt" and not c.endpoint_uses_cognito)
 
 

@@ -135,7 +135,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     # Serve's controller (on the head), once per replica that turns RUNNING: from the replica's
     # start (before its node exists, for a replica a scale-out waits for) and its constructor
-    # (the vLLM engine's start, for an engine replica). Buckets: pd_constructs/workload.py
+    # (the vLLM engine's start, for an engine replica). Buckets: pd_constructs/serving/workload.py
     # REPLICA_START_BUCKETS_MS, since Serve's own stop at 4 minutes.
     Metric(
         "ray_serve_replica_startup_latency_ms",

@@ -104,9 +104,9 @@ def log_group_names(cluster_name: str) -> dict[str, str]:
 
 
 # The alarms whose probe (the value they compare, without the comparison) returns no series in
-# a healthy deployment, and why; pd_constructs/promql.py marks exactly these MISSING_IS_NORMAL
-# (tests/test_observability.py keeps the two in step). Every other alarm returning no series
-# is blind: it can never fire.
+# a healthy deployment, and why; pd_constructs/observability/promql.py marks exactly these
+# MISSING_IS_NORMAL (tests/test_observability.py keeps the two in step). Every other alarm
+# returning no series is blind: it can never fire.
 NO_SERIES_IS_NORMAL: dict[str, str] = {
     "ErrorRatio": "none until the first 5xx",
     "NixlFailedTransfers": "none until the first failed transfer",
@@ -119,8 +119,8 @@ _ZERO_FALLBACK = re.compile(r"^\((?P<probe>.*) or vector\(0\)\)$", re.S)
 def alarm_probe(query: str) -> str:
     """The value a deployed alarm's PromQL ``query`` compares: ``query`` without its trailing
     comparison and without the ``(... or vector(0))`` that makes nothing count as 0 (the
-    inverse of ``AlarmSpec.query`` in pd_constructs/promql.py). Run alone, it must return
-    series, or the alarm cannot see what it watches."""
+    inverse of ``AlarmSpec.query`` in pd_constructs/observability/promql.py). Run alone, it
+    must return series, or the alarm cannot see what it watches."""
     value = _COMPARISON.sub("", query.strip())
     m = _ZERO_FALLBACK.match(value)
     return m["probe"] if m else value

@@ -16,7 +16,7 @@ not be able to point it at any registry on the internet. Accepted:
 
 The model-fetch pods (hfTokenSecretArn, modelS3Uri) may read a secret or a staged object
 only while it carries the tag :data:`MODEL_ACCESS_TAG_KEY` = :data:`MODEL_ACCESS_TAG_VALUE`
-(pd_constructs/model_access.py puts it in their IAM conditions; ``preflight`` checks the
+(pd_constructs/serving/model_access.py puts it in their IAM conditions; ``preflight`` checks the
 secret's tag). Marking a resource is then a decision of someone who may tag resources in that
 account, not of whoever edits the settings.
 """

@@ -1,6 +1,7 @@
 """How the VPC CIDR is carved into subnets: one place, read by the VPC construct
-(pd_constructs/network.py), the GPU subnet's chooser, the NetworkPolicies' ipBlock peers
-(pd_constructs/network_policy.py) and the connections table (pd_constructs/flows.py).
+(pd_constructs/network/network.py), the GPU subnet's chooser, the NetworkPolicies' ipBlock
+peers (pd_constructs/network/network_policy.py) and the connections table
+(pd_constructs/inventory/flows.py).
 
 For a /16 (``vpcCidr`` may be /16 to /18; ray_pd_eks/config/rules_cluster.py refuses anything else,
 and every block below fits in that range):

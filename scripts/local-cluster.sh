@@ -250,7 +250,15 @@ extendedKeyUsage=serverAuth"
   sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
 }
 
-kubeconfig() { # name -> <state>/<name>.kubeconfig with the client certificate <name>
+# name [token namespace] -> <state>/<name>.kubeconfig: user <name> with the client certificate
+# <name>, or with the bearer token and that default namespace.
+kubeconfig() {
+  local user="    client-certificate: $STATE/pki/$1.crt
+    client-key: $STATE/pki/$1.key" context="{cluster: local, user: $1}"
+  if [ $# -gt 1 ]; then
+    user="    token: $2"
+    context="{cluster: local, user: $1, namespace: $3}"
+  fi
   cat >"$STATE/$1.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -262,11 +270,10 @@ clusters:
 users:
 - name: $1
   user:
-    client-certificate: $STATE/pki/$1.crt
-    client-key: $STATE/pki/$1.key
+$user
 contexts:
 - name: local
-  context: {cluster: local, user: $1}
+  context: $context
 current-context: local
 EOF
 }
@@ -387,23 +394,7 @@ start_kuberay() {
     --role kuberay-operator-leader-election --serviceaccount "$OPERATOR_NAMESPACE:kuberay-operator" >/dev/null
   local token
   token=$("$kubectl" --kubeconfig "$admin" -n "$OPERATOR_NAMESPACE" create token kuberay-operator --duration 48h)
-  cat >"$STATE/kuberay-operator.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $STATE/pki/ca.crt
-users:
-- name: kuberay-operator
-  user:
-    token: $token
-contexts:
-- name: local
-  context: {cluster: local, user: kuberay-operator, namespace: $OPERATOR_NAMESPACE}
-current-context: local
-EOF
+  kubeconfig kuberay-operator "$token" "$OPERATOR_NAMESPACE"
   start kuberay-operator env KUBECONFIG="$STATE/kuberay-operator.kubeconfig" "$KUBERAY_DIR/ray-operator" \
     --metrics-addr "127.0.0.1:$(free_port)" --health-probe-bind-address "127.0.0.1:$(free_port)" \
     --enable-leader-election=true --leader-election-namespace "$OPERATOR_NAMESPACE" \

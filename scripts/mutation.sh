@@ -6,8 +6,8 @@
 # on two idle cores; the 2026-12-01 additions about as long again; the NIXL log reader,
 # endpoint and cross-stack additions after them about 30 minutes on the shared machine); run it
 # before resolving work that touches those modules.
-# docs/testing.md has the current score, the survivors judged equivalent, and which tests judge
-# which module's mutants (tests/mutation_plugin.py).
+# docs/testing.md has the current score and which tests judge which module's mutants
+# (tests/mutation_plugin.py); `mutmut browse` walks the survivors.
 #
 #   scripts/mutation.sh                 the whole scope below
 #   scripts/mutation.sh 'GLOB' ...      only the mutants matching these mutmut names, e.g.

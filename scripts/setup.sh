@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # (aws-cdk-lib's 2.4 MB __init__.py alone, 5-6 s of CPU per synth; pytest's rewritten test
 # modules too). Unset here, the runs write the bytecode of what they import, once, into
 # .venv and the clone's __pycache__ folders; later runs read it whatever the variable says
-# (docs/speed.md).
+# (docs/testing.md, "Speed budgets").
 unset PYTHONDONTWRITEBYTECODE
 
 # Check the prerequisites first, so an unsupported Python fails here with what to install

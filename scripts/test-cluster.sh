@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # (aws-cdk-lib's 2.4 MB __init__.py alone, 5-6 s of CPU per synth; pytest's rewritten test
 # modules too). Unset here, the runs write the bytecode of what they import, once, into
 # .venv and the clone's __pycache__ folders; later runs read it whatever the variable says
-# (docs/speed.md).
+# (docs/testing.md, "Speed budgets").
 unset PYTHONDONTWRITEBYTECODE
 export RAY_PD_EKS_CLUSTER_DIR="${RAY_PD_EKS_CLUSTER_DIR:-$HOME/.cache/ray-pd-eks/cluster-tier}"
 export PATH="$PWD/node_modules/.bin:$PATH"

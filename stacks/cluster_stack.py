@@ -22,16 +22,16 @@ from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from pd_constructs.capacity import gpu_capacity_watch_provider
-from pd_constructs.cluster import PdCluster
-from pd_constructs.eks_types import as_icluster
-from pd_constructs.network import (
+from pd_constructs.cluster.cluster import PdCluster
+from pd_constructs.cluster.vpc_cni import VpcCniAddon
+from pd_constructs.common.eks_types import as_icluster
+from pd_constructs.lifecycle.capacity import gpu_capacity_watch_provider
+from pd_constructs.lifecycle.nodegroups_gone import NodegroupsGone
+from pd_constructs.network.network import (
     DefaultSecurityGroupRestriction,
     GpuAvailabilityZoneProvider,
     NatEgress,
 )
-from pd_constructs.nodegroups_gone import NodegroupsGone
-from pd_constructs.vpc_cni import VpcCniAddon
 from stacks.app_stack import AppStack, AppStackProps
 
 

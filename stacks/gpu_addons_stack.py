@@ -16,8 +16,8 @@ from typing import Unpack
 
 from constructs import Construct
 
-from pd_constructs.cluster import GpuDevicePlugins
-from pd_constructs.cluster_autoscaler import GpuClusterAutoscaler
+from pd_constructs.cluster.cluster import GpuDevicePlugins
+from pd_constructs.cluster.cluster_autoscaler import GpuClusterAutoscaler
 from stacks.app_stack import InClusterStack, InClusterStackProps
 
 

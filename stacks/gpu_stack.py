@@ -5,8 +5,9 @@ Everything that changes when the GPU AZ moves is here and nothing here is import
 stack, so a new ``gpuAz`` (or a reservation in another AZ) replaces subnet and node group in
 one stack update. Nothing here is imported *from* the Cluster stack either: the stack needs
 the Network stack only, so CloudFormation deploys it beside the Cluster stack, and the node
-group waits for the control plane through :class:`~pd_constructs.cluster_active.ClusterActive`
-(one poll after ACTIVE) instead of for the whole Cluster stack. What needs the Kubernetes API
+group waits for the control plane through
+:class:`~pd_constructs.lifecycle.cluster_active.ClusterActive` (one poll after ACTIVE) instead
+of for the whole Cluster stack. What needs the Kubernetes API
 (the device plugins, the Cluster Autoscaler) is in the GpuAddons stack, after this one.
 """
 
@@ -19,18 +20,18 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pd_constructs.capacity import GpuCapacityWatch
-from pd_constructs.cluster import (
+from pd_constructs.cluster.cluster import (
     GPU_AMI_TYPE,
     GPU_TAINT,
     EfaGpuNodeGroup,
     gpu_node_config,
     gpu_nodegroup_name,
 )
-from pd_constructs.cluster_active import ClusterActive, imported_cluster
-from pd_constructs.cluster_autoscaler import GpuNodeTemplateTags, node_template_tags
-from pd_constructs.network import GpuAvailabilityZone, GpuSubnet, gpu_subnet_blocks
-from pd_constructs.vpc_cni import tag_cni_subnet
+from pd_constructs.cluster.cluster_autoscaler import GpuNodeTemplateTags, node_template_tags
+from pd_constructs.cluster.vpc_cni import tag_cni_subnet
+from pd_constructs.lifecycle.capacity import GpuCapacityWatch
+from pd_constructs.lifecycle.cluster_active import ClusterActive, imported_cluster
+from pd_constructs.network.network import GpuAvailabilityZone, GpuSubnet, gpu_subnet_blocks
 from ray_pd_eks.config import config_warnings
 from stacks.app_stack import AppStack, AppStackProps
 
@@ -93,7 +94,7 @@ class GpuNodesStack(AppStack):
             route_table_id=gpu_route_table_id,
         )
         # The VPC CNI's role may create interfaces in the subnet that carries this tag with
-        # the cluster's name (pd_constructs/vpc_cni.py): no policy attached from here to the
+        # the cluster's name (pd_constructs/cluster/vpc_cni.py): no policy attached from here to the
         # Cluster stack's role, which would be an import.
         tag_cni_subnet(self.gpu_subnet.resource, config.cluster_name)
         self.nodegroup_name = gpu_nodegroup_name(

@@ -12,9 +12,9 @@ from typing import Unpack
 from aws_cdk import Fn
 from constructs import Construct
 
-from pd_constructs.deploy_refusal import DeployRefusal
-from pd_constructs.log_groups_free import LeftoverLogGroupsCheck
-from pd_constructs.network import PdNetwork
+from pd_constructs.lifecycle.deploy_refusal import DeployRefusal
+from pd_constructs.lifecycle.log_groups_free import LeftoverLogGroupsCheck
+from pd_constructs.network.network import PdNetwork
 from ray_pd_eks.config import set_hint
 from ray_pd_eks.monitoring import fixed_log_group_names
 from stacks.app_stack import AppStack, AppStackProps

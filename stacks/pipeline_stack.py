@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
-from pd_constructs.nag import (
+from pd_constructs.common.nag import (
     acknowledge,
     acknowledge_basic_execution_role,
     function_versions_finding,

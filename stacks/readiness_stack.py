@@ -13,12 +13,12 @@ from aws_cdk import CfnOutput, Duration
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from pd_constructs.endpoint import ApplicationEndpoint
-from pd_constructs.endpoint_probe import EndpointProbe, probe_skip_reason
-from pd_constructs.kv_probe import KvProbe
-from pd_constructs.network_policy import RAY_PORTS
-from pd_constructs.readiness import ReadinessCheck, config_hash
-from pd_constructs.workload import render_rayservice
+from pd_constructs.endpoint.endpoint import ApplicationEndpoint
+from pd_constructs.network.network_policy import RAY_PORTS
+from pd_constructs.readiness.endpoint_probe import EndpointProbe, probe_skip_reason
+from pd_constructs.readiness.kv_probe import KvProbe
+from pd_constructs.readiness.readiness import ReadinessCheck, config_hash
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.kv_shapes import kv_bytes_per_token
 from stacks.app_stack import InClusterStack, InClusterStackProps

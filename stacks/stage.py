@@ -7,8 +7,8 @@ from typing import Any
 from aws_cdk import Aspects, Environment, Stack, Stage
 from constructs import Construct
 
-from pd_constructs.eks_types import as_icluster
-from pd_constructs.pod_identity import RestrictPodIdentityTrust
+from pd_constructs.common.eks_types import as_icluster
+from pd_constructs.common.pod_identity import RestrictPodIdentityTrust
 from ray_pd_eks.config import AppConfig
 from stacks.cluster_stack import ClusterStack
 from stacks.gpu_addons_stack import GpuAddonsStack

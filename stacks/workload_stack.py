@@ -14,12 +14,12 @@ from typing import Unpack
 from aws_cdk import Aws, CfnOutput
 from constructs import Construct
 
-from pd_constructs.cluster import SystemNodeGroup
-from pd_constructs.endpoint import ApplicationEndpoint
-from pd_constructs.images import ImageDigests, ray_image
-from pd_constructs.observability import PdObservability
-from pd_constructs.warmup import PAUSE_IMAGE, NodeWarmup
-from pd_constructs.workload import PdWorkload
+from pd_constructs.cluster.cluster import SystemNodeGroup
+from pd_constructs.endpoint.endpoint import ApplicationEndpoint
+from pd_constructs.observability.observability import PdObservability
+from pd_constructs.serving.images import ImageDigests, ray_image
+from pd_constructs.serving.warmup import PAUSE_IMAGE, NodeWarmup
+from pd_constructs.serving.workload import PdWorkload
 from ray_pd_eks import endpoint_commands as commands
 from ray_pd_eks.config import AppConfig
 from stacks.app_stack import InClusterStack, InClusterStackProps
@@ -41,8 +41,9 @@ class WorkloadStack(InClusterStack):
             root_volume_iops=config.system_root_volume_iops,
             root_volume_throughput=config.system_root_volume_throughput,
         )
-        # Every pod references its image by digest, resolved once here (pd_constructs/images.py):
-        # the Ray pods and the pre-pull on every node run the same build.
+        # Every pod references its image by digest, resolved once here
+        # (pd_constructs/serving/images.py): the Ray pods and the pre-pull on every node run the
+        # same build.
         ray_reference, ray_repository = ray_image(self, config)
         images = {
             "Ray": ray_reference,

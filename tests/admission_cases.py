@@ -18,7 +18,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pd_constructs.admission import (
+from pd_constructs.common.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
+from pd_constructs.common.templates import load_yaml
+from pd_constructs.serving.admission import (
     CLOUDWATCH_NAMESPACE,
     DAEMONSET_CONTROLLER_USERS,
     OPERATOR_USER,
@@ -30,10 +32,12 @@ from pd_constructs.admission import (
     render_raycluster_policy,
     render_warmup_pod_policy,
 )
-from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
-from pd_constructs.templates import load_yaml
-from pd_constructs.warmup import render_image_prepull, render_model_prefetch, render_warm_spares
-from pd_constructs.workload import render_rayservice
+from pd_constructs.serving.warmup import (
+    render_image_prepull,
+    render_model_prefetch,
+    render_warm_spares,
+)
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.admission import Request
 

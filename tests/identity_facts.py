@@ -1,5 +1,6 @@
 """What the synthesized templates grant, per IAM role, Pod Identity association, EKS access entry
-and RBAC subject: the facts tests/test_identities.py holds against pd_constructs/identities.py."""
+and RBAC subject: the facts tests/test_identities.py holds against
+pd_constructs/inventory/identities.py."""
 
 from __future__ import annotations
 

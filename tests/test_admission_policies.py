@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs.admission import (
+from pd_constructs.common.namespaces import WARMUP_NAMESPACE
+from pd_constructs.serving.admission import (
     AUTOSCALED_GROUP_FIELDS,
     CLOUDWATCH_NAMESPACE,
     OPERATOR_USER,
     gpu_namespaces,
 )
-from pd_constructs.namespaces import WARMUP_NAMESPACE
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.admission import Request, compile_cel, decide
 from tests.admission_cases import (

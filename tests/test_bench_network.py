@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.network_policy import RAY_PORTS, render_ray_network_policies
-from pd_constructs.workload import render_rayservice
+from pd_constructs.network.network_policy import RAY_PORTS, render_ray_network_policies
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.netpol import Cluster, Pod, pods_from_template

@@ -967,19 +967,10 @@ def test_gpu_nodes_are_ok_at_exactly_the_expected_count(usable: int, ok: bool) -
 def test_chat_completion_error_is_final_only_for_a_client_error(
     kube_api: FakeKubeApi, status: int, final: bool
 ) -> None:
-    kube_api.set_stage("models")
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=status,
-        body={"object": "error", "message": f"status {status}"},
+    client = _completion_client(
+        kube_api, status, {"object": "error", "message": f"status {status}"}
     )
     props = properties.Props.from_properties(kube_api.props())
-    client = kube.KubeClient(
-        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.test", sleep=lambda _: None
-    )
     if final:
         with pytest.raises(properties.ReadinessError, match=f"returned {status}"):
             kv_probe._chat_completion(client, props, CODE)
@@ -1020,9 +1011,7 @@ def test_in_pd_only_a_500_is_a_kv_load_failure(
 
 def _completion_client(kube_api: FakeKubeApi, status: int, body: Any) -> Any:
     kube_api.set_stage("models")
-    kube_api.set_proxy(
-        kube_api.serve_service, 8000, "v1/chat/completions", method="POST", status=status, body=body
-    )
+    kube_api.fail_chat(status, body)
     return kube.KubeClient(
         kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.test", sleep=lambda _: None
     )

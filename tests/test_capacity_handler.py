@@ -6,32 +6,15 @@ the watch started at ``STARTED`` and the poll runs at ``STARTED + elapsed``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
-HANDLER = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "capacity" / "handler.py"
+from tests.lambda_handlers import boto3_makes, clock_at, load, stubbed_client, stubbed_stack
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("capacity_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    # Registered under a unique name (dataclasses look their module up; other Lambdas also have
-    # a `handler.py`).
-    sys.modules["capacity_handler"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load()
+handler = load("capacity", "capacity_handler")
 
 STARTED = 1_760_000_000  # the watch's start (epoch seconds)
 ASG = "eks-gpu-workers-1234-abcd"
@@ -80,32 +63,18 @@ def _event(request: str = "Create", **overrides: str) -> dict[str, Any]:
 @pytest.fixture
 def at(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``at(seconds)`` sets the handler's clock to that many seconds after the start."""
-
-    def set_elapsed(seconds: float) -> None:
-        monkeypatch.setattr(handler, "clock", lambda: STARTED + seconds)
-
-    set_elapsed(60)
-    return set_elapsed
+    return clock_at(monkeypatch, handler, STARTED)
 
 
 def _when(seconds_after_start: float) -> datetime:
     return datetime.fromtimestamp(STARTED + seconds_after_start, tz=UTC)
 
 
-def _client(service: str) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        service, region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
-    stub.activate()
-    return client, stub
-
-
 NODEGROUP_PARAMS = {"clusterName": "pd-cluster", "nodegroupName": "gpu-workers"}
 
 
 def _eks(status: str = "CREATING", *, asg: bool = True, **extra: Any) -> tuple[Any, Stubber]:
-    client, stub = _client("eks")
+    client, stub = stubbed_client("eks")
     nodegroup: dict[str, Any] = {
         "nodegroupName": "gpu-workers",
         "clusterName": "pd-cluster",
@@ -119,7 +88,7 @@ def _eks(status: str = "CREATING", *, asg: bool = True, **extra: Any) -> tuple[A
 
 
 def _eks_error(code: str) -> tuple[Any, Stubber]:
-    client, stub = _client("eks")
+    client, stub = stubbed_client("eks")
     stub.add_client_error(
         "describe_nodegroup", service_error_code=code, expected_params=NODEGROUP_PARAMS
     )
@@ -141,7 +110,7 @@ def _activity(seconds_after_start: float, status: str, message: str = "") -> dic
 
 def _autoscaling(*pages: list[dict[str, Any]]) -> tuple[Any, Stubber]:
     """One stubbed page per argument (newest activity first), chained by NextToken."""
-    client, stub = _client("autoscaling")
+    client, stub = stubbed_client("autoscaling")
     for i, activities in enumerate(pages):
         params: dict[str, Any] = {"AutoScalingGroupName": ASG, "MaxRecords": 20}
         if i:
@@ -614,15 +583,7 @@ STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Cluster
 
 
 def _cloudformation(status: str) -> tuple[Any, Stubber]:
-    client, stub = _client("cloudformation")
-    stack = {
-        "StackId": STACK_ID,
-        "StackName": "RayPdEks-Cluster",
-        "CreationTime": _when(-86400),
-        "StackStatus": status,
-    }
-    stub.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": STACK_ID})
-    return client, stub
+    return stubbed_stack(STACK_ID, status, created=_when(-86400))
 
 
 def _update(old_size: str, new_size: str) -> dict[str, Any]:
@@ -644,8 +605,8 @@ def test_rollback_update_completes_at_once_with_all_data_and_no_eks_call(at: Any
     assert set(started["Data"]) == set(handler.DATA_KEYS)
     cfn_stub.assert_no_pending_responses()
     # The node group is DEGRADED (why the stack rolls back): neither client may be called.
-    eks, eks_stub = _client("eks")
-    autoscaling, asg_stub = _client("autoscaling")
+    eks, eks_stub = stubbed_client("eks")
+    autoscaling, asg_stub = stubbed_client("autoscaling")
     event = {**_update("2", "3"), **started}
     out = handler.is_complete(event, None, eks=eks, autoscaling=autoscaling)
     assert out == {"IsComplete": True, "Data": {"Nodes": "2"}}
@@ -658,7 +619,7 @@ def test_a_normal_update_still_watches_the_node_group(at: Any) -> None:
     started = handler.on_event(_update("3", "2"), None, cloudformation=cfn)
     assert handler.ROLLBACK_KEY not in started and "Data" not in started
     eks, _ = _eks("DEGRADED", health={"issues": [{"code": "AsgInstanceLaunchFailures"}]})
-    autoscaling, _ = _client("autoscaling")
+    autoscaling, _ = stubbed_client("autoscaling")
     with pytest.raises(handler.CapacityError, match="status DEGRADED"):
         handler.is_complete(
             {**_update("3", "2"), **started}, None, eks=eks, autoscaling=autoscaling
@@ -666,7 +627,7 @@ def test_a_normal_update_still_watches_the_node_group(at: Any) -> None:
 
 
 def test_describe_stacks_denied_treats_the_update_as_a_deploy(at: Any) -> None:
-    cfn, stub = _client("cloudformation")
+    cfn, stub = stubbed_client("cloudformation")
     stub.add_client_error("describe_stacks", service_error_code="AccessDenied")
     started = handler.on_event(_update("3", "2"), None, cloudformation=cfn)
     assert handler.ROLLBACK_KEY not in started
@@ -700,7 +661,7 @@ def _poll_direct(eks: Any, autoscaling: Any = None, **kwargs: Any) -> tuple[str,
 
 
 def _eks_two_groups() -> tuple[Any, Stubber]:
-    client, stub = _client("eks")
+    client, stub = stubbed_client("eks")
     groups = [{"name": ASG}, {"name": ASG + "-2"}]
     nodegroup = {"status": "CREATING", "resources": {"autoScalingGroups": groups}}
     stub.add_response("describe_nodegroup", {"nodegroup": nodegroup}, NODEGROUP_PARAMS)
@@ -723,7 +684,7 @@ def test_poll_status_and_note_of_each_branch() -> None:
 
     status, note = _poll_direct(Unreachable())
     assert status == "UNKNOWN" and note.startswith("eks:DescribeNodegroup failed: Could not")
-    nameless, nameless_stub = _client("eks")
+    nameless, nameless_stub = stubbed_client("eks")
     nameless_stub.add_response("describe_nodegroup", {"nodegroup": {}}, NODEGROUP_PARAMS)
     assert _poll_direct(nameless)[0] == "UNKNOWN"  # no status reported
     assert _poll_direct(_eks("ACTIVE")[0]) == ("ACTIVE", "")
@@ -756,7 +717,7 @@ def test_poll_reads_activities_only_with_time_for_the_slowest_call(left: float, 
 
 
 def test_poll_adds_up_the_failures_of_every_group_and_joins_the_notes() -> None:
-    autoscaling, stub = _client("autoscaling")
+    autoscaling, stub = stubbed_client("autoscaling")
     for group in (ASG, ASG + "-2"):
         activity = {**_activity(20, "Failed", CAPACITY_MESSAGE), "AutoScalingGroupName": group}
         stub.add_response(
@@ -769,12 +730,12 @@ def test_poll_adds_up_the_failures_of_every_group_and_joins_the_notes() -> None:
 
 
 def test_poll_notes_an_unreadable_group_and_raises_when_denied() -> None:
-    autoscaling, stub = _client("autoscaling")
+    autoscaling, stub = stubbed_client("autoscaling")
     stub.add_client_error("describe_scaling_activities", service_error_code="Throttling")
     _status, note = _poll_direct(_eks()[0], autoscaling)
     assert note.startswith(f"autoscaling:DescribeScalingActivities failed for {ASG}: ")
     assert note.endswith("; no failed launch since the watch started")
-    denied, stub = _client("autoscaling")
+    denied, stub = stubbed_client("autoscaling")
     stub.add_client_error("describe_scaling_activities", service_error_code="AccessDenied")
     with pytest.raises(
         RuntimeError, match=r"may not call autoscaling:DescribeScalingActivities \("
@@ -850,7 +811,7 @@ def _cluster_stack(
 ) -> tuple[Any, Stubber]:
     """DescribeStacks on the Cluster stack: ``status`` (None: it does not exist) for an
     operation that began ``began`` seconds after the watch's start."""
-    client, stub = _client("cloudformation")
+    client, stub = stubbed_client("cloudformation")
     params = {"StackName": CLUSTER_STACK}
     if status is None:
         stub.add_client_error(
@@ -897,7 +858,7 @@ ADDON_FAILED = "The following resource(s) failed to create: [ClusterAdmin0Access
 def test_cluster_stack_rolling_back_fails_the_create_at_once(at: Any, status: str) -> None:
     # Rolling back now counts whenever its operation began (here a day before the watch).
     cfn, cfn_stub = _cluster_stack(status, began=-86400, reason=ADDON_FAILED)
-    eks, eks_stub = _client("eks")  # not called: the stack decides first
+    eks, eks_stub = stubbed_client("eks")  # not called: the stack decides first
     with pytest.raises(handler.CapacityError) as raised:
         _poll_watched(_watched(), eks, cfn)
     assert str(raised.value) == (
@@ -967,16 +928,16 @@ def test_cluster_stack_in_progress_or_complete_lets_the_watch_go_on(at: Any, sta
 def test_cluster_stack_not_found_or_unreadable_lets_the_watch_go_on(at: Any) -> None:
     cfn, _ = _cluster_stack(None)
     assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], cfn) == PENDING
-    throttled, stub = _client("cloudformation")
+    throttled, stub = stubbed_client("cloudformation")
     stub.add_client_error("describe_stacks", service_error_code="Throttling")
     assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], throttled) == PENDING
-    empty, stub = _client("cloudformation")
+    empty, stub = stubbed_client("cloudformation")
     stub.add_response("describe_stacks", {"Stacks": []}, {"StackName": CLUSTER_STACK})
     assert _poll_watched(_watched(), _eks("CREATING", asg=False)[0], empty) == PENDING
 
 
 def test_cluster_stack_describe_denied_fails_at_once(at: Any) -> None:
-    denied, stub = _client("cloudformation")
+    denied, stub = stubbed_client("cloudformation")
     stub.add_client_error("describe_stacks", service_error_code="AccessDenied")
     with pytest.raises(
         handler.CapacityError,
@@ -1025,7 +986,7 @@ def test_watch_cluster_stack_notes_each_branch() -> None:
     assert look(props, Unreachable(), started=STARTED).startswith(
         f"cloudformation:DescribeStacks {CLUSTER_STACK} failed: Could not connect"
     )
-    nameless, stub = _client("cloudformation")
+    nameless, stub = stubbed_client("cloudformation")
     stub.add_response(
         "describe_stacks",
         {"Stacks": [{"StackName": CLUSTER_STACK, "CreationTime": _when(0), "StackStatus": ""}]},
@@ -1040,14 +1001,7 @@ def test_a_watched_create_makes_its_clients(monkeypatch: pytest.MonkeyPatch, at:
     eks, _ = _eks("CREATING")
     autoscaling, _ = _autoscaling([])
     clients = {"cloudformation": cfn, "eks": eks, "autoscaling": autoscaling}
-    made: list[str] = []
-
-    def client(name: str, *, config: Any = None) -> Any:
-        assert config is handler.CLIENT_CONFIG, f"{name} client without CLIENT_CONFIG"
-        made.append(name)
-        return clients[name]
-
-    monkeypatch.setattr(boto3, "client", client)
+    made = boto3_makes(monkeypatch, handler, **clients)
     assert handler.is_complete(_watched(), None) == PENDING
     assert made == ["cloudformation", "eks", "autoscaling"]
 
@@ -1066,7 +1020,7 @@ def test_the_lambdas_remaining_time_reaches_the_poll(at: Any, left: float, read:
     and the give-up message says why."""
     at(2700)
     eks, _ = _eks("CREATING")
-    autoscaling, stub = _client("autoscaling")
+    autoscaling, stub = stubbed_client("autoscaling")
     if read:
         stub.add_response(
             "describe_scaling_activities",

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from pd_constructs import helm
+from pd_constructs.common import helm
 from ray_pd_eks.charts import CHARTS_DIR, VENDORED_CHARTS, chart_tree_sha256, vendored
 from ray_pd_eks.config import DEFAULTS, ConfigError
 from tests.synth import Synthesized

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.promql import MISSING_IS_NORMAL, alarm_specs
+from pd_constructs.observability.promql import MISSING_IS_NORMAL, alarm_specs
 from ray_pd_eks.cli import alarm_queries
 from ray_pd_eks.cli.app import App
 from ray_pd_eks.config import DEFAULTS

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from pd_constructs.warmup import render_warm_spares
-from pd_constructs.workload import render_rayservice
+from pd_constructs.serving.warmup import render_warm_spares
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
 from ray_pd_eks.bench import pricing, report
 from ray_pd_eks.cli import bench
@@ -138,6 +139,22 @@ def _tokenizer_fetch(job: dict[str, Any]) -> list[str]:
 def _run_through(kube_api: FakeKubeApi, cli: Harness, *steps: Any) -> None:
     """One callback per poll: how the Job's pod and status move between polls."""
     cli.clock.on_sleep = list(steps)
+
+
+def _job_ends(
+    kube_api: FakeKubeApi, log: str, *, succeeded: bool = True, **pod: Any
+) -> Callable[[], None]:
+    """A poll's callback: the Job's pod has terminated (``pod``: its ``reason`` and
+    ``exit_code``, as make_job_pod takes them) having logged ``log``, and the Job ends."""
+
+    def ends() -> None:
+        job = next(iter(kube_api.jobs.values()))
+        made = make_job_pod(job, state="terminated", **pod)
+        kube_api.pods.append(made)
+        kube_api.pod_logs[made["metadata"]["name"]] = log
+        finish_job(job, succeeded=succeeded)
+
+    return ends
 
 
 def test_sweep_runs_as_a_job_is_collected_and_deleted(
@@ -297,13 +314,13 @@ def test_a_job_that_cannot_create_its_pod_fails_with_the_controllers_reason(
 def test_job_killed_without_results_reports_the_pods_ending(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
-    def killed() -> None:
-        job = kube_api.jobs[next(iter(kube_api.jobs))]
-        pod = make_job_pod(job, state="terminated", reason="OOMKilled", exit_code=137)
-        kube_api.pods.append(pod)
-        kube_api.pod_logs[pod["metadata"]["name"]] = "[bench] level concurrency=1: started\n"
-        finish_job(job, succeeded=False)
-
+    killed = _job_ends(
+        kube_api,
+        "[bench] level concurrency=1: started\n",
+        succeeded=False,
+        reason="OOMKilled",
+        exit_code=137,
+    )
     _run_through(kube_api, cli, killed)
     result = cli.run("bench", "--out", str(tmp_path / "x"))
     assert result.code == 1
@@ -318,13 +335,7 @@ def test_a_level_without_a_result_is_reported_failed_with_its_output(
 ) -> None:
     out = tmp_path / "pd"
 
-    def ends() -> None:
-        job = kube_api.jobs[next(iter(kube_api.jobs))]
-        pod = make_job_pod(job, state="terminated", exit_code=1)
-        kube_api.pods.append(pod)
-        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1, 4, failed=(4,))
-        finish_job(job, succeeded=False)
-
+    ends = _job_ends(kube_api, _log(1, 4, failed=(4,)), succeeded=False, exit_code=1)
     _run_through(kube_api, cli, ends)
     result = cli.run("bench", "--concurrency", "1,4", "--out", str(out))
     assert result.code == 1
@@ -376,14 +387,7 @@ def test_default_out_folder_is_named_after_a_safe_label(
 ) -> None:
     monkeypatch.chdir(tmp_path)
 
-    def ends() -> None:
-        job = next(iter(kube_api.jobs.values()))
-        pod = make_job_pod(job, state="terminated")
-        kube_api.pods.append(pod)
-        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
-        finish_job(job, succeeded=True)
-
-    _run_through(kube_api, cli, ends)
+    _run_through(kube_api, cli, _job_ends(kube_api, _log(1)))
     result = cli.run("bench", "--concurrency", "1", "--label", "pd/EFA run 1")
     assert result.code == 0, result.err
     (folder,) = (tmp_path / "bench-results").iterdir()
@@ -446,14 +450,7 @@ def test_price_falls_back_to_the_dated_table_when_the_api_is_denied(
         "get_products", "AccessDeniedException", "not authorized to perform pricing:GetProducts"
     )
 
-    def ends() -> None:
-        job = kube_api.jobs[next(iter(kube_api.jobs))]
-        pod = make_job_pod(job, state="terminated")
-        kube_api.pods.append(pod)
-        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
-        finish_job(job, succeeded=True)
-
-    cli.clock.on_sleep = [ends]
+    _run_through(kube_api, cli, _job_ends(kube_api, _log(1)))
     out = tmp_path / "agg"
     result = cli.run(
         "bench", "--concurrency", "1", "--out", str(out), "--tokenizer", "Qwen/Qwen3-8B"
@@ -520,7 +517,7 @@ def test_the_deployed_engine_profile_is_read_from_the_live_serve_config() -> Non
     default label names a profile other than the default."""
     from types import SimpleNamespace
 
-    from pd_constructs.workload import render_rayservice
+    from pd_constructs.serving.workload import render_rayservice
     from ray_pd_eks.cli.bench import deployed_settings, profile_suffix
     from ray_pd_eks.config import DEFAULTS
 
@@ -589,14 +586,7 @@ def test_the_tokenizer_revision_is_the_one_the_live_engines_load() -> None:
 def test_an_explicit_tokenizer_revision_is_downloaded_and_recorded(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
-    def ends() -> None:
-        job = kube_api.jobs[next(iter(kube_api.jobs))]
-        pod = make_job_pod(job, state="terminated")
-        kube_api.pods.append(pod)
-        kube_api.pod_logs[pod["metadata"]["name"]] = _log(1)
-        finish_job(job, succeeded=True)
-
-    cli.clock.on_sleep = [ends]
+    _run_through(kube_api, cli, _job_ends(kube_api, _log(1)))
     out = tmp_path / "rev"
     result = cli.run("bench", "--concurrency", "1", "--out", str(out), "--tokenizer-revision", "v1")
     assert result.code == 0, result.err

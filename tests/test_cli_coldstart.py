@@ -982,7 +982,7 @@ def test_of_two_replicas_on_the_node_the_first_to_finish_counts() -> None:
 def test_the_ray_pods_log_in_utc_as_the_command_reads_them() -> None:
     """Two-way: coldstart reads Serve's times as UTC; every Ray container of the rendered
     RayService (the head runs the controller, the workers the replicas) pins TZ=UTC."""
-    from pd_constructs.workload import LOG_CLOCK_ENV, render_rayservice
+    from pd_constructs.serving.workload import LOG_CLOCK_ENV, render_rayservice
     from ray_pd_eks.config import DEFAULTS
 
     assert LOG_CLOCK_ENV == ({"name": "TZ", "value": "UTC"},)

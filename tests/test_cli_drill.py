@@ -12,6 +12,7 @@ import pytest
 
 from ray_pd_eks import lambda_code
 from ray_pd_eks.cli import drill
+from ray_pd_eks.cli.errors import CheckFailed
 from tests import rbac
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes import kube_api as fake
@@ -131,16 +132,112 @@ def test_drill_verdicts(last: str, ran: bool, says: str) -> None:
     assert says in drill.drill_verdict(last, ran)
 
 
-def test_the_drills_role_covers_each_request_and_each_rule_is_used(
+def restart_replica(server: FakeKubeApi, deployment: str) -> None:
+    """Serve's new replica of ``deployment`` on the same node (the pod stays)."""
+    assert server.serve_applications is not None
+    deployments = server.serve_applications["applications"][fake.APP_NAME]["deployments"]
+    (old,) = deployments[deployment]["replicas"]
+    new = {**old, "replica_id": "n3wr3p1c", "actor_name": old["actor_name"][:-8] + "n3wr3p1c"}
+    deployments[deployment]["replicas"] = [new]
+
+
+def test_decode_replica_restart_kills_the_replica_and_keeps_the_pod(
     kube_api: FakeKubeApi, cli: Harness
 ) -> None:
-    """DRILL_RULES (docs/readiness.md) is least privilege for the drill: every request the
-    drill made is allowed, and every rule allowed one of them."""
     kube_api.set_stage("serving")
-    cli.clock.on_sleep = [lambda: recovered(kube_api)]
-    assert cli.run("drill", "decode-restart", "--yes").code == 0
+    (decode,) = [
+        r
+        for r in lambda_code.placement().serve_replicas(kube_api.serve_applications, fake.APP_NAME)
+        if r.role == "decode"
+    ]
+    cli.clock.on_sleep = [
+        lambda: None,  # the Ray job's first poll
+        lambda: app_down(kube_api),
+        lambda: app_up(kube_api),  # RUNNING, with the killed replica still listed
+        lambda: restart_replica(kube_api, fake.DECODE_DEPLOYMENT),
+    ]
+    result = cli.run("drill", "decode-replica-restart", "--yes", "--interval", "10")
+    assert result.code == 0, result.out + result.err
+    assert kube_api.requests_to("/pods/", "DELETE") == []
+    ((sid, job),) = kube_api.ray_jobs.items()
+    assert sid.startswith("ray-pd-eks-drill-")
+    assert job["entrypoint"] == f"python -c \"{drill.KILL_REPLICA}\" '{decode.actor_name}'"
+    assert (
+        f"killing replica {decode.actor_name} (a Ray job on the head) and keeping pod "
+        f"inference/{fake.WORKER_POD_B} (the decode engine)"
+    ) in result.out
+    assert f"Ray job {sid}: {decode.actor_name} killed" in result.out
+    assert "waiting: Serve: no new decode replica RUNNING yet" in result.out
+    assert f"new decode replica n3wr3p1c in the same pod ({fake.WORKER_IP_B})" in result.out
+    assert "OK: the endpoint served again after 40s (downtime)" in result.out
+
+
+def test_a_failed_kill_job_fails_the_drill_with_its_message_and_log(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.job_status, kube_api.job_message = "FAILED", "Job entrypoint command failed"
+    kube_api.job_logs = "a\nb\nValueError: Failed to look up actor with name 'SERVE_REPLICA'"
+    result = cli.run("drill", "prefill-replica-restart", "--yes")
+    assert result.code == 1
+    assert "that kills SERVE_REPLICA::qwen#" in result.err
+    assert "ended FAILED: Job entrypoint command failed; its log: a | b | ValueError" in result.err
+
+
+def test_a_job_still_running_at_the_deadline_fails_the_drill(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    kube_api.job_status = "RUNNING"
+    result = cli.run("drill", "prefill-replica-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1
+    assert "that kills SERVE_REPLICA::qwen#" in result.err
+    assert "was still RUNNING at --timeout-minutes; its log: killed" in result.err
+
+
+def test_a_replica_kill_without_yes_submits_nothing(kube_api: FakeKubeApi, cli: Harness) -> None:
+    kube_api.set_stage("serving")
+    result = cli.run("drill", "prefill-replica-restart")
+    assert result.code == 2
+    assert f"and keeps pod inference/{fake.WORKER_POD_A} (the prefill engine)" in result.err
+    assert kube_api.ray_jobs == {}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["SERVE_REPLICA::qwen#Prefill:qwen3_5-9b#a1b2c3", "SERVE_REPLICA::app#Decode:m-1.5#x"],
+)
+def test_a_serve_replica_name_goes_on_the_job_line(name: str) -> None:
+    assert drill.kill_job(name, "s")["entrypoint"].endswith(f"'{name}'")
+
+
+@pytest.mark.parametrize(
+    "name", ["SERVE_REPLICA::x'; rm -rf /; '", "other", "SERVE_REPLICA::a b", "SERVE_REPLICA::"]
+)
+def test_another_name_is_refused(name: str) -> None:
+    with pytest.raises(CheckFailed, match="not a Serve replica actor"):
+        drill.kill_job(name, "s")
+
+
+@pytest.mark.parametrize(
+    ("which", "lose"),
+    [("decode-restart", "pod"), ("decode-replica-restart", "replica")],
+)
+def test_the_drills_role_covers_each_request_and_each_rule_is_used(
+    kube_api: FakeKubeApi, cli: Harness, which: str, lose: str
+) -> None:
+    """DRILL_RULES (docs/readiness.md) is least privilege for each kind of drill: every
+    request the drill made is allowed, and every rule allowed one of them."""
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [
+        lambda: None,
+        lambda: recovered(kube_api) if lose == "pod" else None,
+        lambda: restart_replica(kube_api, fake.DECODE_DEPLOYMENT),
+    ]
+    assert cli.run("drill", which, "--yes", "--interval", "10").code == 0
     rules = [
-        rbac.Rule.from_json(r) for r in drill.drill_rules(fake.RAYSERVICE, fake.RAY_TOKEN_SECRET)
+        rbac.Rule.from_json(r)
+        for r in drill.drill_rules(fake.RAYSERVICE, fake.RAY_TOKEN_SECRET, lose)
     ]
     used: set[int] = set()
     for request in kube_api.requests:
@@ -153,17 +250,27 @@ def test_the_drills_role_covers_each_request_and_each_rule_is_used(
 
 def test_the_drills_rules_name_each_object_they_allow() -> None:
     rules = drill.drill_rules("rs", "tok")
-    named = [(r["resources"], r.get("resourceNames")) for r in rules]
+    named = [(r["resources"], r["verbs"], r.get("resourceNames")) for r in rules]
     assert named == [
-        (["rayservices"], ["rs"]),
-        (["pods", "events"], None),
-        (["pods"], None),
-        (["secrets"], ["tok"]),
-        (["services/proxy"], ["rs-head-svc:8265"]),
-        (["services/proxy"], ["rs-serve-svc:8000"]),
-        (["pods/proxy"], None),
+        (["rayservices"], ["get"], ["rs"]),
+        (["pods", "events"], ["list"], None),
+        (["pods"], ["delete"], None),
+        (["secrets"], ["get"], ["tok"]),
+        (["services/proxy"], ["get"], ["rs-head-svc:8265"]),
+        (["services/proxy"], ["create"], ["rs-head-svc:8265"]),
+        (["services/proxy"], ["get", "create"], ["rs-serve-svc:8000"]),
+        (["pods/proxy"], ["get"], None),
     ]
-    assert all("names" not in r for r in rules)
+    assert all("names" not in r and "only" not in r for r in rules)
+    # Deleting a pod never needs the job submission, killing a replica never the pod delete.
+    assert (
+        len(drill.drill_rules("rs", "tok", "pod"))
+        == len(drill.drill_rules("rs", "tok", "replica"))
+        == 7
+    )
+    assert {"verbs": ["create"], "resourceNames": ["rs-head-svc:8265"]}.items() not in [
+        r.items() for r in drill.drill_rules("rs", "tok", "pod")
+    ]
 
 
 def test_the_never_running_verdict_is_that_sentence() -> None:

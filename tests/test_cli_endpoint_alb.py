@@ -9,7 +9,6 @@ import base64
 import json
 import re
 import shlex
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ import pytest
 from tests.cli_fixtures import ACCOUNT, REGION, USER_ARN, Harness, write_cdk_json
 from tests.fakes.endpoint_api import CLIENT_ID, CLIENT_SECRET, SCOPE, FakeEndpoint
 from tests.test_cli_preflight import lines_of, stub_all
+
+pytest_plugins = ["tests.fakes.fixtures"]  # alb
 
 CERT_ARN = f"arn:aws:acm:{REGION}:{ACCOUNT}:certificate/0123abcd-0123-4567-89ab-0123456789ab"
 POOL_ID = f"{REGION}_AbCdEf123"
@@ -36,15 +37,6 @@ IDP = {
     "endpointJwksUri": "https://login.example.com/realms/apps/certs",
     "endpointJwtAudience": "ray-llm",
 }
-
-
-@pytest.fixture
-def alb() -> Iterator[FakeEndpoint]:
-    fake = FakeEndpoint().start()
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def harness(tmp_path: Path, **context: Any) -> Harness:

@@ -27,6 +27,7 @@ from tests.cli_fixtures import (
     stub_get_role,
     write_cdk_json,
 )
+from tests.lambda_handlers import RESERVATION_ID, capacity_reservation
 
 G6: dict[str, Any] = {
     "InstanceType": "g6.8xlarge",
@@ -40,7 +41,6 @@ G6: dict[str, Any] = {
         "NvmeSupport": "required",
     },
 }
-RESERVATION_ID = "cr-0123456789abcdef0"
 RES = f"gpuCapacityReservationId={RESERVATION_ID}"  # how the problems name the setting
 PG_ARN = f"arn:aws:ec2:{REGION}:{ACCOUNT}:placement-group/"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:hf-token-AbCdEf"
@@ -838,20 +838,11 @@ def test_storage_is_reported_even_when_the_type_lacks_efa(harness: Harness) -> N
 
 
 def reservation(**changes: Any) -> dict[str, Any]:
-    """An active reservation that fits the default settings (2 x g6.8xlarge)."""
-    base: dict[str, Any] = {
-        "CapacityReservationId": RESERVATION_ID,
-        "InstanceType": "g6.8xlarge",
-        "InstancePlatform": "Linux/UNIX",
-        "AvailabilityZone": "us-west-2c",
-        "Tenancy": "default",
-        "TotalInstanceCount": 4,
-        "AvailableInstanceCount": 2,
-        "State": "active",
-        "InstanceMatchCriteria": "targeted",
-    }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
+    """An active, targeted reservation that fits the default settings (2 x g6.8xlarge), 2 of
+    its 4 instances free."""
+    return capacity_reservation(
+        **{"TotalInstanceCount": 4, "InstanceMatchCriteria": "targeted", **changes}
+    )
 
 
 def reserved_harness(tmp_path: Path, **context: Any) -> Harness:

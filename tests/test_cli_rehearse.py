@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.render import rendered_files
+from pd_constructs.inventory.render import rendered_files
 from ray_pd_eks.cli import rehearse
 from ray_pd_eks.cli.app import Runtime
 from ray_pd_eks.cli.errors import UsageError

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs import warmup
+from pd_constructs.serving import warmup
 from ray_pd_eks.cli import status
 from tests.cli_fixtures import (
     ACCOUNT,

@@ -4,33 +4,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
-from types import ModuleType
 from typing import Any, TypeAlias
 
-import boto3
 import pytest
 from botocore.exceptions import BotoCoreError, EndpointConnectionError
 from botocore.stub import Stubber
 
-HANDLER = (
-    Path(__file__).resolve().parent.parent / "assets" / "lambda" / "cluster_active" / "handler.py"
-)
+from tests.lambda_handlers import boto3_makes, load, stubbed_client
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cluster_active_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cluster_active_handler"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load()
+handler = load("cluster_active", "cluster_active_handler")
 
 STARTED = 1_760_000_000
 CLUSTER = "ray-llm-multinode"
@@ -58,15 +41,6 @@ def _event(request: str = "Create", physical: str = CLUSTER, **overrides: str) -
         handler.STARTED_AT_KEY: str(STARTED),
         "ResourceProperties": _props(**overrides),
     }
-
-
-def _client(name: str) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        name, region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
-    stub.activate()
-    return client, stub
 
 
 def _cluster(status: str, version: str = "1.36", group: str = SG) -> dict[str, Any]:
@@ -104,8 +78,8 @@ def _poll(
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
     monkeypatch.setattr(handler, "clock", lambda: STARTED + elapsed)
-    eks, eks_stub = _client("eks")
-    cfn, cfn_stub = _client("cloudformation")
+    eks, eks_stub = stubbed_client("eks")
+    cfn, cfn_stub = stubbed_client("cloudformation")
     if eks_error:
         eks_stub.add_client_error("describe_cluster", eks_error, eks_message, expected_params=None)
     else:
@@ -156,8 +130,8 @@ def test_a_cluster_stack_that_does_not_exist_yet_keeps_waiting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(handler, "clock", lambda: STARTED + 30)
-    eks, eks_stub = _client("eks")
-    cfn, cfn_stub = _client("cloudformation")
+    eks, eks_stub = stubbed_client("eks")
+    cfn, cfn_stub = stubbed_client("cloudformation")
     eks_stub.add_client_error("describe_cluster", "ResourceNotFoundException", "no")
     cfn_stub.add_client_error(
         "describe_stacks", "ValidationError", f"Stack with id {STACK} does not exist"
@@ -355,7 +329,7 @@ def test_an_update_keeps_the_physical_id_of_the_same_cluster_only(
     physical: str, cluster: str, answered: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(handler, "clock", lambda: STARTED)
-    cfn, stub = _client("cloudformation")
+    cfn, stub = stubbed_client("cloudformation")
     stub.add_response("describe_stacks", {"Stacks": [_stack("UPDATE_IN_PROGRESS")["Stacks"][0]]})
     event = _event("Update", physical, ClusterName=cluster)
     result = handler.on_event(event, None, cloudformation=cfn)
@@ -363,7 +337,7 @@ def test_an_update_keeps_the_physical_id_of_the_same_cluster_only(
 
 
 def test_a_rollback_update_answers_at_once_with_the_group_of_its_id() -> None:
-    cfn, stub = _client("cloudformation")
+    cfn, stub = stubbed_client("cloudformation")
     stub.add_response(
         "describe_stacks", {"Stacks": [_stack("UPDATE_ROLLBACK_IN_PROGRESS")["Stacks"][0]]}
     )
@@ -432,7 +406,7 @@ def _answering(service: str, answer: Answer) -> tuple[Any, Stubber | None]:
         if service == "eks"
         else ("describe_stacks", {"StackName": STACK})
     )
-    client, stub = _client(service)
+    client, stub = stubbed_client(service)
     if isinstance(answer, tuple):
         stub.add_client_error(method, answer[0], answer[1], expected_params=params)
     else:
@@ -566,25 +540,11 @@ def test_a_poll_without_its_start_time_counts_from_now(monkeypatch: pytest.Monke
 # --- the clients it makes itself -----------------------------------------------------------
 
 
-def _boto3_makes(monkeypatch: pytest.MonkeyPatch, **clients: Any) -> list[str]:
-    """Replaces ``boto3.client``: hands out ``clients`` by service name, each only with the
-    handler's timeouts and retries; returns the names asked for, in order."""
-    made: list[str] = []
-
-    def client(name: str, *, config: Any = None) -> Any:
-        assert config is handler.CLIENT_CONFIG, f"{name} client without CLIENT_CONFIG"
-        made.append(name)
-        return clients[name]
-
-    monkeypatch.setattr(boto3, "client", client)
-    return made
-
-
 def test_a_poll_makes_its_eks_and_cloudformation_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(handler, "clock", lambda: STARTED + 60)
     eks, eks_stub = _answering("eks", _cluster("CREATING"))
     cfn, cfn_stub = _answering("cloudformation", _stack("CREATE_IN_PROGRESS"))
-    made = _boto3_makes(monkeypatch, eks=eks, cloudformation=cfn)
+    made = boto3_makes(monkeypatch, handler, eks=eks, cloudformation=cfn)
     assert handler.is_complete(_event(), None) == {"IsComplete": False}
     assert made == ["eks", "cloudformation"]
     for stub in (eks_stub, cfn_stub):
@@ -596,10 +556,10 @@ def test_the_rollback_check_makes_its_cloudformation_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     event = _event("Update", f"{CLUSTER}/{SG}")
-    cfn, stub = _client("cloudformation")
+    cfn, stub = stubbed_client("cloudformation")
     rolling_back = {"Stacks": [_stack("UPDATE_ROLLBACK_IN_PROGRESS")["Stacks"][0]]}
     stub.add_response("describe_stacks", rolling_back, {"StackName": event["StackId"]})
-    made = _boto3_makes(monkeypatch, cloudformation=cfn)
+    made = boto3_makes(monkeypatch, handler, cloudformation=cfn)
     answer = handler.on_event(event, None)
     assert answer[handler.ROLLBACK_KEY] == "true"
     assert made == ["cloudformation"]

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from pd_constructs.render import rendered_files
+from pd_constructs.inventory.render import rendered_files
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
 from tests.synth import cdk_json_context
 

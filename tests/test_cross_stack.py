@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.endpoint_probe import probe_skip_reason
+from pd_constructs.readiness.endpoint_probe import probe_skip_reason
 from ray_pd_eks import cross_stack
 from ray_pd_eks.cli.errors import DEPLOY_COMMAND
 from ray_pd_eks.config import DEFAULTS, AppConfig

@@ -1,6 +1,6 @@
 """Settings that synthesize but must not deploy as they are: a CloudFormation rule in the stack
 that deploys first refuses the deploy before anything is created, naming the setting and the
-fix (pd_constructs/deploy_refusal.py)."""
+fix (pd_constructs/lifecycle/deploy_refusal.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk import Stack
 
-from pd_constructs.deploy_refusal import DeployRefusal
+from pd_constructs.lifecycle.deploy_refusal import DeployRefusal
 from stacks.network_stack import NO_ADMINS_REASON
 from tests.synth import Synthesized
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs.helm import EFA_DEVICE_PLUGIN_IMAGE_PATH
-from pd_constructs.render import rendered_files
+from pd_constructs.common.helm import EFA_DEVICE_PLUGIN_IMAGE_PATH
+from pd_constructs.inventory.render import rendered_files
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
 from ray_pd_eks.eks_images import EKS_IMAGE_REGISTRIES
 from tests.synth import Synthesized, cdk_json_context

@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from pd_constructs.endpoint import (
+from pd_constructs.common.helm import LOAD_BALANCER_CONTROLLER, LOAD_BALANCER_CONTROLLER_APP_VERSION
+from pd_constructs.endpoint.endpoint import (
     CONTROLLER_CALLS,
     CONTROLLER_CALLS_READ_AT,
     AccessLogBucket,
@@ -23,10 +24,9 @@ from pd_constructs.endpoint import (
     jwt_claims,
     render_target_group_binding,
 )
-from pd_constructs.helm import LOAD_BALANCER_CONTROLLER, LOAD_BALANCER_CONTROLLER_APP_VERSION
 from ray_pd_eks.config import DEFAULTS
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
-from tests.synth import Synthesized
+from tests.synth import Synthesized, resolve
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CRD_FILE = (
@@ -40,22 +40,6 @@ ENDPOINT_TYPES = (
     "AWS::Cognito::UserPoolClient",
     "AWS::EKS::PodIdentityAssociation",
 )
-
-
-def _text(value: Any) -> str:
-    """A template value as text, each reference shown as ``<Ref:X>``/``<Import:X>``/``<X.Y>``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return str(sep).join(_text(p) for p in parts)
-    if isinstance(value, dict) and "Ref" in value:
-        return f"<Ref:{value['Ref']}>"
-    if isinstance(value, dict) and "Fn::ImportValue" in value:
-        return f"<Import:{value['Fn::ImportValue']}>"
-    if isinstance(value, dict) and "Fn::GetAtt" in value:
-        return "<{}.{}>".format(*value["Fn::GetAtt"])
-    raise AssertionError(value)
 
 
 def _one(app: Synthesized, rtype: str, prefix: str = "ApplicationEndpoint") -> tuple[str, Any]:
@@ -114,7 +98,7 @@ def test_internal_alb_in_subnets_of_its_own(variant_app: Synthesized) -> None:
     props = lb["Properties"]
     assert props["Scheme"] == "internal"
     assert props["Type"] == "application"
-    subnets = [_text(s) for s in props["Subnets"]]
+    subnets = [resolve(s) for s in props["Subnets"]]
     assert len(subnets) == 2 and all("VpcLoadBalancerSubnet" in s for s in subnets), subnets
     attributes = {a["Key"]: a["Value"] for a in props["LoadBalancerAttributes"]}
     assert attributes["idle_timeout.timeout_seconds"] == "600"
@@ -126,7 +110,7 @@ def test_internet_facing_alb_in_the_public_subnets(token_app: Synthesized) -> No
     _, lb = _one(token_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     props = lb["Properties"]
     assert props["Scheme"] == "internet-facing"
-    subnets = [_text(s) for s in props["Subnets"]]
+    subnets = [resolve(s) for s in props["Subnets"]]
     assert len(subnets) == 2 and all("VpcPublicSubnet" in s for s in subnets), subnets
     attributes = {a["Key"]: a["Value"] for a in props["LoadBalancerAttributes"]}
     assert attributes["idle_timeout.timeout_seconds"] == "4000"
@@ -149,8 +133,8 @@ def test_listener_validates_the_cognito_jwt_then_forwards(variant_app: Synthesiz
     validate, forward = sorted(listener["Properties"]["DefaultActions"], key=lambda a: a["Order"])
     assert validate["Type"] == "jwt-validation"
     config = validate["JwtValidationConfig"]
-    assert _text(config["Issuer"]) == f"<{pool_id}.ProviderURL>"
-    assert _text(config["JwksEndpoint"]) == f"<{pool_id}.ProviderURL>/.well-known/jwks.json"
+    assert resolve(config["Issuer"]) == f"<{pool_id}.ProviderURL>"
+    assert resolve(config["JwksEndpoint"]) == f"<{pool_id}.ProviderURL>/.well-known/jwks.json"
     assert config["AdditionalClaims"] == [
         {"Format": "space-separated-values", "Name": "scope", "Values": ["ray-llm/invoke"]},
         {"Format": "single-string", "Name": "token_use", "Values": ["access"]},
@@ -211,7 +195,7 @@ def test_alb_accepts_443_only_from_the_allowed_cidrs(variant_app: Synthesized) -
     ]
     to_pods, to_issuer = sg["Properties"]["SecurityGroupEgress"]
     assert (to_pods["FromPort"], to_pods["ToPort"], to_pods["IpProtocol"]) == (8000, 8000, "tcp")
-    assert "ClusterSecurityGroupId" in _text(to_pods["DestinationSecurityGroupId"])
+    assert "ClusterSecurityGroupId" in resolve(to_pods["DestinationSecurityGroupId"])
     # jwt-validation fetches the issuer's JWKS (Cognito here) over HTTPS.
     assert (to_issuer["FromPort"], to_issuer["ToPort"], to_issuer["IpProtocol"]) == (
         443,
@@ -247,7 +231,7 @@ def test_serve_port_accepts_only_the_albs_security_group(variant_app: Synthesize
     ]
     assert len(rules) == 1
     (rule,) = rules
-    assert "ClusterSecurityGroupId" in _text(rule["GroupId"])
+    assert "ClusterSecurityGroupId" in resolve(rule["GroupId"])
     assert rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [sg_id, "GroupId"]}
     assert (rule["FromPort"], rule["ToPort"], rule["IpProtocol"]) == (8000, 8000, "tcp")
     assert "CidrIp" not in rule
@@ -273,7 +257,7 @@ def test_cognito_pool_for_machines_only(variant_app: Synthesized) -> None:
     props = client["Properties"]
     assert props["AllowedOAuthFlows"] == ["client_credentials"]
     assert props["GenerateSecret"] is True
-    assert [_text(s) for s in props["AllowedOAuthScopes"]] == [f"<Ref:{rs_id}>/invoke"]
+    assert [resolve(s) for s in props["AllowedOAuthScopes"]] == [f"<{rs_id}>/invoke"]
     assert props["UserPoolId"] == {"Ref": pool_id}
     assert (props["AccessTokenValidity"], props["TokenValidityUnits"]) == (
         60,
@@ -316,10 +300,10 @@ def test_controller_chart_is_pinned_with_its_settings(variant_app: Synthesized) 
         "kube-system",
         True,
     )
-    values = json.loads(_text(props["Values"]).replace("<Ref:AWS::Region>", "us-west-2"))
+    values = json.loads(resolve(props["Values"]))
     assert values["clusterName"] == "ray-llm-multinode"
     assert values["region"] == "us-west-2"
-    assert values["vpcId"].startswith("<Import:") and "Vpc" in values["vpcId"]
+    assert values["vpcId"].startswith("<import:") and "Vpc" in values["vpcId"]
     assert values["watchNamespace"] == "inference"
     assert values["serviceAccount"] == {"create": False, "name": "aws-load-balancer-controller"}
     # It must create no load balancer of its own.
@@ -398,7 +382,7 @@ def test_controller_runs_with_its_other_controllers_and_addons_off(
     variant_app: Synthesized,
 ) -> None:
     _, chart = _chart(variant_app)
-    values = json.loads(_text(chart["Properties"]["Values"]).replace("<Ref:AWS::Region>", "r"))
+    values = json.loads(resolve(chart["Properties"]["Values"]))
     assert values["controllerConfig"]["featureGates"] == {
         "EnableServiceController": False,
         "NLBGatewayAPI": False,
@@ -421,7 +405,7 @@ def test_crd_file_matches_the_pinned_chart() -> None:
 
 def _binding(app: Synthesized) -> tuple[dict[str, Any], dict[str, Any]]:
     _, resource = _kubernetes(app, "ApplicationEndpointTargetGroupBinding")
-    (manifest,) = json.loads(_text(resource["Properties"]["Manifest"]))
+    (manifest,) = json.loads(resolve(resource["Properties"]["Manifest"]))
     return resource, manifest
 
 
@@ -433,7 +417,7 @@ def test_binding_targets_the_serve_service(variant_app: Synthesized) -> None:
     assert manifest["metadata"]["namespace"] == "inference"
     spec = manifest["spec"]
     assert spec["serviceRef"] == {"name": "ray-llm-serve-svc", "port": 8000}
-    assert spec["targetGroupARN"] == f"<Ref:{tg_id}>"
+    assert spec["targetGroupARN"] == f"<{tg_id}>"
     assert spec["targetType"] == "ip"
     assert "networking" not in spec  # the SG rule is CloudFormation's, not the controller's
 
@@ -493,7 +477,7 @@ def test_certificate_region_rule_only_without_a_region(
 
 def test_outputs_give_the_url_and_the_exact_commands(variant_app: Synthesized) -> None:
     outputs = {
-        k: _text(v["Value"]) for k, v in variant_app.templates["Workload"]["Outputs"].items()
+        k: resolve(v["Value"]) for k, v in variant_app.templates["Workload"]["Outputs"].items()
     }
     lb_id, _ = _one(variant_app, "AWS::ElasticLoadBalancingV2::LoadBalancer")
     pool_id, _ = _one(variant_app, "AWS::Cognito::UserPool")
@@ -501,15 +485,15 @@ def test_outputs_give_the_url_and_the_exact_commands(variant_app: Synthesized) -
     domain_id, _ = _one(variant_app, "AWS::Cognito::UserPoolDomain")
     url = f"https://<{lb_id}.DNSName>"
     assert outputs["EndpointUrl"] == url
-    token_url = f"https://<Ref:{domain_id}>.auth.us-west-2.amazoncognito.com/oauth2/token"
+    token_url = f"https://<{domain_id}>.auth.us-west-2.amazoncognito.com/oauth2/token"
     assert outputs["EndpointTokenUrl"] == token_url
-    assert outputs["EndpointUserPoolId"] == f"<Ref:{pool_id}>"
-    assert outputs["EndpointClientId"] == f"<Ref:{client_id}>"
+    assert outputs["EndpointUserPoolId"] == f"<{pool_id}>"
+    assert outputs["EndpointClientId"] == f"<{client_id}>"
     assert outputs["EndpointScope"] == "ray-llm/invoke"
     assert outputs["EndpointTokenCommand"] == (
-        f'export TOKEN=$(curl -s -u "<Ref:{client_id}>:$(aws cognito-idp '
-        f"describe-user-pool-client --user-pool-id <Ref:{pool_id}> --client-id "
-        f"<Ref:{client_id}> --region us-west-2 --query UserPoolClient.ClientSecret --output "
+        f'export TOKEN=$(curl -s -u "<{client_id}>:$(aws cognito-idp '
+        f"describe-user-pool-client --user-pool-id <{pool_id}> --client-id "
+        f"<{client_id}> --region us-west-2 --query UserPoolClient.ClientSecret --output "
         f'text)" -d grant_type=client_credentials -d scope=ray-llm/invoke {token_url} | '
         "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')"
     )
@@ -520,7 +504,9 @@ def test_outputs_give_the_url_and_the_exact_commands(variant_app: Synthesized) -
 
 
 def test_outputs_use_the_domain_name_when_given(token_app: Synthesized) -> None:
-    outputs = {k: _text(v["Value"]) for k, v in token_app.templates["Workload"]["Outputs"].items()}
+    outputs = {
+        k: resolve(v["Value"]) for k, v in token_app.templates["Workload"]["Outputs"].items()
+    }
     assert outputs["EndpointUrl"] == "https://llm.example.com"
     assert outputs["EndpointJwtIssuer"] == IDP_ISSUER
     assert "EndpointTokenCommand" not in outputs  # tokens come from the user's own IdP
@@ -655,7 +641,7 @@ def test_no_web_acl_when_internal_or_switched_off(variant_app: Synthesized) -> N
     from aws_cdk import aws_ec2 as ec2
     from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 
-    from pd_constructs.endpoint import RateLimit
+    from pd_constructs.endpoint.endpoint import RateLimit
 
     # The construct is created only when the limit is set (ModelEndpoint's condition).
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)

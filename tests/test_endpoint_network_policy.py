@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.network_policy import (
+from pd_constructs.network.network_policy import (
     LOAD_BALANCER_POLICY,
     RAY_PORTS,
     load_balancer_cidrs,

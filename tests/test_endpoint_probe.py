@@ -4,41 +4,28 @@ once, no token with endpointAuth=none, a rollback and a Delete answered at once.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from pd_constructs.endpoint_probe import (
+from pd_constructs.readiness.endpoint_probe import (
     SKIPPED_EXTERNAL_IDP,
     SKIPPED_NO_ENDPOINT,
     probe_skip_reason,
 )
-from ray_pd_eks import lambda_code
 from ray_pd_eks.config import DEFAULTS
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 from tests.fakes.endpoint_api import CLIENT_ID, CLIENT_SECRET, SCOPE, FakeEndpoint
+from tests.lambda_handlers import load
 from tests.synth import Synthesized
 
-HANDLER = lambda_code.LAMBDA_DIR / "endpoint_probe" / "handler.py"
+pytest_plugins = ["tests.fakes.fixtures"]  # alb
+
 POOL_ID = "us-west-2_AbCdEf123"
 
 
-def _load() -> ModuleType:
-    lambda_code.use_shared_layer()
-    spec = importlib.util.spec_from_file_location("endpoint_probe_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-probe_handler = _load()
+probe_handler = load("endpoint_probe", "endpoint_probe_handler")
 
 
 class FakeCognito:
@@ -62,15 +49,6 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-@pytest.fixture
-def alb() -> Iterator[FakeEndpoint]:
-    fake = FakeEndpoint().start()
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def props(alb: FakeEndpoint, **overrides: Any) -> Any:

@@ -1,6 +1,6 @@
 """Engine profiles (FP8 weights and KV cache, the request router, CUDA graphs' fit), the drain
 of streaming replicas, and Serve's port-opening switches pinned off (docs/benchmarking.md,
-docs/scaling.md, pd_constructs/network_policy.py SERVE_SWITCHES)."""
+docs/scaling.md, pd_constructs/network/network_policy.py SERVE_SWITCHES)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs.network_policy import (
+from pd_constructs.network.network_policy import (
     RAY_PORTS,
     SERVE_SWITCHES,
     render_ray_network_policies,
 )
-from pd_constructs.workload import (
+from pd_constructs.serving.workload import (
     PREFIX_ROUTER_CLASS,
     cluster_spec_hash,
     render_rayservice,

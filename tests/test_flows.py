@@ -1,7 +1,7 @@
-"""The connections table (pd_constructs/flows.py) checked two ways against what is synthesized:
-every flow is admitted by the NetworkPolicies (the evaluator of tests/netpol.py) and by the
-security groups of the templates; every policy rule and every security-group rule serves a
-listed flow. Failures name the flow or the rule that is missing or extra."""
+"""The connections table (pd_constructs/inventory/flows.py) checked two ways against what is
+synthesized: every flow is admitted by the NetworkPolicies (the evaluator of tests/netpol.py)
+and by the security groups of the templates; every policy rule and every security-group rule
+serves a listed flow. Failures name the flow or the rule that is missing or extra."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pd_constructs import flows
-from pd_constructs.flows import (
+from pd_constructs.inventory import flows
+from pd_constructs.inventory.flows import (
     FLOWS,
     NAT_ADDRESS,
     NODE_LOCAL,
@@ -23,7 +23,7 @@ from pd_constructs.flows import (
     security_group_named,
     template_rules,
 )
-from pd_constructs.network_policy import control_plane_cidrs, load_balancer_cidrs
+from pd_constructs.network.network_policy import control_plane_cidrs, load_balancer_cidrs
 from ray_pd_eks.bench.job import BENCH_POD_LABELS
 from tests.netpol import Cluster, External, Pod
 from tests.synth import ROOT, Synthesized
@@ -37,8 +37,8 @@ _CDK_NO_EGRESS = "Disallow all traffic"
 def test_docs_flows_md_is_rendered_from_the_table() -> None:
     doc = (ROOT / "docs" / "flows.md").read_text(encoding="utf-8")
     assert doc == flows.markdown(), (
-        "docs/flows.md differs from pd_constructs/flows.py: run "
-        "`.venv/bin/python -m pd_constructs.flows > docs/flows.md`"
+        "docs/flows.md differs from pd_constructs/inventory/flows.py: run "
+        "`.venv/bin/python -m pd_constructs.inventory.flows > docs/flows.md`"
     )
 
 
@@ -133,7 +133,8 @@ class _Templates:
 def test_every_security_group_is_listed(name: str, request: pytest.FixtureRequest) -> None:
     templates = _Templates(request.getfixturevalue(name))
     assert not templates.unlisted, (
-        f"security groups not in pd_constructs/flows.py SECURITY_GROUPS: {templates.unlisted}"
+        "security groups not in pd_constructs/inventory/flows.py SECURITY_GROUPS: "
+        f"{templates.unlisted}"
     )
 
 
@@ -155,7 +156,7 @@ def test_security_group_rules_are_exactly_the_flows(
         for r in f.security_groups
         if not r.managed_by and r in needed and r not in found
     ]
-    assert not extra, f"rules that serve no flow of pd_constructs/flows.py: {extra}"
+    assert not extra, f"rules that serve no flow of pd_constructs/inventory/flows.py: {extra}"
     assert not missing, f"flows whose security-group rule is not synthesized: {missing}"
 
 
@@ -267,7 +268,9 @@ def test_every_policy_rule_serves_a_listed_flow(name: str, request: pytest.Fixtu
             for first, last in _rule_ports(rule):
                 if (policy["metadata"]["name"], first, last) not in served:
                     extra.append(f"{policy['metadata']['name']} {first}-{last}")
-    assert not extra, f"policy rules that serve no flow of pd_constructs/flows.py: {extra}"
+    assert not extra, (
+        f"policy rules that serve no flow of pd_constructs/inventory/flows.py: {extra}"
+    )
 
 
 def test_every_flow_is_checked_by_some_configuration(request: pytest.FixtureRequest) -> None:

@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-HANDLER = Path(__file__).resolve().parent.parent / "assets" / "lambda" / "gpu_az" / "handler.py"
+from tests.lambda_handlers import (
+    RESERVATION_ID,
+    capacity_reservation,
+    load,
+    stubbed_client,
+    stubbed_stack,
+)
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_az_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load()
+handler = load("gpu_az", "gpu_az_handler")
 
 
 def _ec2(azs: list[str]) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        "ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
+    client, stub = stubbed_client("ec2")
     stub.add_response(
         "describe_instance_type_offerings",
         {
@@ -44,7 +34,6 @@ def _ec2(azs: list[str]) -> tuple[Any, Stubber]:
             "Filters": [{"Name": "instance-type", "Values": ["g6.8xlarge"]}],
         },
     )
-    stub.activate()
     return client, stub
 
 
@@ -102,24 +91,6 @@ def test_delete_makes_no_call() -> None:
 
 # --- On-Demand Capacity Reservation ---------------------------------------------------------
 
-RESERVATION_ID = "cr-0123456789abcdef0"
-
-
-def _reservation(**overrides: Any) -> dict[str, Any]:
-    reservation: dict[str, Any] = {
-        "CapacityReservationId": RESERVATION_ID,
-        "InstanceType": "g6.8xlarge",
-        "InstancePlatform": "Linux/UNIX",
-        "AvailabilityZone": "us-west-2c",
-        "Tenancy": "default",
-        "TotalInstanceCount": 2,
-        "AvailableInstanceCount": 2,
-        "State": "active",
-        "InstanceMatchCriteria": "open",
-    }
-    reservation.update(overrides)
-    return {k: v for k, v in reservation.items() if v is not None}
-
 
 def _ec2_reserved(
     azs: list[str],
@@ -166,7 +137,7 @@ PG_ARN = "arn:aws:ec2:us-west-2:123456789012:placement-group/gpu-pg"
 
 
 def test_reservation_decides_the_az_over_the_first_offering_one() -> None:
-    ec2, stub = _ec2_reserved(["us-west-2a", "us-west-2c"], _reservation())
+    ec2, stub = _ec2_reserved(["us-west-2a", "us-west-2c"], capacity_reservation())
     out = handler.on_event(_reserved_event(), None, ec2=ec2)
     assert out["PhysicalResourceId"] == "us-west-2c"
     assert out["Data"] == {"AvailabilityZone": "us-west-2c", "OfferedAzs": "us-west-2a,us-west-2c"}
@@ -174,13 +145,13 @@ def test_reservation_decides_the_az_over_the_first_offering_one() -> None:
 
 
 def test_reservation_moves_a_previous_az_on_update() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], _reservation())
+    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], capacity_reservation())
     out = handler.on_event(_reserved_event("Update", physical="us-west-2a"), None, ec2=ec2)
     assert out["PhysicalResourceId"] == "us-west-2c"
 
 
 def test_reservation_in_the_configured_placement_group_is_accepted() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(PlacementGroupArn=PG_ARN))
     out = handler.on_event(_reserved_event(placement_group="gpu-pg"), None, ec2=ec2)
     assert out["Data"]["AvailabilityZone"] == "us-west-2c"
 
@@ -211,7 +182,7 @@ def test_other_api_errors_are_not_reported_as_not_found() -> None:
 
 
 def test_reservation_that_is_not_active_fails_quoting_its_state() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(State="expired"))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(State="expired"))
     with pytest.raises(
         RuntimeError, match=rf"gpuCapacityReservationId={RESERVATION_ID} is in state 'expired'"
     ):
@@ -219,7 +190,7 @@ def test_reservation_that_is_not_active_fails_quoting_its_state() -> None:
 
 
 def test_reservation_for_another_instance_type_fails_with_both_types() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(InstanceType="p5.48xlarge"))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(InstanceType="p5.48xlarge"))
     with pytest.raises(
         RuntimeError,
         match=r"reserves p5\.48xlarge, but gpuNodeType=g6\.8xlarge; set "
@@ -229,19 +200,19 @@ def test_reservation_for_another_instance_type_fails_with_both_types() -> None:
 
 
 def test_reservation_for_another_platform_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(InstancePlatform="Windows"))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(InstancePlatform="Windows"))
     with pytest.raises(RuntimeError, match=r"platform 'Windows'.*'Linux/UNIX'"):
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
 
 def test_reservation_with_dedicated_tenancy_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(Tenancy="dedicated"))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(Tenancy="dedicated"))
     with pytest.raises(RuntimeError, match="tenancy 'dedicated'"):
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
 
 def test_reservation_in_another_az_than_gpu_az_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], _reservation())
+    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], capacity_reservation())
     with pytest.raises(
         RuntimeError,
         match=rf"gpuAz=us-west-2a but gpuCapacityReservationId={RESERVATION_ID} is in "
@@ -251,25 +222,25 @@ def test_reservation_in_another_az_than_gpu_az_fails() -> None:
 
 
 def test_reservation_in_an_az_without_the_type_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2a"], _reservation())
+    ec2, _ = _ec2_reserved(["us-west-2a"], capacity_reservation())
     with pytest.raises(RuntimeError, match=r"is in us-west-2c, which does not offer g6\.8xlarge"):
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
 
 def test_reservation_without_enough_free_instances_fails_on_create() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(AvailableInstanceCount=1))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(AvailableInstanceCount=1))
     with pytest.raises(RuntimeError, match=r"has 1 of 2 instances free, but gpuNodeCount=2"):
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
 
 def test_full_reservation_on_update_is_our_own_nodes_and_passes() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(AvailableInstanceCount=0))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(AvailableInstanceCount=0))
     out = handler.on_event(_reserved_event("Update", physical="us-west-2c"), None, ec2=ec2)
     assert out["PhysicalResourceId"] == "us-west-2c"
 
 
 def test_reservation_in_a_placement_group_needs_its_name() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(PlacementGroupArn=PG_ARN))
     with pytest.raises(
         RuntimeError,
         match=r"created in cluster placement group gpu-pg, but gpuPlacementGroupName is empty.*"
@@ -279,7 +250,7 @@ def test_reservation_in_a_placement_group_needs_its_name() -> None:
 
 
 def test_reservation_in_another_placement_group_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation(PlacementGroupArn=PG_ARN))
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(PlacementGroupArn=PG_ARN))
     with pytest.raises(
         RuntimeError,
         match=r"but gpuPlacementGroupName=other-pg;.*set `ray-pd-eks settings --set "
@@ -289,7 +260,7 @@ def test_reservation_in_another_placement_group_fails() -> None:
 
 
 def test_placement_group_with_a_reservation_outside_any_group_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation())
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation())
     with pytest.raises(
         RuntimeError,
         match=rf"gpuPlacementGroupName=my-pg but gpuCapacityReservationId={RESERVATION_ID} is "
@@ -299,7 +270,7 @@ def test_placement_group_with_a_reservation_outside_any_group_fails() -> None:
 
 
 def test_invalid_instance_count_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], _reservation())
+    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation())
     with pytest.raises(RuntimeError, match="InstanceCount must be a positive whole number"):
         handler.on_event(_reserved_event(count="0"), None, ec2=ec2)
 
@@ -384,19 +355,7 @@ STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Network
 
 
 def _cloudformation(status: str) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        "cloudformation", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
-    stack = {
-        "StackId": STACK_ID,
-        "StackName": "RayPdEks-Network",
-        "CreationTime": "2026-11-30T10:00:00Z",
-        "StackStatus": status,
-    }
-    stub.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": STACK_ID})
-    stub.activate()
-    return client, stub
+    return stubbed_stack(STACK_ID, status, created="2026-11-30T10:00:00Z")
 
 
 def _rollback_event(physical: str) -> dict[str, Any]:
@@ -414,11 +373,7 @@ def _rollback_event(physical: str) -> dict[str, Any]:
 
 def test_rollback_update_answers_at_once_with_the_physical_ids_az_and_block() -> None:
     cfn, cfn_stub = _cloudformation("UPDATE_ROLLBACK_IN_PROGRESS")
-    ec2 = boto3.client(
-        "ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    ec2_stub = Stubber(ec2)
-    ec2_stub.activate()  # no response queued: any EC2 call would raise
+    ec2, ec2_stub = stubbed_client("ec2")  # no response queued: any EC2 call would raise
     out = handler.on_event(
         _rollback_event("us-west-2c/10.0.224.0/19"), None, ec2=ec2, cloudformation=cfn
     )
@@ -515,7 +470,7 @@ def test_a_full_reservation_on_a_create_that_keeps_a_subnet_is_our_own_nodes() -
     _route_table(stub, {"subnet-0gpu": ("us-west-2c", "10.0.192.0/19")})
     stub.add_response(
         "describe_capacity_reservations",
-        {"CapacityReservations": [_reservation(AvailableInstanceCount=0)]},
+        {"CapacityReservations": [capacity_reservation(AvailableInstanceCount=0)]},
         {"CapacityReservationIds": [RESERVATION_ID]},
     )
     event = _reserved_event("Create")

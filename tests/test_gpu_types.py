@@ -14,7 +14,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Template
 
-from pd_constructs.cluster import EfaGpuNodeGroup, gpu_node_config
+from pd_constructs.cluster.cluster import EfaGpuNodeGroup, gpu_node_config
 from ray_pd_eks import instance_types
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError, config_warnings
 from ray_pd_eks.config.fit import params_billions_from_name

@@ -1,4 +1,4 @@
-"""The identities table (pd_constructs/identities.py) checked two ways against what is
+"""The identities table (pd_constructs/inventory/identities.py) checked two ways against what is
 synthesized (tests/identity_facts.py reads the templates): every IAM role matches exactly one
 row and every row a role, with exactly the row's rights; every RBAC subject our manifests bind
 is a row with exactly its rules. Failures name the role, row, right or rule."""
@@ -9,8 +9,8 @@ from fnmatch import fnmatch
 
 import pytest
 
-from pd_constructs import identities
-from pd_constructs.identities import RBAC, ROLES, RbacSubject, Role
+from pd_constructs.inventory import identities
+from pd_constructs.inventory.identities import RBAC, ROLES, RbacSubject, Role
 from tests.identity_facts import RoleFacts, rbac_facts, role_facts
 from tests.synth import ROOT, Synthesized
 
@@ -20,8 +20,8 @@ APPS = ("default_app", "variant_app", "token_app")
 def test_docs_identities_md_is_rendered_from_the_table() -> None:
     doc = (ROOT / "docs" / "identities.md").read_text(encoding="utf-8")
     assert doc == identities.markdown(), (
-        "docs/identities.md differs from pd_constructs/identities.py: run "
-        "`.venv/bin/python -m pd_constructs.identities > docs/identities.md`"
+        "docs/identities.md differs from pd_constructs/inventory/identities.py: run "
+        "`.venv/bin/python -m pd_constructs.inventory.identities > docs/identities.md`"
     )
 
 

@@ -1,10 +1,10 @@
 """How the nodes pull the Ray image: SOCI parallel pull, never lazy loading.
 
-docs/cold-start.md ("Scale-out", SOCI lazy loading) gives the upstream reasons and keeps the
-scale-out model without a lazy pull. The ones that live in this repository are checked here:
-every node's NodeConfig leaves the snapshotter's config to nodeadm's `FastImagePull` (which
-writes parallel mode, and parallel mode skips lazy loading), and the pinned image is not a
-SOCI-enabled (`-soci`) image, the only kind that carries a SOCI v2 index.
+docs/cold-start.md ("Reference: why not SOCI lazy loading") gives the upstream reasons and
+keeps the scale-out model without a lazy pull. The ones that live in this repository are
+checked here: every node's NodeConfig leaves the snapshotter's config to nodeadm's
+`FastImagePull` (which writes parallel mode, and parallel mode skips lazy loading), and the
+pinned image is not a SOCI-enabled (`-soci`) image, the only kind that carries a SOCI v2 index.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.cluster import gpu_node_config, node_config
+from pd_constructs.cluster.cluster import gpu_node_config, node_config
 from ray_pd_eks.config import DLC_REPOSITORY_TAG
 from tests.synth import ROOT
 

@@ -3,22 +3,17 @@ deploy time (handler: assets/lambda/image_digest/), sticky until the configured 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pd_constructs.images import ecr_repository_arn
+from pd_constructs.serving.images import ecr_repository_arn
+from tests.lambda_handlers import load
 from tests.synth import Synthesized, image_refs, resolve
 
-HANDLER = (
-    Path(__file__).resolve().parent.parent / "assets" / "lambda" / "image_digest" / "handler.py"
-)
 RAY = "763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:serve-llm-cuda-v1.0"
 CLI = "public.ecr.aws/aws-cli/aws-cli:2.37.1"
 D1 = "sha256:" + "1" * 64
@@ -27,15 +22,7 @@ D3 = "sha256:" + "3" * 64
 STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/RayPdEks-Workload/abc"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("image_digest_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load()
+handler = load("image_digest", "image_digest_handler")
 
 
 def _ecr(digest: str = D1, tag: str = "serve-llm-cuda-v1.0", found: bool = True) -> Any:

@@ -1,6 +1,6 @@
 """The shape every custom resource that calls the Kubernetes API shares
-(pd_constructs/kubernetes_waiter.py): its access entry's group is the one its RBAC binds, the
-resource runs only once both are in place, and only a polling waiter answers events from
+(pd_constructs/lifecycle/kubernetes_waiter.py): its access entry's group is the one its RBAC
+binds, the resource runs only once both are in place, and only a polling waiter answers events from
 outside the VPC."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 from aws_cdk import CfnResource, Stack
 from constructs import IConstruct
 
-from pd_constructs.kubernetes_waiter import KubernetesWaiter, group_rbac
-from pd_constructs.ray_auth import RayAuthToken
-from pd_constructs.readiness import ReadinessCheck
-from pd_constructs.recreate import RayServiceRecreate
+from pd_constructs.lifecycle.kubernetes_waiter import KubernetesWaiter, group_rbac
+from pd_constructs.lifecycle.recreate import RayServiceRecreate
+from pd_constructs.readiness.readiness import ReadinessCheck
+from pd_constructs.serving.ray_auth import RayAuthToken
 from tests.synth import Synthesized, resolve
 
 RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}

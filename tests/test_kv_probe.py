@@ -6,19 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
-from pd_constructs import kv_probe
+from pd_constructs.readiness import kv_probe
 from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import FakeKubeApi
 from tests.synth import Synthesized
 
-pytest_plugins = ["tests.fakes.fixtures"]
+pytest_plugins = ["tests.fakes.fixtures"]  # kube_api, probe_env
 
 handler = lambda_code.handler()
 kube = lambda_code.kube()
-probe_run = lambda_code.kv_probe()  # the Lambda's module, not the construct's
 
 
 def _probe_function(app: Synthesized) -> dict[str, Any]:
@@ -91,30 +88,6 @@ def test_an_aggregated_app_alarms_only_on_the_integrity_probe(token_app: Synthes
 
 
 # --- the handler -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def probe_env(kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The function's environment pointing at the fake; returns the metric lines printed."""
-    monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props()))
-    monkeypatch.setattr(probe_run, "counter_sleep", lambda _: None)
-    monkeypatch.setattr(
-        handler,
-        "client_factory",
-        lambda props: kube.KubeClient(
-            props.endpoint, props.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: None
-        ),
-    )
-    lines: list[dict[str, Any]] = []
-    monkeypatch.setattr(handler, "emit_metrics", _recording(handler.emit_metrics, lines))
-    return lines
-
-
-def _recording(emit: Any, lines: list[dict[str, Any]]) -> Any:
-    def record(props: Any, outcome: Any) -> None:
-        emit(props, outcome, out=lambda text: lines.append(json.loads(text)))
-
-    return record
 
 
 def test_a_healthy_world_publishes_ok_metrics(

@@ -445,15 +445,12 @@ def test_every_capacity_watch_ends_by_the_waiter_deadline() -> None:
     by 55 minutes, inside CloudFormation's hour; one more minute is refused at synth."""
     from aws_cdk import Duration
 
-    from pd_constructs.capacity import MAX_TIMEOUT as CAPACITY_MAX
-    from pd_constructs.cluster_active import MAX_TIMEOUT as ACTIVE_MAX
-    from pd_constructs.nodegroups_gone import MAX_TIMEOUT as GONE_MAX
+    from pd_constructs.lifecycle.waiter import MAX_TIMEOUT  # the bound of every waiter construct
     from ray_pd_eks.config import DEFAULTS, WAITER_DEADLINE_MINUTES
     from ray_pd_eks.config.limits import MAX_CAPACITY_WAIT_MINUTES, MAX_READINESS_MINUTES
 
     assert WAITER_DEADLINE_MINUTES == 55 == MAX_READINESS_MINUTES
     deadline = Duration.minutes(WAITER_DEADLINE_MINUTES).to_seconds()
-    for limit in (CAPACITY_MAX, ACTIVE_MAX, GONE_MAX):
-        assert limit.to_seconds() == deadline
+    assert MAX_TIMEOUT.to_seconds() == deadline
     at_max = DEFAULTS.with_overrides({"gpuCapacityWaitMinutes": MAX_CAPACITY_WAIT_MINUTES})
     assert at_max.gpu_capacity_watch_minutes == WAITER_DEADLINE_MINUTES

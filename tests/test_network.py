@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.network import gpu_subnet_blocks, subnet_plan
+from pd_constructs.network.network import gpu_subnet_blocks, subnet_plan
 from ray_pd_eks.vpc_layout import vpc_layout
 from tests.synth import Synthesized
 

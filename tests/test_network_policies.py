@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
-from pd_constructs.network_policy import (
+from pd_constructs.common.namespaces import OPERATOR_NAMESPACE, WARMUP_NAMESPACE
+from pd_constructs.common.templates import ASSETS
+from pd_constructs.network.network_policy import (
     OPERATOR_POD_LABELS,
     RAY_POLICIES,
     RAY_PORTS,
@@ -18,7 +19,6 @@ from pd_constructs.network_policy import (
     policy_files,
     render_ray_network_policies,
 )
-from pd_constructs.templates import ASSETS
 from tests.netpol import Cluster, External, Pod, pods_from_template, policies_in
 from tests.synth import Synthesized, resolve
 
@@ -334,7 +334,7 @@ def test_api_server_reaches_the_gpu_workers_metrics_port_only(world: World) -> N
 
 def test_aggregated_app_opens_no_metrics_port_to_the_api_server() -> None:
     """No KV cache moves, so there are no counters to read and no allow."""
-    from pd_constructs.network_policy import render_ray_network_policies
+    from pd_constructs.network.network_policy import render_ray_network_policies
     from ray_pd_eks.config import AppConfig
 
     names = {
@@ -350,7 +350,7 @@ def test_aggregated_app_opens_no_metrics_port_to_the_api_server() -> None:
 def test_the_scraper_reaches_the_metrics_port_of_every_ray_pod_and_nothing_else_does(
     world: World,
 ) -> None:
-    """Where scrapes come from (pd_constructs/flows.py, flow scrape-metrics): the add-on's
+    """Where scrapes come from (pd_constructs/inventory/flows.py, flow scrape-metrics): the add-on's
     CloudWatch agent is a DaemonSet with ``hostNetwork: true`` (aws-observability/helm-charts,
     amazon-cloudwatch-observability values.yaml ``agent.hostNetwork``) that scrapes the
     PodMonitor targets on its own node (AWS, "Scraping ServiceMonitor and PodMonitor targets",

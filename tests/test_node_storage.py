@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from pd_constructs.cluster import NODEADM_CONTENT_TYPE, nodeadm_user_data
+from pd_constructs.cluster.cluster import NODEADM_CONTENT_TYPE, nodeadm_user_data
 from tests.conftest import RESERVATION
 from tests.synth import Synthesized
 

@@ -1,5 +1,5 @@
 """The GPU Auto Scaling group's node-template tags: what lets the Cluster Autoscaler add a GPU
-node when none is Ready (pd_constructs/cluster_autoscaler.py, assets/lambda/asg_tags/)."""
+node when none is Ready (pd_constructs/cluster/cluster_autoscaler.py, assets/lambda/asg_tags/)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from aws_cdk import aws_eks_v2 as eks
 from botocore.exceptions import ClientError
 
-from pd_constructs.cluster import GPU_TAINT, gpu_labels
-from pd_constructs.cluster_autoscaler import NODE_TEMPLATE, TAG_KEY_MAX, node_template_tags
+from pd_constructs.cluster.cluster import GPU_TAINT, gpu_labels
+from pd_constructs.cluster.cluster_autoscaler import NODE_TEMPLATE, TAG_KEY_MAX, node_template_tags
 from ray_pd_eks import instance_types, lambda_code
 from tests.synth import Synthesized
 

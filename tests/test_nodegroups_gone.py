@@ -14,7 +14,8 @@ import pytest
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_logs as logs
 
-from pd_constructs.nodegroups_gone import NodegroupsGone
+from pd_constructs.lifecycle.nodegroups_gone import NodegroupsGone
+from tests.arns import own_arn
 from tests.synth import Synthesized
 
 
@@ -31,7 +32,7 @@ def test_the_guard_refers_to_the_cluster_and_names_the_gpu_nodes_stack(
     props = guard["Properties"]
     # The Ref: created after the cluster, deleted before it.
     assert props["ClusterName"] == {"Ref": cluster_id}
-    assert props["WaitSeconds"] == "2400"  # 40 minutes (pd_constructs/nodegroups_gone.py)
+    assert props["WaitSeconds"] == "2400"  # 40 minutes (pd_constructs/lifecycle/nodegroups_gone.py)
     assert props["GraceSeconds"] == "300"
     assert props["GpuNodesStack"] == default_app.stage.gpu_nodes.node.path == "RayPdEks/GpuNodes"
 
@@ -69,28 +70,12 @@ def test_the_guard_may_read_this_clusters_node_groups_only(default_app: Synthesi
     role = poller["Properties"]["Role"]["Fn::GetAtt"][0]
     statements = _statements(default_app, role)
 
-    def arn(resource: str) -> dict[str, Any]:
-        return {
-            "Fn::Join": [
-                "",
-                [
-                    "arn:",
-                    {"Ref": "AWS::Partition"},
-                    ":eks:",
-                    {"Ref": "AWS::Region"},
-                    ":",
-                    {"Ref": "AWS::AccountId"},
-                    f":{resource}",
-                ],
-            ]
-        }
-
     assert sorted(
         (s["Action"], json.dumps(s["Resource"])) for s in statements if s["Effect"] == "Allow"
     ) == sorted(
         [
-            ("eks:DescribeNodegroup", json.dumps(arn(f"nodegroup/{name}/*"))),
-            ("eks:ListNodegroups", json.dumps(arn(f"cluster/{name}"))),
+            ("eks:DescribeNodegroup", json.dumps(own_arn("eks", f"nodegroup/{name}/*"))),
+            ("eks:ListNodegroups", json.dumps(own_arn("eks", f"cluster/{name}"))),
         ]
     )
 
@@ -148,7 +133,7 @@ def test_the_capacity_watch_refuses_a_timeout_past_the_waiter_deadline(
     from aws_cdk import Duration
     from aws_cdk import aws_logs as logs
 
-    from pd_constructs.capacity import GpuCapacityWatch
+    from pd_constructs.lifecycle.capacity import GpuCapacityWatch
 
     stack, _ = _stack()
 

@@ -4,11 +4,7 @@ clock: the Delete started at ``STARTED`` and the poll runs at ``STARTED + elapse
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
@@ -16,21 +12,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 
-HANDLER = (
-    Path(__file__).resolve().parent.parent / "assets" / "lambda" / "nodegroups_gone" / "handler.py"
-)
+from tests.lambda_handlers import clock_at, load, stubbed_client
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nodegroups_gone_handler", HANDLER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nodegroups_gone_handler"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load()
+handler = load("nodegroups_gone", "nodegroups_gone_handler")
 
 STARTED = 1_760_000_000
 CLUSTER = "pd-cluster"
@@ -67,25 +51,11 @@ def _delete(**overrides: str) -> dict[str, Any]:
 @pytest.fixture
 def at(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``at(seconds)`` sets the handler's clock to that many seconds after the start."""
-
-    def set_elapsed(seconds: float) -> None:
-        monkeypatch.setattr(handler, "clock", lambda: STARTED + seconds)
-
-    set_elapsed(60)
-    return set_elapsed
+    return clock_at(monkeypatch, handler, STARTED)
 
 
 def _when(seconds_after_start: float) -> datetime:
     return datetime.fromtimestamp(STARTED + seconds_after_start, tz=UTC)
-
-
-def _client(service: str) -> tuple[Any, Stubber]:
-    client = boto3.client(
-        service, region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y"
-    )
-    stub = Stubber(client)
-    stub.activate()
-    return client, stub
 
 
 LIST_PARAMS = {"clusterName": CLUSTER, "maxResults": 100}
@@ -93,7 +63,7 @@ LIST_PARAMS = {"clusterName": CLUSTER, "maxResults": 100}
 
 def _eks(*groups: tuple[str, str, float]) -> tuple[Any, Stubber]:
     """The cluster's node groups as (name, status, modifiedAt seconds after the start)."""
-    client, stub = _client("eks")
+    client, stub = stubbed_client("eks")
     stub.add_response("list_nodegroups", {"nodegroups": [g[0] for g in groups]}, LIST_PARAMS)
     for name, status, modified in groups:
         nodegroup = {
@@ -115,7 +85,7 @@ def _poll(eks: Any, event: dict[str, Any] | None = None, context: Any = None) ->
 
 
 def _cloudformation(status: str | None) -> tuple[Any, Stubber]:
-    client, stub = _client("cloudformation")
+    client, stub = stubbed_client("cloudformation")
     if status is None:
         stub.add_client_error(
             "describe_stacks",
@@ -233,7 +203,7 @@ def test_no_node_group_left_completes(at: Any) -> None:
 
 
 def test_a_cluster_that_does_not_exist_has_no_node_group(at: Any) -> None:
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     stub.add_client_error(
         "list_nodegroups", service_error_code="ResourceNotFoundException", expected_params=None
     )
@@ -249,7 +219,7 @@ def test_a_node_group_being_created_or_deleted_is_waited_for(at: Any, status: st
 
 
 def test_a_node_group_gone_between_list_and_describe_is_gone(at: Any) -> None:
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     stub.add_response("list_nodegroups", {"nodegroups": ["gpu"]}, LIST_PARAMS)
     stub.add_client_error(
         "describe_nodegroup",
@@ -328,7 +298,7 @@ def test_wait_edge(at: Any, elapsed: int, fails: bool) -> None:
 @pytest.mark.parametrize("code", ["AccessDeniedException", "AccessDenied", "UnauthorizedOperation"])
 @pytest.mark.parametrize("operation", ["list_nodegroups", "describe_nodegroup"])
 def test_a_missing_permission_fails_at_once(at: Any, operation: str, code: str) -> None:
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     if operation == "describe_nodegroup":
         stub.add_response("list_nodegroups", {"nodegroups": ["gpu"]}, LIST_PARAMS)
     action = "eks:ListNodegroups" if operation == "list_nodegroups" else "eks:DescribeNodegroup"
@@ -345,11 +315,11 @@ def test_a_missing_permission_fails_at_once(at: Any, operation: str, code: str) 
 
 def test_a_throttled_list_is_pending_until_the_wait_then_fails(at: Any) -> None:
     at(GRACE * 2)  # an unknown state is never "stuck"
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     stub.add_client_error("list_nodegroups", service_error_code="ThrottlingException")
     assert _poll(eks) == PENDING
     at(WAIT)
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     stub.add_client_error("list_nodegroups", service_error_code="ThrottlingException")
     with pytest.raises(RuntimeError, match=r"waiting for node group \(list failed\) \(UNKNOWN\)"):
         _poll(eks)
@@ -420,7 +390,7 @@ def test_a_failed_call_is_an_unknown_group_until_the_wait_then_named(
 
 def test_a_failed_describe_is_an_unknown_group_not_a_stuck_one(at: Any) -> None:
     at(GRACE * 2)
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     stub.add_response("list_nodegroups", {"nodegroups": ["gpu"]}, LIST_PARAMS)
     stub.add_client_error("describe_nodegroup", service_error_code="ServerException")
     assert _poll(eks) == PENDING
@@ -462,12 +432,6 @@ def test_a_poll_without_time_for_the_slowest_call_describes_nothing(
     assert seen == [handler.Nodegroup("gpu", status), handler.Nodegroup("system", status)]
 
 
-def test_time_left_is_the_contexts_in_seconds() -> None:
-    time_left = handler._time_left(Context(12.5))
-    assert time_left is not None and time_left() == 12.5
-    assert handler._time_left(None) is None  # a direct call: no budget
-
-
 def test_a_first_poll_without_its_start_time_counts_from_now(at: Any) -> None:
     """Without the start on_event stored, the grace counts from this poll: an ACTIVE group is
     not yet stuck."""
@@ -493,7 +457,7 @@ def test_a_poll_makes_its_eks_client(monkeypatch: pytest.MonkeyPatch, at: Any) -
 
 
 def test_the_list_follows_its_pages_up_to_the_cap(at: Any) -> None:
-    eks, stub = _client("eks")
+    eks, stub = stubbed_client("eks")
     for page in range(handler.MAX_LIST_PAGES):
         params = dict(LIST_PARAMS, **({"nextToken": f"t{page}"} if page else {}))
         stub.add_response(

@@ -19,8 +19,8 @@ import promql_parser
 import pytest
 import yaml
 
-from pd_constructs.network_policy import RAY_PORTS
-from pd_constructs.observability import (
+from pd_constructs.network.network_policy import RAY_PORTS
+from pd_constructs.observability.observability import (
     ADDON_NAME,
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
@@ -32,14 +32,14 @@ from pd_constructs.observability import (
     panel_guide_markdown,
     render_podmonitors,
 )
-from pd_constructs.promql import (
+from pd_constructs.observability.promql import (
     MISSING_IS_NORMAL,
     MISSING_IS_WATCHED,
     MISSING_IS_ZERO,
     alarm_specs,
     dashboard_panels,
 )
-from pd_constructs.workload import RAY_METRIC_CARDINALITY, render_rayservice
+from pd_constructs.serving.workload import RAY_METRIC_CARDINALITY, render_rayservice
 from ray_pd_eks import metrics
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
 from ray_pd_eks.monitoring import (
@@ -48,6 +48,7 @@ from ray_pd_eks.monitoring import (
     dashboard_name,
     log_group_names,
 )
+from tests.arns import own_arn
 from tests.conftest import ALARM_EMAIL
 from tests.netpol import Cluster, External, Pod
 from tests.synth import TEST_REGION, Synthesized, resolve
@@ -365,22 +366,7 @@ def test_topic_is_encrypted_with_a_rotating_key_cloudwatch_may_use(
     # Only this account's alarms of this stack (their names share the prefix) may use the key.
     our_alarms = {
         "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
-        "ArnLike": {
-            "aws:SourceArn": {
-                "Fn::Join": [
-                    "",
-                    [
-                        "arn:",
-                        {"Ref": "AWS::Partition"},
-                        ":cloudwatch:",
-                        {"Ref": "AWS::Region"},
-                        ":",
-                        {"Ref": "AWS::AccountId"},
-                        f":alarm:{prefix}*",
-                    ],
-                ]
-            }
-        },
+        "ArnLike": {"aws:SourceArn": own_arn("cloudwatch", f"alarm:{prefix}*")},
     }
     assert grant["Condition"] == our_alarms
     policy = default_app.only("Workload", "AWS::SNS::TopicPolicy")["Properties"]
@@ -658,7 +644,7 @@ def test_podmonitors_scrape_the_metrics_port_the_rayservice_declares(
         assert ports[endpoint["port"]] == RAY_PORTS.metrics_export == 8080
         assert group["rayStartParams"]["metrics-export-port"] == str(RAY_PORTS.metrics_export)
         targets = {r["targetLabel"]: r for r in endpoint["relabelings"]}
-        # The labels every Ray query selects on (pd_constructs/promql.py).
+        # The labels every Ray query selects on (pd_constructs/observability/promql.py).
         assert targets["ray_service"]["replacement"] == DEFAULTS.ray_service_name
         assert targets["ray_io_node_type"]["sourceLabels"] == [
             "__meta_kubernetes_pod_label_ray_io_node_type"
@@ -935,7 +921,7 @@ def test_the_replica_start_buckets_reach_past_the_scale_out_goal() -> None:
     extends it so the "Replica start" panel can tell a 6-minute scale-out (the goal, and a
     bucket edge) from the modelled 7.1 and from a stuck one. Serve's parser takes the value:
     positive milliseconds, strictly ascending (Ray 2.58 constants_utils.parse_latency_buckets)."""
-    from pd_constructs.workload import REPLICA_START_BUCKETS_MS, render_rayservice
+    from pd_constructs.serving.workload import REPLICA_START_BUCKETS_MS, render_rayservice
     from ray_pd_eks import timeline
 
     buckets = list(REPLICA_START_BUCKETS_MS)

@@ -1,6 +1,6 @@
 """The KubeRay operator's identity, named in one place: the admission policies that admit only
 it, the identities table, the NetworkPolicy that admits its pod and the chart the stack
-installs all agree (pd_constructs/helm.py derives the name from the release and the chart's
+installs all agree (pd_constructs/common/helm.py derives the name from the release and the chart's
 naming rules; this test recomputes it from what is synthesized and from the chart's own
 values.yaml, kept in tests/schemas/kuberay-v1.7.0/)."""
 
@@ -14,13 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs import identities
-from pd_constructs.admission import (
-    DAEMONSET_CONTROLLER_USERS,
-    OPERATOR_USER,
-    REPLICASET_CONTROLLER_USERS,
-)
-from pd_constructs.helm import (
+from pd_constructs.common.helm import (
     KUBERAY_CHART,
     KUBERAY_CHART_NAMING,
     KUBERAY_CHART_NAMING_VERSION,
@@ -30,7 +24,13 @@ from pd_constructs.helm import (
     chart_service_account,
     kuberay_operator_identity,
 )
-from pd_constructs.network_policy import OPERATOR_POD_LABELS
+from pd_constructs.inventory import identities
+from pd_constructs.network.network_policy import OPERATOR_POD_LABELS
+from pd_constructs.serving.admission import (
+    DAEMONSET_CONTROLLER_USERS,
+    OPERATOR_USER,
+    REPLICASET_CONTROLLER_USERS,
+)
 from ray_pd_eks.templates import deep_merge
 from tests.synth import ROOT, Synthesized
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.model_access import AWS_CONTAINERS, SKIP_CONTAINERS_ANNOTATION
+from pd_constructs.serving.model_access import AWS_CONTAINERS, SKIP_CONTAINERS_ANNOTATION
 from tests.psa import BASELINE_CAPABILITIES, containers, enforced_levels, violations
 from tests.synth import Synthesized, resolve
 
@@ -118,7 +118,7 @@ def test_only_the_efa_workers_run_privileged_by_default(default_app: Synthesized
 
 def test_unprivileged_efa_workers_add_only_ipc_lock() -> None:
     """gpuWorkerPrivileged=false, the explicit opt-in: IPC_LOCK and nothing else."""
-    from pd_constructs.workload import render_rayservice
+    from pd_constructs.serving.workload import render_rayservice
     from ray_pd_eks.config import DEFAULTS
 
     config = DEFAULTS.with_overrides({"gpuWorkerPrivileged": False})

@@ -10,13 +10,9 @@ the API server's proxy: 401 "Missing authentication token" without ``X-Ray-Autho
 from __future__ import annotations
 
 import base64
-import importlib
-import importlib.util
 import json
 import logging
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -25,38 +21,18 @@ from ray_pd_eks import lambda_code
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import RAY_TOKEN, RAY_TOKEN_SECRET, FakeKubeApi, make_secret
+from tests.lambda_handlers import load
 
 pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), fake_aws_env
 
-READINESS_DIR = Path(__file__).resolve().parents[1] / "assets" / "lambda" / "readiness"
 HEAD_PROXY = f"/services/{fake.RAYSERVICE}-head-svc:8265/proxy/"
 SERVE_PROXY = f"/services/{fake.RAYSERVICE}-serve-svc:8000/proxy/"
 
 
-def _load(name: str, alias: str) -> ModuleType:
-    if str(READINESS_DIR) not in sys.path:
-        sys.path.insert(0, str(READINESS_DIR))
-    if alias in sys.modules:
-        return sys.modules[alias]
-    spec = importlib.util.spec_from_file_location(alias, READINESS_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-handler = _load("handler", "readiness_handler")
-kube = importlib.import_module("kube")
-properties = importlib.import_module("properties")
+handler = load("readiness", "readiness_handler")
+kube = lambda_code.kube()
+properties = lambda_code.properties()
 ray_token = lambda_code.ray_token()
-
-
-@pytest.fixture(scope="module")
-def eks_token() -> str:
-    session = importlib.import_module("botocore.session").Session()
-    session.set_credentials(fake.FAKE_ACCESS_KEY_ID, "secret/for/tests/only")
-    return str(kube.eks_token(fake.CLUSTER_NAME, session=session, region="us-west-2"))
 
 
 @pytest.fixture

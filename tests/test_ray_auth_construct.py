@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pd_constructs.ray_auth import TOKEN_WRITER_GROUP
+from pd_constructs.serving.ray_auth import TOKEN_WRITER_GROUP
 from tests.synth import Synthesized, resolve
 
 

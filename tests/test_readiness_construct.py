@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pd_constructs.readiness import READINESS_GROUP, config_hash, readiness_rbac
-from pd_constructs.workload import render_rayservice
+from pd_constructs.readiness.readiness import READINESS_GROUP, config_hash, readiness_rbac
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
 from tests.synth import Synthesized, resolve
 

@@ -8,20 +8,16 @@ CA, demands an EKS-style bearer token and records every request. ``sleep`` is a 
 from __future__ import annotations
 
 import base64
-import importlib
-import importlib.util
 import json
 import logging
 import string
-import sys
 import time
 import urllib.parse
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import (
     FAKE_ACCESS_KEY_ID,
@@ -30,36 +26,15 @@ from tests.fakes.kube_api import (
     make_pod,
     make_rayservice,
 )
+from tests.lambda_handlers import load
 
-pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), fake_aws_env
+pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), eks_token, ...
 
-READINESS_DIR = Path(__file__).resolve().parents[1] / "assets" / "lambda" / "readiness"
-
-
-def _load_lambda() -> tuple[ModuleType, ModuleType, ModuleType]:
-    # The Lambda runtime puts the asset root on sys.path and imports `handler`; do the same, but
-    # register the handler under a unique name so other Lambdas' `handler.py` cannot collide.
-    if str(READINESS_DIR) not in sys.path:
-        sys.path.insert(0, str(READINESS_DIR))
-    kube_module = importlib.import_module("kube")
-    checks_module = importlib.import_module("checks")
-    spec = importlib.util.spec_from_file_location("readiness_handler", READINESS_DIR / "handler.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["readiness_handler"] = module
-    spec.loader.exec_module(module)
-    return module, kube_module, checks_module
-
-
-handler, kube, checks = _load_lambda()
-kvproof = importlib.import_module("kvproof")
-kv_probe = importlib.import_module("kv_probe")
-nixl_logs = importlib.import_module("nixl_logs")
-placement = importlib.import_module("placement")
-properties = importlib.import_module("properties")
-report = importlib.import_module("report")
-steps = importlib.import_module("steps")
-terminal = importlib.import_module("terminal")
+handler = load("readiness", "readiness_handler")
+kube, checks, kvproof = lambda_code.kube(), lambda_code.checks(), lambda_code.kvproof()
+kv_probe, nixl_logs = lambda_code.kv_probe(), lambda_code.nixl_logs()
+placement, properties = lambda_code.placement(), lambda_code.properties()
+report, steps, terminal = lambda_code.report(), lambda_code.steps(), lambda_code.terminal()
 
 GPU_RESOURCE_TEXT = "2 Insufficient nvidia.com/gpu"
 EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
@@ -68,21 +43,15 @@ EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
 # --- helpers -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def token() -> str:
-    """One real EKS token for the module: signing is offline but not free, so reuse it."""
-    session = importlib.import_module("botocore.session").Session()
-    session.set_credentials(FAKE_ACCESS_KEY_ID, "secret/for/tests/only")
-    return str(kube.eks_token(fake.CLUSTER_NAME, session=session, region="us-west-2"))
-
-
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch, token: str) -> list[float]:
+def sleeps(monkeypatch: pytest.MonkeyPatch, eks_token: str) -> list[float]:
     """Route the handler's client through a no-op sleep that records each backoff."""
     recorded: list[float] = []
 
     def factory(props: Any) -> Any:
-        return kube.KubeClient(props.endpoint, props.ca_data, lambda: token, sleep=recorded.append)
+        return kube.KubeClient(
+            props.endpoint, props.ca_data, lambda: eks_token, sleep=recorded.append
+        )
 
     monkeypatch.setattr(handler, "client_factory", factory)
     return recorded
@@ -903,14 +872,7 @@ def test_a_proxy_or_serve_5xx_other_than_500_stays_pending(
 ) -> None:
     """The API server's proxy and Serve answer these while no replica is reachable or free."""
     kube_api.set_stage("serving")
-    kube_api.set_proxy(
-        kube_api.serve_service,
-        8000,
-        "v1/chat/completions",
-        method="POST",
-        status=status,
-        body={"object": "error", "message": "busy"},
-    )
+    kube_api.fail_chat(status, {"object": "error", "message": "busy"})
     assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
     assert pending_check(caplog) == "chat-completion"
 
@@ -1084,23 +1046,22 @@ def test_retries_are_bounded_and_a_persistent_error_keeps_the_poll_pending(
     assert pending_check(caplog) == "kubernetes-api"
 
 
-def test_401_fails_at_once_naming_the_access_entry(
-    kube_api: FakeKubeApi, sleeps: list[float]
+@pytest.mark.parametrize(
+    ("status", "named"),
+    [
+        (401, ("401 Unauthorized", "EKS access entry")),
+        (403, ('cannot list resource "nodes"', "RBAC")),
+    ],
+    ids=["401-names-the-access-entry", "403-names-rbac"],
+)
+def test_a_refused_call_fails_at_once_naming_what_to_fix(
+    kube_api: FakeKubeApi, sleeps: list[float], status: int, named: tuple[str, str]
 ) -> None:
     kube_api.set_stage("serving")
-    kube_api.inject_fault(401, path_contains="/api/v1/nodes")
+    kube_api.inject_fault(status, path_contains="/api/v1/nodes")
     message = fail_message(started(cfn_event(kube_api)))
-    assert "401 Unauthorized" in message
-    assert "EKS access entry" in message
-    assert sleeps == [] and len(kube_api.requests) == 1
-
-
-def test_403_fails_at_once_naming_rbac(kube_api: FakeKubeApi, sleeps: list[float]) -> None:
-    kube_api.set_stage("serving")
-    kube_api.inject_fault(403, path_contains="/api/v1/nodes")
-    message = fail_message(started(cfn_event(kube_api)))
-    assert 'cannot list resource "nodes"' in message
-    assert "RBAC" in message
+    for text in named:
+        assert text in message
     assert sleeps == [] and len(kube_api.requests) == 1
 
 

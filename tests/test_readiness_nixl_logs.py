@@ -4,9 +4,7 @@ the provider. Against the fake API server's Ray dashboard (``tests/fakes/kube_ap
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +13,7 @@ from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import FakeKubeApi, make_ray_actor, nixl_log, provider_log
 
-pytest_plugins = ["tests.fakes.fixtures"]
+pytest_plugins = ["tests.fakes.fixtures"]  # kube_api, probe_env
 
 handler = lambda_code.handler()
 kube = lambda_code.kube()
@@ -685,27 +683,6 @@ def test_provider_metrics(
         reason="" if providers else "dashboard down",
     )
     assert handler.provider_metrics(report) == metrics
-
-
-@pytest.fixture
-def probe_env(kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props()))
-    monkeypatch.setattr(kv_probe, "counter_sleep", lambda _: None)
-    monkeypatch.setattr(
-        handler,
-        "client_factory",
-        lambda props: kube.KubeClient(
-            props.endpoint, props.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: None
-        ),
-    )
-    lines: list[dict[str, Any]] = []
-    emit: Callable[..., None] = handler.emit_metrics
-    monkeypatch.setattr(
-        handler,
-        "emit_metrics",
-        lambda props, outcome: emit(props, outcome, out=lambda t: lines.append(json.loads(t))),
-    )
-    return lines
 
 
 def test_a_long_running_engine_keeps_proving_efa(

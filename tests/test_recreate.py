@@ -8,61 +8,39 @@ and leaves it alone for Serve-only changes.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from pd_constructs.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
+from pd_constructs.serving.workload import CLUSTER_SPEC_ANNOTATION, cluster_spec_hash
+from ray_pd_eks import lambda_code
 from ray_pd_eks.config import AppConfig
 from tests.fakes import kube_api as fake
-from tests.fakes.kube_api import FAKE_ACCESS_KEY_ID, FakeKubeApi, make_raycluster, make_rayservice
+from tests.fakes.kube_api import FakeKubeApi, make_raycluster, make_rayservice
+from tests.lambda_handlers import load
 from tests.synth import Synthesized, cdk_json_context, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
-READINESS_DIR = Path(__file__).resolve().parents[1] / "assets" / "lambda" / "readiness"
-
-
-def _load() -> tuple[ModuleType, ModuleType]:
-    if str(READINESS_DIR) not in sys.path:
-        sys.path.insert(0, str(READINESS_DIR))
-    kube_module = importlib.import_module("kube")
-    spec = importlib.util.spec_from_file_location("recreate_handler", READINESS_DIR / "recreate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["recreate_handler"] = module
-    spec.loader.exec_module(module)
-    return module, kube_module
-
-
-recreate, kube = _load()
+recreate = load("readiness", "recreate_handler", "recreate")
+kube = lambda_code.kube()
 
 OLD, NEW = "0ld0ld0ld0ld0ld0", "4e54e54e54e54e54"
 PODS = (fake.HEAD_POD, fake.WORKER_POD_A, fake.WORKER_POD_B)
 
 
-@pytest.fixture(scope="module")
-def token() -> str:
-    session = importlib.import_module("botocore.session").Session()
-    session.set_credentials(FAKE_ACCESS_KEY_ID, "secret/for/tests/only")
-    return str(kube.eks_token(fake.CLUSTER_NAME, session=session, region="us-west-2"))
-
-
 @pytest.fixture
-def api(kube_api: FakeKubeApi, token: str, monkeypatch: pytest.MonkeyPatch) -> FakeKubeApi:
+def api(kube_api: FakeKubeApi, eks_token: str, monkeypatch: pytest.MonkeyPatch) -> FakeKubeApi:
     """The fake API, running the old cluster (spec OLD) and serving; handler wired to it."""
     kube_api.set_stage("serving")
     kube_api.rayservice = make_rayservice()
     kube_api.rayclusters = {fake.RAY_CLUSTER: make_raycluster(spec_hash=OLD)}
 
     def factory(props: Any) -> Any:
-        return kube.KubeClient(props.endpoint, props.ca_data, lambda: token, sleep=lambda _: None)
+        return kube.KubeClient(
+            props.endpoint, props.ca_data, lambda: eks_token, sleep=lambda _: None
+        )
 
     monkeypatch.setattr(recreate, "client_factory", factory)
     monkeypatch.setattr(recreate, "stack_rolling_back", lambda event: False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pd_constructs.render import rendered_files
+from pd_constructs.inventory.render import rendered_files
 from ray_pd_eks.config import DEFAULTS
 from ray_pd_eks.rehearse.plane import (
     GPU_STANDIN,

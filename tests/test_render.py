@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from pd_constructs.render import rendered_files, write_rendered
-from pd_constructs.workload import render_rayservice
+from pd_constructs.inventory.render import rendered_files, write_rendered
+from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.config import DEFAULTS
 
 

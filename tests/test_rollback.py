@@ -4,31 +4,20 @@ functions that tell a rollback from a deploy may describe their own stack and no
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.arns import own_arn
+from tests.lambda_handlers import load
 from tests.synth import Synthesized
-
-LAMBDA = Path(__file__).resolve().parent.parent / "assets" / "lambda"
 
 
 def _load(folder: str, module: str = "handler") -> ModuleType:
-    if folder == "readiness" and str(LAMBDA / folder) not in sys.path:
-        sys.path.insert(0, str(LAMBDA / folder))  # its modules import each other
-    name = f"rollback_{folder}_{module}"
-    spec = importlib.util.spec_from_file_location(name, LAMBDA / folder / f"{module}.py")
-    assert spec and spec.loader
-    loaded = importlib.util.module_from_spec(spec)
-    sys.modules[name] = loaded
-    spec.loader.exec_module(loaded)
-    return loaded
+    return load(folder, f"rollback_{folder}_{module}", module)
 
 
 # Custom resource type -> the keys its handler's rollback answer carries.
@@ -99,20 +88,7 @@ def test_describe_stacks_is_granted_on_the_own_stack_only(default_app: Synthesiz
     stage = default_app.stage
 
     def named(stack_name: str) -> dict[str, Any]:
-        return {
-            "Fn::Join": [
-                "",
-                [
-                    "arn:",
-                    {"Ref": "AWS::Partition"},
-                    ":cloudformation:",
-                    {"Ref": "AWS::Region"},
-                    ":",
-                    {"Ref": "AWS::AccountId"},
-                    f":stack/{stack_name}/*",
-                ],
-            ]
-        }
+        return own_arn("cloudformation", f"stack/{stack_name}/*")
 
     own = {"Ref": "AWS::StackId"}
     expected_resources = {

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pd_constructs.workload import cluster_spec_hash, render_rayservice
+from pd_constructs.serving.workload import cluster_spec_hash, render_rayservice
 from ray_pd_eks import lambda_code
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
 from tests.fakes.kube_api import (
@@ -356,7 +356,7 @@ def test_fallback_placement_counts_one_replicas_gpus_per_worker(
 def test_autoscaler_values_use_only_keys_the_pinned_chart_knows() -> None:
     from pathlib import Path
 
-    from pd_constructs.helm import CLUSTER_AUTOSCALER
+    from pd_constructs.common.helm import CLUSTER_AUTOSCALER
 
     chart = yaml.safe_load(
         (Path(__file__).parent / "schemas" / "cluster-autoscaler-values-9.59.0.yaml").read_text()

@@ -13,8 +13,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Template
 
-from pd_constructs.cluster import EfaGpuNodeGroup, efa_network_interfaces
-from pd_constructs.workload import render_rayservice, render_serve_config
+from pd_constructs.cluster.cluster import EfaGpuNodeGroup, efa_network_interfaces
+from pd_constructs.serving.workload import render_rayservice, render_serve_config
 from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
 from ray_pd_eks.instance_types import EFA_GPU_TYPES
 
@@ -95,7 +95,7 @@ def test_serve_config_yaml_has_no_anchors_for_repeated_bundles() -> None:
 
 
 def test_parallel_size_changes_the_ray_cluster_spec_hash() -> None:
-    from pd_constructs.workload import cluster_spec_hash
+    from pd_constructs.serving.workload import cluster_spec_hash
 
     assert cluster_spec_hash(G6_TP4) != cluster_spec_hash(
         G6_TP4.with_overrides({"tensorParallelSize": 2})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pd_lambda import settings_hint
 
-from pd_constructs.endpoint import endpoint_warnings
+from pd_constructs.endpoint.endpoint import endpoint_warnings
 from ray_pd_eks.cli import errors
 from ray_pd_eks.config import DEFAULTS, SETTINGS_SET, AppConfig, set_hint
 from tests.conftest import CERTIFICATE
@@ -33,7 +33,7 @@ _OVERRIDE = re.compile(r"-c (\w+|\{\}=)")
 _FOR_ONE_COMMAND = re.compile(r"or -c [\w{}]+=\S* for one command")
 SOURCES = sorted(
     [
-        *(ROOT / "pd_constructs").glob("*.py"),
+        *(ROOT / "pd_constructs").rglob("*.py"),
         *(ROOT / "stacks").glob("*.py"),
         *(ROOT / "ray_pd_eks").rglob("*.py"),
         *(ROOT / "assets" / "lambda").rglob("*.py"),

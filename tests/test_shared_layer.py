@@ -15,7 +15,12 @@ LAMBDA = ROOT / "assets" / "lambda"
 LAYER = LAMBDA / "layer"
 HANDLER_FOLDERS = sorted(p for p in LAMBDA.iterdir() if p.is_dir() and p.name != "layer")
 # The helpers that used to be copied into every handler, now only in the layer.
-SHARED = {"stack_rolling_back": "rollback", "positive_int": "props", "one_line": "props"}
+SHARED = {
+    "stack_rolling_back": "rollback",
+    "positive_int": "props",
+    "one_line": "props",
+    "time_left": "props",
+}
 # Handlers that read another stack (through the layer) besides their own stack's rollback test.
 OTHER_STACKS = {
     "cluster_active": "reads the Cluster stack's status while it waits for it",
@@ -106,6 +111,10 @@ def test_the_layer_answers_like_the_handlers_did() -> None:
     assert made == ["cfn"]
     assert rollback.stack_rolling_back({}, make_client=make) is False
     assert made == ["cfn"]  # no stack to ask about: no client
+    assert rollback.settled({"RequestType": "Delete", "K": "true"}, "K") == {"IsComplete": True}
+    marked = {"RequestType": "Update", "K": "true", "Data": {"A": "1"}}
+    assert rollback.settled(marked, "K") == {"IsComplete": True, "Data": {"A": "1"}}
+    assert rollback.settled({"RequestType": "Update", "K": "false"}, "K") is None
     assert props.positive_int({"N": "1"}, "N") == 1
     with pytest.raises(KeyError, match="N must be a positive whole number, got '0'"):
         props.positive_int({"N": "0"}, "N", error=KeyError)
@@ -114,6 +123,21 @@ def test_the_layer_answers_like_the_handlers_did() -> None:
     assert props.started_at({"T": "later"}, "T", 99.0) == 99.0
     assert props.one_line("a\n  b", 10) == "a b"
     assert props.one_line("x" * 11, 10) == "x" * 7 + "..."
+    props.require({"A": "1", "B": "2"}, ("A", "B"), construct="Some")
+    with pytest.raises(KeyError, match="missing B, C; the Some construct must pass all of A, B, C"):
+        props.require({"A": "1", "B": ""}, ("A", "B", "C"), construct="Some", error=KeyError)
+
+
+def test_time_left_is_the_contexts_in_seconds() -> None:
+    from pd_lambda import props
+
+    class Context:
+        def get_remaining_time_in_millis(self) -> int:
+            return 12_500
+
+    time_left = props.time_left(Context())
+    assert time_left is not None and time_left() == 12.5
+    assert props.time_left(None) is None  # a direct call: no budget
 
 
 @pytest.mark.parametrize(

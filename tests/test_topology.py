@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aws_cdk import aws_eks_v2 as eks
 
-from pd_constructs.cluster import GPU_AMI_TYPE, gpu_nodegroup_name
+from pd_constructs.cluster.cluster import GPU_AMI_TYPE, gpu_nodegroup_name
 from ray_pd_eks.config import GPU_NODEGROUP_PREFIX_MAX, AppConfig, ConfigError
 from ray_pd_eks.timeline import refs
 from tests.synth import Synthesized
@@ -239,7 +239,8 @@ def test_the_later_stacks_hold_the_checks_not_their_machinery(
     for app in (default_app, variant_app):
         readiness = app.templates["Readiness"]["Resources"]
         # Besides the check, only the scheduled KV probe (which runs after the check, on its
-        # own schedule: pd_constructs/kv_probe.py) and the shared layer its function carries.
+        # own schedule: pd_constructs/readiness/kv_probe.py) and the shared layer its function
+        # carries.
         assert {
             r["Type"]
             for k, r in readiness.items()

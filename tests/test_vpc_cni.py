@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.vpc_cni import CNI_SUBNET_TAG
+from pd_constructs.cluster.vpc_cni import CNI_SUBNET_TAG
 from ray_pd_eks.vpc_layout import vpc_layout
+from tests.arns import own_arn
 from tests.synth import Synthesized
 
 CNI_POLICY = "AmazonEKS_CNI_Policy"
@@ -64,22 +65,7 @@ def test_vpc_cni_gets_the_cni_policy_through_pod_identity_of_this_cluster_only(
     name = default_app.config.cluster_name
     assert statement["Condition"] == {
         "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
-        "ArnEquals": {
-            "aws:SourceArn": {
-                "Fn::Join": [
-                    "",
-                    [
-                        "arn:",
-                        {"Ref": "AWS::Partition"},
-                        ":eks:",
-                        {"Ref": "AWS::Region"},
-                        ":",
-                        {"Ref": "AWS::AccountId"},
-                        f":cluster/{name}",
-                    ],
-                ]
-            }
-        },
+        "ArnEquals": {"aws:SourceArn": own_arn("eks", f"cluster/{name}")},
     }
 
 
@@ -286,17 +272,4 @@ _ANY = _Any()
 
 
 def _ec2_arn(resource: str) -> dict[str, Any]:
-    return {
-        "Fn::Join": [
-            "",
-            [
-                "arn:",
-                {"Ref": "AWS::Partition"},
-                ":ec2:",
-                {"Ref": "AWS::Region"},
-                ":",
-                {"Ref": "AWS::AccountId"},
-                f":{resource}",
-            ],
-        ]
-    }
+    return own_arn("ec2", resource)

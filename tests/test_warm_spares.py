@@ -12,16 +12,16 @@ import jsonschema
 import pytest
 import yaml
 
-from pd_constructs.helm import CLUSTER_AUTOSCALER
-from pd_constructs.namespaces import WARMUP_NAMESPACE
-from pd_constructs.warmup import (
+from pd_constructs.common.helm import CLUSTER_AUTOSCALER
+from pd_constructs.common.namespaces import WARMUP_NAMESPACE
+from pd_constructs.serving.warmup import (
     CLUSTER_AUTOSCALER_EXPENDABLE_CUTOFF,
     PAUSE_IMAGE,
     WARM_SPARE_PRIORITY,
     WARM_SPARE_PRIORITY_CLASS,
     render_warm_spares,
 )
-from pd_constructs.workload import render_rayservice, worker_resources
+from pd_constructs.serving.workload import render_rayservice, worker_resources
 from ray_pd_eks import timeline
 from ray_pd_eks.config import DEFAULTS, ConfigError
 from ray_pd_eks.timeline import Deploy

@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pd_constructs.model_access import MODEL_CACHE, TOKEN_DIR, prefetch_requirements
-from pd_constructs.warmup import WARMUP_NAMESPACE
-from pd_constructs.workload import render_rayservice
+from pd_constructs.serving.model_access import MODEL_CACHE, TOKEN_DIR, prefetch_requirements
+from pd_constructs.serving.warmup import WARMUP_NAMESPACE
+from pd_constructs.serving.workload import render_rayservice
 from tests.conftest import S3_URI, TOKEN_SECRET
 from tests.synth import TEST_REGION, Synthesized, image_refs, resolve
 

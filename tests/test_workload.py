@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-from pd_constructs.network_policy import SERVE_SWITCHES
-from pd_constructs.templates import TemplateError, render
-from pd_constructs.workload import llm_configs, render_rayservice, render_serve_config
+from pd_constructs.common.templates import TemplateError, render
+from pd_constructs.network.network_policy import SERVE_SWITCHES
+from pd_constructs.serving.workload import llm_configs, render_rayservice, render_serve_config
 from ray_pd_eks.config import DEFAULTS, AppConfig
 from tests.synth import TEST_REGION, Synthesized, image_refs, resolve
 
@@ -319,7 +319,7 @@ def test_aggregated_workers_need_neither_efa_nor_privilege() -> None:
         "TZ",
         *(switch.name for switch in SERVE_SWITCHES),
     }
-    from pd_constructs.workload import render_namespace
+    from pd_constructs.serving.workload import render_namespace
 
     labels = render_namespace(AGGREGATED)["metadata"]["labels"]
     # Not privileged, but the node cache is a hostPath: baseline would reject the workers.
@@ -596,8 +596,8 @@ def test_rayservice_has_the_fields_we_rely_on(rs: dict[str, Any]) -> None:
 
 
 def test_our_helm_values_use_only_keys_the_charts_know(reference_dir: Path) -> None:
-    from pd_constructs.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, kuberay_operator
-    from pd_constructs.workload import kuberay_operator_overrides
+    from pd_constructs.common.helm import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, kuberay_operator
+    from pd_constructs.serving.workload import kuberay_operator_overrides
 
     def unknown(ours: Any, ref: Any, prefix: str = "") -> set[str]:
         """Keys of ours missing from the chart's values; free-form maps (``{}`` in the chart,

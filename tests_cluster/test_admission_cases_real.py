@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.admission import OPERATOR_USER
+from pd_constructs.serving.admission import OPERATOR_USER
 from ray_pd_eks.config import AppConfig
 from tests.admission_cases import AdmissionCase, cases
 from tests_cluster import variants

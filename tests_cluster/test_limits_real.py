@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.admission import OPERATOR_USER
+from pd_constructs.serving.admission import OPERATOR_USER
 from ray_pd_eks.config import AppConfig, ConfigError
 from tests.synth import cdk_json_context
 from tests_cluster import variants

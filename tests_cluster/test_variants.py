@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pd_constructs.workload import (
+from pd_constructs.serving.workload import (
     CLUSTER_SPEC_ANNOTATION,
     cluster_spec_hash,
     head_service_account_name,

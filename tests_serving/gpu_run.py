@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ["RAY_PD_EKS_SERVING_VENV"] = str(args.venv)
     make_venv(args.site, args.venv)
     from ray_pd_eks.rehearse import plane as plane_module
-    from ray_pd_eks.rehearse import probe
+    from ray_pd_eks.rehearse.checks import rehearse_checks
 
     plane_module.SERVING_VENV = args.venv
     apps = json.loads(args.apps.read_text())
@@ -175,48 +175,10 @@ def run(args: argparse.Namespace) -> int:
         plane.wait_running(args.deploy_timeout)
         report["running_after_s"] = round(time.monotonic() - started, 1)
         base = f"http://127.0.0.1:{plane_module.SERVE_PORT}"
-        apps_json = plane.dashboard("api/serve/applications/")
-        engines = probe.engines(apps_json, app.app_name)
-        checks["replicas"] = [
-            {"deployment": r.deployment, "role": r.role, "state": r.state, "node_ip": r.node_ip}
-            for r in engines.replicas
-        ]
-        status, models = probe.http(f"{base}/v1/models")
-        checks["models"] = {"status": status, "body": models[:500]}
-        decode_ips = engines.ips("decode") or engines.ips("engine")
-        metric_urls = {
-            ip: f"http://{ip}:{_metrics_port(plane_module, app, ip)}/metrics"
-            for ip in decode_ips
-            if ip in plane_module.WORKER_IPS
-        }
-
-        def read_counters() -> Any:
-            return probe.counters({ip: probe.http(url)[1] for ip, url in metric_urls.items()})
-
-        before = read_counters()
-        code = probe.kvproof.new_code()
-        first = probe.chat(base, app.model_id, probe.kvproof.probe_prompt(code), 16)
-        time.sleep(6)  # Ray's metrics export interval is 5 s
-        after = read_counters()
-        verdict = probe.kvproof.transfer_verdict(before, after, probe.prompt_tokens(first))
-        checks["probe_chat"] = {
-            "status": first["status"],
-            "prompt_tokens": probe.prompt_tokens(first),
-            "answer": probe.answer_text(first),
-        }
-        checks["nixl_counters"] = {
-            "before": asdict(before),
-            "after": asdict(after),
-            "verdict": asdict(verdict),
-        }
-        logs = probe.log_texts(plane.logs_dir())
-        checks["nixl_backends"] = sorted(probe.backends_in(logs.values()))
-        # Greedy answers to fixed prompts: equal in both profiles when the KV cache that
-        # decode pulled is the one prefill computed.
-        checks["greedy"] = [
-            probe.answer_text(probe.chat(base, app.model_id, p, 12))
-            for p in ("Tell me about the river.", probe.kvproof.probe_prompt("ABCD1234"))
-        ]
+        # The rehearsal's checks (ray_pd_eks/rehearse/checks.py): the KV proof reads decode's
+        # counters until the probe's transfer shows (Ray exports metrics every few seconds).
+        checks["findings"] = [f.line() for f in rehearse_checks(plane)]
+        print(*checks["findings"], sep="\n", flush=True)
         report["bench_started_s"] = round(time.monotonic() - started, 1)
         bench(
             base,
@@ -245,15 +207,36 @@ def run(args: argparse.Namespace) -> int:
         plane.stop()
 
 
-def _metrics_port(plane_module: Any, app: Any, ip: str) -> int:
-    return int(plane_module.metrics_port(app, 1 + plane_module.WORKER_IPS.index(ip)))
-
-
-def unpack(bench_json: Path, out_dir: Path) -> None:
-    """A ``<profile>-bench.json`` back into a run folder that ``bench report`` reads."""
+def unpack(bench_json: Path, out_dir: Path, run_json: Path | None, gpu: str) -> None:
+    """A ``<profile>-bench.json`` back into a run folder that ``bench report`` reads, with a
+    ``bench-meta.json`` from the run's report (``<profile>-run.json``) when given."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in json.loads(bench_json.read_text()).items():
         (out_dir / name).write_text(text)
+    if run_json is None:
+        return
+    report = json.loads(run_json.read_text())
+    serve = report["serve_config"]["applications"][0]["args"]
+    pd = "prefill_config" in serve
+    engine = serve["decode_config"] if pd else serve["llm_configs"][0]
+    replicas = lambda c: c.get("deployment_config", {}).get("num_replicas")  # noqa: E731
+    meta = {
+        "servingMode": "pd" if pd else "aggregated",
+        "kvBackend": "UCX" if pd else None,
+        "modelId": engine["model_loading_config"]["model_id"],
+        "modelSource": f"dummy {report['shape']} shape (seeded random weights)",
+        "gpuNodeCount": 1,
+        "gpuNodeType": f"one {gpu}, both worker nodes on it",
+        "gpuModel": gpu,
+        "inputLen": BENCH_INPUT_LEN,
+        "outputLen": BENCH_OUTPUT_LEN,
+        "seed": 0,
+        "enforceEager": engine["engine_kwargs"].get("enforce_eager"),
+        "prefillReplicas": replicas(serve["prefill_config"]) if pd else None,
+        "decodeReplicas": replicas(engine) if pd else None,
+        "engines": None if pd else replicas(engine),
+    }
+    (out_dir / "bench-meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
 def main() -> int:
@@ -275,12 +258,14 @@ def main() -> int:
     u = sub.add_parser("unpack")
     u.add_argument("bench_json", type=Path)
     u.add_argument("out_dir", type=Path)
+    u.add_argument("--run", type=Path, help="the run's <profile>-run.json, for bench-meta.json")
+    u.add_argument("--gpu", default="NVIDIA H100 80GB HBM3")
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.out)
         return 0
     if args.command == "unpack":
-        unpack(args.bench_json, args.out_dir)
+        unpack(args.bench_json, args.out_dir, args.run, args.gpu)
         return 0
     args.label = args.label or f"{args.profile}-1gpu"
     return run(args)

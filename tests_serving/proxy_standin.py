@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import urllib.parse
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from ray_pd_eks.rehearse.plane import (
     DASHBOARD_PORT,
@@ -96,6 +97,11 @@ class RealPlaneKubeApi(FakeKubeApi):
             make_node(SYSTEM_NODE, role="system", gpus=0, efa=0, instance_type="m7i.xlarge"),
             *(make_node(n) for n in GPU_NODES),
         ]
+        # Registered as the stand-in starts (``coldstart`` counts from it; the tier's nodes
+        # have no EC2 instance, so no providerID and no LaunchTime).
+        registered = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for node in self.nodes:
+            node["metadata"]["creationTimestamp"] = registered
         self.pods = [
             make_pod(HEAD_POD, node_type="head", node=SYSTEM_NODE, ip=HEAD_IP),
             *(

@@ -10,7 +10,7 @@ from ray_pd_eks.rehearse.plane import RENDERED_RAYSERVICE, RenderedApp, rendered
 
 
 def app_for(context: Mapping[str, Any] | None = None) -> RenderedApp:
-    from pd_constructs.render import rendered_files
+    from pd_constructs.inventory.render import rendered_files
     from ray_pd_eks.config import AppConfig
     from tests.synth import cdk_json_context
 

@@ -33,7 +33,8 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on 
 RESULT_DIR = "/work/results"
 TOKENIZER_DIR = "/work/tokenizer"
 # The tokenizer's files, as the model prefetch fetches them without the weights
-# (pd_constructs/model_access.py ALLOW_PATTERNS): vLLM's get_tokenizer also reads config.json.
+# (pd_constructs/serving/model_access.py ALLOW_PATTERNS): vLLM's get_tokenizer also reads
+# config.json.
 TOKENIZER_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 _FETCH_TOKENIZER = (
     "import sys; from huggingface_hub import snapshot_download; "

@@ -31,7 +31,7 @@ from ray_pd_eks.config.rules_model import is_hf_revision
 from ray_pd_eks.instance_types import gpu_spec
 
 NAME = "bench"
-# The placeholders' label (assets/manifests/gpu-warm-spare.yaml, pd_constructs/warmup.py).
+# The placeholders' label (assets/manifests/gpu-warm-spare.yaml, pd_constructs/serving/warmup.py).
 HELP = "benchmark the endpoint (TTFT, ITL, throughput, cost) with vllm bench serve; `report`"
 DESCRIPTION = """\
 Run `vllm bench serve` (from the Ray LLM image the RayService runs) as a Kubernetes Job on the
@@ -309,7 +309,7 @@ def deployed_settings(rayservice: dict[str, Any], app: App) -> dict[str, Any]:
     if _HF_REPO.match(source):  # a staged copy's local path is no use to the load generator
         settings["modelSource"] = source
     settings["maxModelLen"] = engine.get("max_model_len") or settings["maxModelLen"]
-    # vLLM's tokenizer_revision (else revision) in engine_kwargs: pd_constructs/workload.py
+    # vLLM's tokenizer_revision (else revision) in engine_kwargs: pd_constructs/serving/workload.py
     # revision_kwargs.
     revision = engine.get("tokenizer_revision") or engine.get("revision")
     settings["modelRevision"] = str(revision or settings["modelRevision"])

@@ -33,7 +33,7 @@ model is off:
   and first health check: the last lines of the controller's log (``controller_info``).
 
 Serve writes its times in the process's local time; the app pins the Ray pods' ``TZ`` to UTC
-(``pd_constructs/workload.py``, ``LOG_CLOCK_ENV``). Only durable status fields and logs are
+(``pd_constructs/serving/workload.py``, ``LOG_CLOCK_ENV``). Only durable status fields and logs are
 read (the events are a bonus), so the command works on a node of any age. The minutes "from
 launch" describe a node added to a running cluster (a scale-out, a replaced node); on the
 first deploy's nodes the warm-up starts when the workload stack applies it, so there only

@@ -1,10 +1,21 @@
 """``drill``: lose one engine on purpose and measure how long the endpoint is down.
 
-``prefill-restart`` / ``decode-restart`` delete the worker pod that runs that engine's Serve
-replica. KubeRay creates a new worker pod, Ray Serve places a new replica on it, and vLLM
-loads the model again. The drill polls until the RayService is RUNNING again and the KV
-integrity probe passes (the readiness check's own ``kv_probe``: the answer holds the code, the
-decode engines' NIXL transfer count rose, none failed), and reports the downtime.
+Two ways to lose it, for each engine:
+
+* ``prefill-restart`` / ``decode-restart`` delete the worker pod that runs that engine's Serve
+  replica. KubeRay creates a new worker pod (a new IP), Ray Serve places a new replica on it,
+  and vLLM loads the model again.
+* ``prefill-replica-restart`` / ``decode-replica-restart`` kill only the engine's Serve replica
+  (its Ray actor, ``ray.kill(..., no_restart=True)``, in a Ray job submitted to the head's
+  dashboard) and keep the pod: Serve starts a new replica in the same pod, the only one with a
+  free GPU, on the same IP and NIXL side-channel port. This is the path a crashed engine takes
+  (a CUDA error, an OOM kill of the replica), and the one where a pinned NIXL engine id would
+  repeat (below).
+
+The drill polls until the RayService is RUNNING again (and, killing a replica, a new replica
+of that engine is RUNNING) and the KV integrity probe passes (the readiness check's own
+``kv_probe``: the answer holds the code, the decode engines' NIXL transfer count rose, none
+failed), and reports the downtime.
 
 What vLLM 0.26's NixlConnector does when its peer restarts (docs/readiness.md, "Recovery
 drill", says where this was read): decode keeps, per remote *engine id*, the NIXL agent
@@ -22,15 +33,19 @@ count that does not rise, an answer without the code, or HTTP 500, which vLLM an
 KV load fails) after the replacement is RUNNING; the drill names that and the command that
 recovers (restart the other engine's pod too, which forces a fresh handshake on both sides).
 
-Least privilege (docs/readiness.md lists it; ``DRILL_RULES`` is the Role, and the tests prove
-each request is covered and each rule used): ``get`` the RayService, ``list`` pods and
-events, ``delete`` pods, ``get`` the Ray token Secret, ``services/proxy`` on the head's
-dashboard (``get``) and Serve (``get``, ``create``), ``pods/proxy`` ``get`` (the counters).
+Least privilege (docs/readiness.md lists it; ``DRILL_RULES`` is the Role of each kind of
+drill, and the tests prove each request covered and each rule used): ``get`` the RayService,
+``list`` pods and events, ``get`` the Ray token Secret, ``services/proxy`` on the head's
+dashboard (``get``) and Serve (``get``, ``create``), ``pods/proxy`` ``get`` (the counters);
+deleting a pod needs ``delete`` pods, killing a replica ``create`` on the dashboard's proxy
+(a Ray job: whoever may submit one runs code in the Ray cluster, so that mode needs more trust
+than deleting a pod).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from ray_pd_eks import lambda_code
@@ -41,18 +56,37 @@ from ray_pd_eks.cli.errors import EXIT_OK, CheckFailed, UsageError
 from ray_pd_eks.cli.output import duration
 
 NAME = "drill"
-HELP = "delete the prefill or decode engine's pod and time the recovery (KV probe included)"
+HELP = "lose the prefill or decode engine (its pod, or only its replica) and time the recovery"
 DESCRIPTION = """\
 Recovery drill: delete the worker pod that runs the prefill (prefill-restart) or decode
-(decode-restart) engine, then poll until the RayService is RUNNING again and the KV integrity
-probe passes (the answer holds the code, the NIXL transfer count rose, no transfer failed).
-Prints the downtime. The endpoint is down meanwhile: it asks for --yes.
+(decode-restart) engine, or kill only that engine's Serve replica and keep its pod
+(prefill-replica-restart, decode-replica-restart: a Ray job on the head kills the replica's
+actor; Serve starts a new one in the same pod), then poll until the RayService is RUNNING again
+and the KV integrity probe passes (the answer holds the code, the NIXL transfer count rose, no
+transfer failed). Prints the downtime. The endpoint is down meanwhile: it asks for --yes.
 
 Exit 1 when the endpoint does not recover within --timeout-minutes; when the replacement runs
 but the probe keeps failing (decode holding a stale prefill peer), it says so, with the last
 warning event and the command that recovers."""
 
-DRILLS = {"prefill-restart": "prefill", "decode-restart": "decode"}
+# drill -> (the engine's role, what is lost: its "pod" or only its "replica").
+DRILLS = {
+    "prefill-restart": ("prefill", "pod"),
+    "decode-restart": ("decode", "pod"),
+    "prefill-replica-restart": ("prefill", "replica"),
+    "decode-replica-restart": ("decode", "replica"),
+}
+# The Ray job that kills a replica's actor (run on the head: ``ray.init()`` joins the cluster);
+# Serve sees the replica die and starts another. ``no_restart``: Serve, not Ray, replaces it.
+KILL_REPLICA = (
+    "import sys, ray; ray.init(namespace='serve', logging_level='ERROR'); "
+    "ray.kill(ray.get_actor(sys.argv[1], namespace='serve'), no_restart=True); "
+    "print('killed', sys.argv[1])"
+)
+# Serve's replica actor names (``SERVE_REPLICA::<app>#<deployment>#<id>``); anything else is
+# refused rather than put on the job's command line.
+ACTOR_NAME = re.compile(r"SERVE_REPLICA::[A-Za-z0-9_.:#-]+")
+JOB_DONE = ("SUCCEEDED", "FAILED", "STOPPED")
 DEFAULT_TIMEOUT_MINUTES = 20
 DEFAULT_INTERVAL_SECONDS = 15
 # Probe failures that mean "the KV cache does not arrive" once the replacement is RUNNING:
@@ -67,13 +101,21 @@ STALE_PEER_SIGNS = (
 )
 
 # The Role a principal needs to run the drill (and nothing else), in the Ray namespace; the
-# names are filled from the settings by :func:`drill_rules`.
+# names are filled from the settings by :func:`drill_rules`; a rule with "only" serves that
+# kind of drill alone.
 DRILL_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get"], "names": "rs"},
     {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"], "only": "pod"},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "names": "token"},
     {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get"], "names": "head"},
+    {
+        "apiGroups": [""],
+        "resources": ["services/proxy"],
+        "verbs": ["create"],
+        "names": "head",
+        "only": "replica",
+    },
     {
         "apiGroups": [""],
         "resources": ["services/proxy"],
@@ -84,8 +126,11 @@ DRILL_RULES: tuple[dict[str, Any], ...] = (
 )
 
 
-def drill_rules(ray_service: str, token_secret: str) -> list[dict[str, Any]]:
-    """``DRILL_RULES`` as RBAC rules for this deployment's names."""
+def drill_rules(
+    ray_service: str, token_secret: str, lose: str | None = None
+) -> list[dict[str, Any]]:
+    """``DRILL_RULES`` as RBAC rules for this deployment's names: those a drill that loses a
+    ``pod`` or a ``replica`` needs, or (None) every drill's."""
     names = {
         "rs": ray_service,
         "token": token_secret,
@@ -94,7 +139,9 @@ def drill_rules(ray_service: str, token_secret: str) -> list[dict[str, Any]]:
     }
     rules = []
     for rule in DRILL_RULES:
-        out = {k: v for k, v in rule.items() if k != "names"}
+        if lose is not None and rule.get("only", lose) != lose:
+            continue
+        out = {k: v for k, v in rule.items() if k not in ("names", "only")}
         if "names" in rule:
             out["resourceNames"] = [names[rule["names"]]]
         rules.append(out)
@@ -153,8 +200,8 @@ def run(app: App) -> int:
         raise UsageError("--timeout-minutes and --interval must be at least 1")
     if config.serving_mode != "pd":
         raise UsageError("drill needs servingMode=pd: an aggregated app has no prefill/decode")
-    role = DRILLS[args.which]
-    checks = lambda_code.checks()
+    role, lose = DRILLS[args.which]
+    checks, where = lambda_code.checks(), lambda_code.placement()
     cluster = Cluster(app)
     cluster.rayservice()
     ns = config.namespace
@@ -169,19 +216,31 @@ def run(app: App) -> int:
             "check `python -m ray_pd_eks status` first"
         )
     victim = victims[0]
+    replica = _replica_on(where, pods, serve_json, config.application_name, role, victim)
     other_role = "decode" if role == "prefill" else "prefill"
     others = engine_pods(pods, serve_json, config.application_name, other_role)
+    if lose == "pod":
+        what, doing = (f"{verb} pod {ns}/{victim}" for verb in ("deletes", "deleting"))
+    else:
+        what, doing = (
+            f"{kill} replica {replica.actor_name} (a Ray job on the head) and {keep} pod "
+            f"{ns}/{victim}"
+            for kill, keep in (("kills", "keeps"), ("killing", "keeping"))
+        )
     if not args.yes:
         raise UsageError(
-            f"drill {args.which} deletes pod {ns}/{victim} (the {role} engine): the endpoint "
-            "is down until it recovers. Re-run with --yes"
+            f"drill {args.which} {what} (the {role} engine): the endpoint is down until it "
+            "recovers. Re-run with --yes"
         )
     clock = app.runtime.clock
-    app.print(f"Drill {args.which}: deleting pod {ns}/{victim} (the {role} engine)")
+    app.print(f"Drill {args.which}: {doing} (the {role} engine)")
     started = clock()
-    with cluster.errors():
-        cluster.client.delete(f"/api/v1/namespaces/{ns}/pods/{victim}")
     deadline = started + args.timeout_minutes * 60
+    with cluster.errors():
+        if lose == "pod":
+            cluster.client.delete(f"/api/v1/namespaces/{ns}/pods/{victim}")
+        else:
+            kill_replica(dashboard, replica.actor_name, app, deadline, args.interval)
     last = "not checked yet"
     ran = False
     while clock() < deadline:
@@ -192,7 +251,6 @@ def run(app: App) -> int:
             last = f"RayService: {state.summary()}"
             app.print(f"  {duration(elapsed):>8}  waiting: {last}")
             continue
-        ran = True
         with cluster.errors():
             try:
                 serve_json = dashboard.serve_applications()
@@ -201,6 +259,13 @@ def run(app: App) -> int:
             except cluster.kube.KubeApiError as err:
                 last = f"Serve details unreadable: {err.reason or err}"
                 continue
+        if lose == "replica":
+            new = replacement(where, serve_json, config.application_name, role, replica)
+            if new is None:
+                last = f"Serve: no new {role} replica RUNNING yet"
+                app.print(f"  {duration(elapsed):>8}  waiting: {last}")
+                continue
+        ran = True
         result, findings = probe.run(cluster, serve_json, pd=True)
         if result.pending or result.failure:
             last = result.pending or result.failure
@@ -208,6 +273,9 @@ def run(app: App) -> int:
             continue
         for finding in findings:
             app.print(finding.line())
+        if lose == "replica":
+            same = "in the same pod" if new.node_ip == replica.node_ip else "on another node"
+            app.print(f"  new {role} replica {new.replica_id} {same} ({new.node_ip})")
         app.print(f"OK: the endpoint served again after {duration(elapsed)} (downtime)")
         return EXIT_OK
     event = last_warning(cluster)
@@ -216,10 +284,77 @@ def run(app: App) -> int:
         if ran
         else f"python -m ray_pd_eks status  # then kubectl describe pod -n {ns} <new {role} pod>"
     )
+    lost = f"deleting {victim}" if lose == "pod" else f"killing {replica.actor_name}"
     raise CheckFailed(
-        f"drill {args.which}: not recovered {args.timeout_minutes} min after deleting {victim}: "
+        f"drill {args.which}: not recovered {args.timeout_minutes} min after {lost}: "
         f"{drill_verdict(last, ran)}; last warning event: {event}; recover with: {recover}"
     )
+
+
+def _replica_on(where: Any, pods: Any, serve_json: Any, app_name: str, role: str, pod: str) -> Any:
+    """The RUNNING ``role`` replica on worker pod ``pod`` (``engine_pods`` found it there);
+    ``where`` is the readiness check's ``placement`` module."""
+    ip = next(
+        (p.ip for p in where.placement(pods, serve_json, app_name).pods if p.name == pod), None
+    )
+    return next(
+        r
+        for r in where.serve_replicas(serve_json, app_name)
+        if r.role == role and r.state == "RUNNING" and r.node_ip == ip
+    )
+
+
+def replacement(where: Any, serve_json: Any, app_name: str, role: str, killed: Any) -> Any:
+    """A RUNNING ``role`` replica other than ``killed`` (Serve's new one), or None; ``where``
+    is the readiness check's ``placement`` module."""
+    return next(
+        (
+            r
+            for r in where.serve_replicas(serve_json, app_name)
+            if r.role == role and r.state == "RUNNING" and r.replica_id != killed.replica_id
+        ),
+        None,
+    )
+
+
+def kill_job(actor_name: str, submission_id: str) -> dict[str, Any]:
+    """The Ray Jobs API request (``POST /api/jobs/``) that kills one Serve replica's actor."""
+    if not ACTOR_NAME.fullmatch(actor_name):
+        raise CheckFailed(f"Serve named the replica {actor_name!r}: not a Serve replica actor")
+    return {
+        "entrypoint": f"python -c \"{KILL_REPLICA}\" '{actor_name}'",
+        "submission_id": submission_id,
+        "metadata": {"ray-pd-eks": "drill"},
+    }
+
+
+def kill_replica(dashboard: Any, actor_name: str, app: App, deadline: float, every: int) -> None:
+    """Submit :func:`kill_job` through the dashboard's proxy and wait until the job ends; a
+    job that does not succeed fails the drill with its message and its log's last lines."""
+    clock = app.runtime.clock
+    job = kill_job(actor_name, f"ray-pd-eks-drill-{int(clock())}")
+    dashboard.call("POST", "api/jobs/", json_body=job)
+    path = f"api/jobs/{job['submission_id']}"
+    status, message = "PENDING", ""
+    while clock() < deadline:
+        info = dashboard.call("GET", path)
+        status, message = str(info.get("status")), str(info.get("message") or "")
+        if status in JOB_DONE:
+            break
+        app.runtime.sleep(min(every, 5))
+    if status != "SUCCEEDED":
+        logs = dashboard.call("GET", f"{path}/logs").get("logs") or ""
+        tail = " | ".join(str(logs).strip().splitlines()[-5:])
+        ended = (
+            f"ended {status}: {message or 'no message'}"
+            if status in JOB_DONE
+            else f"was still {status} at --timeout-minutes"
+        )
+        raise CheckFailed(
+            f"the Ray job {job['submission_id']} that kills {actor_name} {ended}; its log: "
+            f"{tail or 'empty'}"
+        )
+    app.print(f"  Ray job {job['submission_id']}: {actor_name} killed")
 
 
 def last_warning(cluster: Cluster) -> str:

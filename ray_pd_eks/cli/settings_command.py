@@ -49,39 +49,30 @@ an empty adminPrincipalArns means nobody can administer the cluster."""
 ADMINS = "adminPrincipalArns"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+# The repeatable edits of the local settings file: option, destination, argument, help.
+EDITS = (
+    (
         "--set",
-        action="append",
-        default=[],
-        dest="set_pairs",
-        metavar="KEY=VALUE",
-        help=f"write a setting to {LOCAL_SETTINGS_FILE} (repeatable); a list's whole value",
-    )
-    parser.add_argument(
-        "--unset",
-        action="append",
-        default=[],
-        dest="unset_keys",
-        metavar="KEY",
-        help=f"remove a setting from {LOCAL_SETTINGS_FILE} (repeatable)",
-    )
-    parser.add_argument(
+        "set_pairs",
+        "KEY=VALUE",
+        f"write a setting to {LOCAL_SETTINGS_FILE} (repeatable); a list's whole value",
+    ),
+    ("--unset", "unset_keys", "KEY", f"remove a setting from {LOCAL_SETTINGS_FILE} (repeatable)"),
+    (
         "--add",
-        action="append",
-        default=[],
-        dest="add_pairs",
-        metavar="KEY=ITEM",
-        help="append items to a list setting, keeping its current ones (repeatable)",
-    )
-    parser.add_argument(
-        "--remove",
-        action="append",
-        default=[],
-        dest="remove_pairs",
-        metavar="KEY=ITEM",
-        help="remove items from a list setting (repeatable)",
-    )
+        "add_pairs",
+        "KEY=ITEM",
+        "append items to a list setting, keeping its current ones (repeatable)",
+    ),
+    ("--remove", "remove_pairs", "KEY=ITEM", "remove items from a list setting (repeatable)"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for option, dest, metavar, text in EDITS:
+        parser.add_argument(
+            option, action="append", default=[], dest=dest, metavar=metavar, help=text
+        )
     parser.add_argument(
         "--add-admin-me",
         action="store_true",

@@ -40,8 +40,9 @@ While watching, a RayService that does not exist yet counts as "waiting" (the de
 
 WAITING, RUNNING, FAILED = "waiting", "running", "failed"
 
-# pd_constructs.warmup.WARMUP_NAMESPACE and its DaemonSets (assets/manifests/image-prepull.yaml,
-# model-prefetch.yaml); not imported from there because pd_constructs loads aws_cdk.
+# pd_constructs.serving.warmup.WARMUP_NAMESPACE and its DaemonSets
+# (assets/manifests/image-prepull.yaml, model-prefetch.yaml); not imported from there because
+# pd_constructs loads aws_cdk.
 WARMUP_NAMESPACE = "ray-pd-eks-warmup"
 WARMUP_DAEMONSETS = ("image-prepull", "model-prefetch")
 # The warm spares' placeholder pods (assets/manifests/gpu-warm-spare.yaml): a node one runs on

@@ -1023,6 +1023,12 @@ class FakeKubeApi:
         # in ``requests`` and marks it as the API server does for a foreground delete.
         self.rayclusters: dict[str, dict[str, Any]] = {}
         self.serve_applications: dict[str, Any] | None = None
+        # The Ray Jobs API on the head's dashboard (the drill's replica kill): each submission
+        # by id, ending with ``job_status``/``job_message``/``job_logs``.
+        self.ray_jobs: dict[str, dict[str, Any]] = {}
+        self.job_status = "SUCCEEDED"
+        self.job_message = "Job finished successfully."
+        self.job_logs = "killed"
         self.ray_nodes: list[dict[str, Any]] = []
         # Rows of the state API's actor list (``make_ray_actor``); by node, the GPU nodes'
         # Serve replica and vLLM GPU worker (pids 4242 and 5151, as in ``_worker_logs``).
@@ -1571,6 +1577,8 @@ class FakeKubeApi:
             and rest == "v1/chat/completions"
         ):
             return self._chat(body)
+        if service == self.head_service and port == 8265 and rest.startswith("api/jobs/"):
+            return self._jobs(method, rest, body)
         if service == self.head_service and port == 8265 and method == "GET":
             dashboard = self._dashboard(rest, query)
             if dashboard is not None:
@@ -1581,6 +1589,23 @@ class FakeKubeApi:
                 503, "ServiceUnavailable", f'no endpoints available for service "{service}"'
             ),
         )
+
+    def _jobs(self, method: str, rest: str, body: bytes) -> ProxyResponse:
+        """Ray 2.58's Jobs API (``job_head.py``): a submission answers its ids, a job's details
+        its status and message, ``/logs`` its log."""
+        if method == "POST" and rest == "api/jobs/":
+            job = json.loads(body or b"{}")
+            sid = job.get("submission_id") or f"raysubmit_{len(self.ray_jobs)}"
+            self.ray_jobs[sid] = job
+            return _json(200, {"job_id": None, "submission_id": sid})
+        sid, _, tail = rest.removeprefix("api/jobs/").partition("/")
+        if method != "GET" or sid not in self.ray_jobs:
+            return ProxyResponse(404, f"Job {sid} does not exist.".encode(), "text/plain")
+        if tail == "logs":
+            return _json(200, {"logs": self.job_logs})
+        job = self.ray_jobs[sid]
+        details = {"status": self.job_status, "message": self.job_message}
+        return _json(200, {"submission_id": sid, "entrypoint": job.get("entrypoint"), **details})
 
     def _dashboard(self, rest: str, query: dict[str, str]) -> ProxyResponse | None:
         if rest == "api/serve/applications/":

@@ -119,12 +119,9 @@ class Props:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise CapacityError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the GpuCapacityWatch "
-                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="GpuCapacityWatch", error=CapacityError
+        )
         return cls(
             cluster_name=str(properties["ClusterName"]),
             nodegroup_name=str(properties["NodegroupName"]),
@@ -191,10 +188,8 @@ def is_complete(
     """One poll: ``IsComplete`` False while pending, ``Data`` when ACTIVE; raises on failure.
     A rollback Update (marked by ``on_event``) completes at once with ``on_event``'s Data. On
     Create, the Cluster stack is looked at first (:func:`watch_cluster_stack`)."""
-    if event.get("RequestType") == "Delete":
-        return {"IsComplete": True}
-    if event.get(ROLLBACK_KEY) == "true":
-        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    if settled := rollback.settled(event, ROLLBACK_KEY):
+        return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = _started_at(event, now)
@@ -212,7 +207,7 @@ def is_complete(
             started=started,
             now=now,
             updating=event.get("RequestType") == "Update",
-            time_left=_time_left(context),
+            time_left=props_helpers.time_left(context),
         )
     except CapacityError as exc:
         message = _one_line(f"GPU node group {props.physical_id}: {exc}")
@@ -283,13 +278,6 @@ def _give_up_after(props: Props) -> float:
     """
     margin = QUERY_INTERVAL_SECONDS + LAMBDA_TIMEOUT_SECONDS
     return max(props.timeout_seconds / 2, props.timeout_seconds - margin)
-
-
-def _time_left(context: Any) -> Callable[[], float] | None:
-    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
-    if not callable(remaining_ms):
-        return None
-    return lambda: float(remaining_ms()) / 1000.0
 
 
 def _one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:

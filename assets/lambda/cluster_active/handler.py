@@ -45,7 +45,8 @@ LOG.setLevel(logging.INFO)
 STARTED_AT_KEY = "ClusterActiveStartedAt"  # top level: never part of the resource's Data
 ROLLBACK_KEY = "ClusterActiveRollback"  # top level too: marks a rollback Update for is_complete
 DATA_KEYS = ("ClusterSecurityGroupId",)
-# Must match the construct's query interval and Lambda timeout (pd_constructs/cluster_active.py).
+# Must match the construct's query interval and Lambda timeout
+# (pd_constructs/lifecycle/cluster_active.py).
 QUERY_INTERVAL_SECONDS = 15
 LAMBDA_TIMEOUT_SECONDS = 60
 CLIENT_CONFIG = Config(
@@ -71,12 +72,9 @@ class Props:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise WaitError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the ClusterActive "
-                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="ClusterActive", error=WaitError
+        )
         if version_tuple(str(properties["KubernetesVersion"])) is None:
             raise WaitError(
                 f"KubernetesVersion must read <major>.<minor>, got "
@@ -136,10 +134,8 @@ def is_complete(
 ) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while waiting; the group as ``Data`` when ready (and the
     physical id ``<cluster>/<group id>``); raises :class:`WaitError` on a terminal failure."""
-    if event.get("RequestType") == "Delete":
-        return {"IsComplete": True}
-    if event.get(ROLLBACK_KEY) == "true":
-        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    if settled := rollback.settled(event, ROLLBACK_KEY):
+        return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = props_helpers.started_at(event, STARTED_AT_KEY, now)

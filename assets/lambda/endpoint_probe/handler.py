@@ -1,6 +1,6 @@
 """The endpoint probe: ONE authenticated chat completion through the application endpoint's
 load balancer, after the readiness check proved the model inside the cluster
-(pd_constructs/endpoint_probe.py; docs/readiness.md, "Through the load balancer").
+(pd_constructs/readiness/endpoint_probe.py; docs/readiness.md, "Through the load balancer").
 
 With the stack's Cognito client (``UserPoolId``/``ClientId`` set) it reads the client's secret
 at run time (``cognito-idp:DescribeUserPoolClient``: the secret is never in the template, the

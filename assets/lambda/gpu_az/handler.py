@@ -36,6 +36,7 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
+from pd_lambda import props as props_helpers
 from pd_lambda import rollback
 from pd_lambda.rollback import ROLLBACK_STATUS
 from pd_lambda.settings_hint import set_hint
@@ -265,7 +266,7 @@ def on_event(
             instance_type=instance_type,
             requested_az=requested,
             placement_group=props.get("PlacementGroupName", ""),
-            instance_count=_count(props.get("InstanceCount", "")),
+            instance_count=props_helpers.positive_int(props, "InstanceCount", error=RuntimeError),
             # Nodes of an existing GPU subnet (found on Create) hold the reservation already.
             creating=event["RequestType"] == "Create" and not previous,
         )
@@ -325,13 +326,3 @@ def choose_cidr(candidates: list[str], az: str, previous_az: str, previous_cidr:
     if not previous_az or az == previous_az:
         return current
     return next((c for c in candidates if c != current), current)
-
-
-def _count(raw: Any) -> int:
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise RuntimeError(f"InstanceCount must be a positive whole number, got {raw!r}")
-    return value

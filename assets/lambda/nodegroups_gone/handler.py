@@ -47,7 +47,8 @@ LOG.setLevel(logging.INFO)
 
 STARTED_AT_KEY = "NodegroupsGoneStartedAt"  # top level: never part of the resource's Data
 GUARD_KEY = "NodegroupsGoneGuard"  # top level: "true" when this Delete deletes the cluster
-# Must match the construct's query interval and Lambda timeout (pd_constructs/nodegroups_gone.py).
+# Must match the construct's query interval and Lambda timeout
+# (pd_constructs/lifecycle/nodegroups_gone.py).
 QUERY_INTERVAL_SECONDS = 30
 LAMBDA_TIMEOUT_SECONDS = 60
 CLIENT_CONFIG = Config(
@@ -81,12 +82,9 @@ class Props:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise GuardError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the NodegroupsGone "
-                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="NodegroupsGone", error=GuardError
+        )
         return cls(
             cluster_name=str(properties["ClusterName"]),
             wait_seconds=props_helpers.positive_int(properties, "WaitSeconds", error=GuardError),
@@ -147,7 +145,7 @@ def is_complete(event: Mapping[str, Any], context: Any, eks: Any = None) -> dict
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
     started = props_helpers.started_at(event, STARTED_AT_KEY, now)
-    time_left = _time_left(context)
+    time_left = props_helpers.time_left(context)
     try:
         seen, note = look(props, eks or _client("eks"), time_left=time_left)
         waiting = None if seen is None else decide(props, seen, started=started, now=now)
@@ -275,13 +273,6 @@ def decide(props: Props, seen: Sequence[Nodegroup], *, started: float, now: floa
 
 def _listed(nodegroups: Sequence[Nodegroup]) -> str:
     return "node group " + ", ".join(f"{n.name} ({n.status})" for n in nodegroups)
-
-
-def _time_left(context: Any) -> Callable[[], float] | None:
-    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
-    if not callable(remaining_ms):
-        return None
-    return lambda: float(remaining_ms()) / 1000.0
 
 
 def _epoch(value: Any) -> float | None:

@@ -61,8 +61,8 @@ DEFAULT_POLL_BUDGET_SECONDS = 180.0
 # Worst case for one API call: 4 attempts x 10 s timeout + 7 s backoff. The poll reserves it so
 # a call started just inside the budget still ends well before the Lambda timeout.
 SLOWEST_CALL_SECONDS = 60
-# The polling function's timeout (pd_constructs/readiness.py HANDLER_TIMEOUT): no poll lasts
-# longer, whatever it does.
+# The polling function's timeout (pd_constructs/readiness/readiness.py HANDLER_TIMEOUT): no poll
+# lasts longer, whatever it does.
 MAX_POLL_SECONDS = 300
 MAX_REASON_CHARS = 1500
 

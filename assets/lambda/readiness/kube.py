@@ -674,6 +674,27 @@ class RayDashboard:
                 pids.setdefault(node, set()).add(pid)
         return pids
 
+    def call(
+        self, method: str, path: str, *, json_body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One JSON call on the dashboard with the Ray token (the CLI's drill submits and
+        follows a Ray job with it: ``POST api/jobs/``, ``GET api/jobs/<id>``); only reads are
+        retried, since a submission is not idempotent."""
+        try:
+            _, body = self.client.service_proxy(
+                self.namespace,
+                self.service,
+                self.port,
+                path,
+                method=method,
+                json_body=json_body,
+                headers=self._headers(),
+                retries=None if method == "GET" else 0,
+            )
+        except UpstreamAuthError as exc:
+            raise RayAuthError(self._refusal(exc), status=exc.status, reason=exc.reason) from None
+        return _decode_object(body, f"{method} /{path}")
+
     def _headers(self) -> dict[str, str]:
         if not self.token_secret:
             return {}

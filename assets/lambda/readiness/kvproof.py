@@ -32,7 +32,7 @@ What a pass proves, and what it relies on upstream:
   engine worker's stderr. That line is ``NIXL_INFO`` (absl ``LOG(INFO)``) and NIXL's default
   C++ level is WARN (``src/utils/common/nixl_log.cpp``, ``kDefaultLogLevel``; the 1.3.1
   wheel's ``libnixl_common.so`` reads ``NIXL_LOG_LEVEL``), so it appears only because the EFA
-  workers set ``NIXL_LOG_LEVEL=INFO`` (``pd_constructs/workload.py`` ``worker_env``). The
+  workers set ``NIXL_LOG_LEVEL=INFO`` (``pd_constructs/serving/workload.py`` ``worker_env``). The
   proof does not need it: the workers also set ``FI_PROVIDER=efa``, which limits
   ``fi_getinfo`` to the EFA provider, so in a pod without an EFA device it finds nothing and
   NIXL cannot create the LIBFABRIC backend at all (``getAvailableNetworkDevices`` returns

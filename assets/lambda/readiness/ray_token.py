@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import kube
+from pd_lambda import props as props_helpers
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -120,12 +121,9 @@ def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     if request_type == "Delete":
         return {"PhysicalResourceId": event.get("PhysicalResourceId", "")}
     properties = event.get("ResourceProperties") or {}
-    missing = [k for k in REQUIRED_PROPERTIES if properties.get(k) in (None, "")]
-    if missing:
-        raise RayTokenError(
-            "ResourceProperties missing " + ", ".join(missing) + "; the RayAuthToken construct "
-            "must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-        )
+    props_helpers.require(
+        properties, REQUIRED_PROPERTIES, construct="RayAuthToken", error=RayTokenError
+    )
     namespace, secret = str(properties["Namespace"]), str(properties["SecretName"])
     physical_id = f"{properties['ClusterName']}/{namespace}/{secret}"
     try:

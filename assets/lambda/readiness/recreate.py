@@ -7,9 +7,10 @@ a change of ``rayClusterConfig`` (image, Ray version, worker count, resources, i
 service account). The deploy would apply the new manifest and "succeed" with the old cluster.
 
 So this resource sits before the RayService manifest. Its ``ClusterSpecHash`` property is the
-hash of the rendered ``rayClusterConfig`` (``pd_constructs.workload.cluster_spec_hash``), which
-the manifest also writes on the head pod template (annotation ``ray-pd-eks/cluster-spec-hash``),
-so the live RayCluster's head template says which spec is *running*. Each poll:
+hash of the rendered ``rayClusterConfig``
+(``pd_constructs.serving.workload.cluster_spec_hash``), which the manifest also writes on the
+head pod template (annotation ``ray-pd-eks/cluster-spec-hash``), so the live RayCluster's head
+template says which spec is *running*. Each poll:
 
 1. RayService absent: wait until no pod of its Ray clusters (``ray.io/cluster=<name>-*``) is
    left, then complete; the manifest that follows creates it from the new spec.
@@ -83,12 +84,9 @@ class Props:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise RecreateError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the RayServiceRecreate "
-                "construct must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="RayServiceRecreate", error=RecreateError
+        )
         raw_timeout = str(properties.get("TimeoutSeconds") or DEFAULT_TIMEOUT_SECONDS)
         if not raw_timeout.isdigit() or int(raw_timeout) < 1:
             raise RecreateError(
@@ -160,16 +158,11 @@ def on_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """One poll: ``IsComplete`` False while the old cluster goes, Data when done."""
-    if event.get("RequestType") == "Delete":
-        return {"IsComplete": True}
-    if event.get(ROLLBACK_KEY) == "true":
-        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    if settled := rollback.settled(event, ROLLBACK_KEY):
+        return settled
     props = Props.from_properties(event.get("ResourceProperties") or {})
     now = clock()
-    try:
-        started = float(event.get(STARTED_AT_KEY) or now)
-    except (TypeError, ValueError):
-        started = now
+    started = props_helpers.started_at(event, STARTED_AT_KEY, now)
     try:
         done, status = poll(props, client_factory(props))
     except (kube.KubeApiError, RecreateError) as exc:

@@ -1,10 +1,28 @@
 """Reading a custom resource's event: properties (CloudFormation delivers every one as a
-string), the start time a waiter keeps in its event, and reasons that fit on one line."""
+string), the start time a waiter keeps in its event, the time its Lambda run has left, and
+reasons that fit on one line."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+
+def require(
+    properties: Mapping[str, Any],
+    keys: Sequence[str],
+    *,
+    construct: str,
+    error: type[Exception] = ValueError,
+) -> None:
+    """Raises ``error`` naming each of ``keys`` that ``properties`` lacks (missing or empty),
+    and that the ``construct`` that creates the resource must pass them all."""
+    missing = [key for key in keys if properties.get(key) in (None, "")]
+    if missing:
+        raise error(
+            "ResourceProperties missing " + ", ".join(missing) + f"; the {construct} "
+            "construct must pass all of " + ", ".join(keys)
+        )
 
 
 def positive_int(
@@ -36,6 +54,15 @@ def started_at(event: Mapping[str, Any], key: str, now: float) -> float:
         return float(event.get(key) or now)
     except (TypeError, ValueError):
         return now
+
+
+def time_left(context: Any) -> Callable[[], float] | None:
+    """Seconds this Lambda run has left, as a function of the ``context`` Lambda passes (None
+    when it cannot tell: a test, or a direct call without a context)."""
+    remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+    if not callable(remaining_ms):
+        return None
+    return lambda: float(remaining_ms()) / 1000.0
 
 
 def one_line(text: Any, limit: int) -> str:

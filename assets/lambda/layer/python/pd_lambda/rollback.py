@@ -31,6 +31,17 @@ def stack_rolling_back(
     return stack_status(event, cloudformation, make_client=make_client) == ROLLBACK_STATUS
 
 
+def settled(event: Mapping[str, Any], rollback_key: str) -> dict[str, Any] | None:
+    """A waiter's ``is_complete`` answer when there is nothing to poll, else None: a Delete
+    completes at once, and so does the rollback Update that ``on_event`` answered at once
+    (marked ``rollback_key: "true"`` in its answer), with the Data ``on_event`` gave it."""
+    if event.get("RequestType") == "Delete":
+        return {"IsComplete": True}
+    if event.get(rollback_key) == "true":
+        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    return None
+
+
 def stack_status(
     event: Mapping[str, Any],
     cloudformation: Any = None,
