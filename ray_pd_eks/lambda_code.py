@@ -2,8 +2,9 @@
 
 ``assets/lambda/readiness/`` is a Lambda asset, not a package: in the Lambda its files are
 top-level modules (``import kube``). Copying them into this package would let the two drift, so
-``kube`` and ``checks`` are loaded from the repository under those same top-level names, because
-``handler`` imports them by those names. A module of that name from another file (some
+``kube``, ``checks`` and the handler's other siblings are loaded from the repository under those
+same top-level names, each after the siblings it imports, because they import each other by
+those names. A module of that name from another file (some
 unrelated ``kube``) is never silently reused: that is an error. ``handler`` itself gets a
 private name, since every Lambda asset has a ``handler.py``.
 """
@@ -68,11 +69,61 @@ def kvproof() -> ModuleType:
     return _load("kvproof")
 
 
-def handler() -> ModuleType:
-    """``assets/lambda/readiness/handler.py``: the readiness verdicts and the NIXL log reader."""
-    kube()
+def placement() -> ModuleType:
+    """``assets/lambda/readiness/placement.py``: where the engines run (Serve replicas, pods)."""
     checks()
+    return _load("placement")
+
+
+def nixl_logs() -> ModuleType:
+    """``assets/lambda/readiness/nixl_logs.py``: the NIXL backend and libfabric provider from
+    the engines' logs (which files, the reader, the verdict)."""
+    kube()
     kvproof()
+    placement()
+    return _load("nixl_logs")
+
+
+def properties() -> ModuleType:
+    """``assets/lambda/readiness/properties.py``: the check's ``Props`` and ``ReadinessError``."""
+    return _load("properties")
+
+
+def terminal() -> ModuleType:
+    """``assets/lambda/readiness/terminal.py``: the states that waiting cannot fix."""
+    checks()
+    properties()
+    return _load("terminal")
+
+
+def kv_probe() -> ModuleType:
+    """``assets/lambda/readiness/kv_probe.py``: one KV integrity probe with the NIXL counters
+    around it."""
+    kube()
+    kvproof()
+    placement()
+    terminal()
+    return _load("kv_probe")
+
+
+def report() -> ModuleType:
+    """``assets/lambda/readiness/report.py``: the check's Data and the rollback answer."""
+    nixl_logs()
+    properties()
+    return _load("report")
+
+
+def steps() -> ModuleType:
+    """``assets/lambda/readiness/steps.py``: one poll's checks, in order."""
+    kv_probe()
+    report()
+    return _load("steps")
+
+
+def handler() -> ModuleType:
+    """``assets/lambda/readiness/handler.py``: the readiness check's entry points (the Provider
+    contract and the scheduled KV probe)."""
+    steps()
     return _load("handler", "ray_pd_eks_readiness_handler")
 
 

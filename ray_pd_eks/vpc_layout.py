@@ -3,8 +3,8 @@
 peers (pd_constructs/network/network_policy.py) and the connections table
 (pd_constructs/inventory/flows.py).
 
-For a /16 (``vpcCidr`` may be /16 to /18; ray_pd_eks/config.py refuses anything else, and every
-block below fits in that range):
+For a /16 (``vpcCidr`` may be /16 to /18; ray_pd_eks/config/rules_cluster.py refuses anything else,
+and every block below fits in that range):
 
 =========================  ===========================  ========================================
 block                      default                      used by

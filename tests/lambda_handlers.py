@@ -21,12 +21,10 @@ from ray_pd_eks import lambda_code
 
 def load(folder: str, module_name: str, name: str = "handler") -> ModuleType:
     """``assets/lambda/<folder>/<name>.py``, imported as ``module_name``. The readiness folder's
-    modules import ``kube``, ``checks`` and ``kvproof`` by those names, as in the Lambda: those
-    are loaded first, under those names."""
+    modules import their siblings (``kube``, ``checks``, ``steps``...) by those names, as in
+    the Lambda: those are loaded first, under those names."""
     if folder == lambda_code.READINESS_DIR.name:
-        lambda_code.kube()
-        lambda_code.checks()
-        lambda_code.kvproof()
+        lambda_code.steps()  # and with it every sibling the handler imports
     return lambda_code._load(name, module_name, lambda_code.LAMBDA_DIR / folder)
 
 

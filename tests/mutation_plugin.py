@@ -81,6 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The tests that judge each module's mutants (module prefix -> test files).
 _JUDGES = {
+    # The configuration package: its parsing, settings, rules and rule tables.
     "ray_pd_eks.config.": (
         "tests/test_config.py",
         "tests/test_limits.py",
@@ -92,6 +93,7 @@ _JUDGES = {
     ),
     "ray_pd_eks.cross_stack.": ("tests/test_cross_stack.py",),
     "ray_pd_eks.vpc_layout.": ("tests/test_network.py",),
+    # The preflight command and its check groups (account, gpu, capacity, model, ...).
     "ray_pd_eks.cli.preflight.": ("tests/test_cli_preflight.py",),
     "ray_pd_eks.cli.drill.": ("tests/test_cli_drill.py",),
     "ray_pd_eks.cli.coldstart.": ("tests/test_cli_coldstart.py",),
@@ -102,8 +104,10 @@ _JUDGES = {
         "tests/test_kvproof.py",
         "tests/test_readiness_handler.py",
     ),
-    # `status` reads the cluster with the readiness checks and shows their verdicts. The NIXL
-    # log reader (checks, handler, kube's head read) and the KV probe's metrics have their own.
+    # Every other module of the readiness asset (checks, placement, terminal, kv_probe,
+    # nixl_logs, handler, kube). `status` reads the cluster with the readiness checks and shows
+    # their verdicts. The NIXL log reader (nixl_logs, kube's head read) and the KV probe's
+    # metrics have their own.
     "assets.lambda.readiness.": (
         "tests/test_readiness_handler.py",
         "tests/test_readiness_nixl_logs.py",
@@ -129,8 +133,16 @@ _JUDGES = {
 _SYNTH_FIXTURES = frozenset({"default_app", "variant_app", "token_app", "public_cognito_app"})
 
 
+def _synthesizes(item: pytest.Item) -> bool:
+    """Whether the test needs a synthesized app: as a fixture, or as a parameter naming one
+    (a test over several apps gets it with ``request.getfixturevalue``)."""
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return bool(_SYNTH_FIXTURES & (names | {v for v in params.values() if isinstance(v, str)}))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    synthesizing = [i for i in items if _SYNTH_FIXTURES & set(getattr(i, "fixturenames", ()))]
+    synthesizing = [i for i in items if _synthesizes(i)]
     if synthesizing:  # every run of this plugin: the clean run, the stats run, each mutant
         config.hook.pytest_deselected(items=synthesizing)
         dropped = {id(item) for item in synthesizing}

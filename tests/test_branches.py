@@ -48,6 +48,10 @@ pytest_plugins = ["tests.fakes.fixtures"]
 handler = lambda_code.handler()
 checks = lambda_code.checks()
 kube = lambda_code.kube()
+kv_probe = lambda_code.kv_probe()
+placement = lambda_code.placement()
+properties = lambda_code.properties()
+terminal = lambda_code.terminal()
 
 NOW_DT = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NOW = NOW_DT.timestamp()
@@ -138,7 +142,7 @@ class Scenario:
         pods = {"items": [o for o in self.objects if o.get("kind") == "Pod"]}
         events = {"items": [o for o in self.objects if o.get("kind") == "Event"]}
         state = checks.rayservice_state(self.rs, "qwen")
-        result: str | None = handler.terminal_failure(
+        result: str | None = terminal.terminal_failure(
             props,
             checks.gpu_nodes(self.nodes, 2),
             state,
@@ -229,7 +233,7 @@ def _rows() -> Iterator[tuple[str, Callable[[], Scenario], str | None]]:
             PENDING,
         )
     # Scheduling: GPU pods wait while GPU nodes are still coming; CPU pods get a grace.
-    sched = handler.UNSCHEDULABLE_GRACE_SECONDS
+    sched = terminal.UNSCHEDULABLE_GRACE_SECONDS
     yield (
         "gpu-pod-unschedulable-while-only-some-gpu-nodes-are-usable-waits",
         lambda: Scenario(
@@ -267,7 +271,7 @@ def _rows() -> Iterator[tuple[str, Callable[[], Scenario], str | None]]:
         PENDING,
     )
     # Image pulls: retried by the kubelet; terminal only after the grace.
-    pull = handler.IMAGE_PULL_GRACE_SECONDS
+    pull = terminal.IMAGE_PULL_GRACE_SECONDS
     yield (
         "image-pull-backoff-for-the-grace-fails",
         lambda: Scenario(objects=pulling("ImagePullBackOff", first_failure_ago=pull)),
@@ -372,7 +376,7 @@ ROWS = list(_rows())
 def _verdict_of(*problems: Any) -> str | None:
     props = _props_with()
     state = checks.rayservice_state(rayservice(ready=False, app_status=None), "qwen")
-    result: str | None = handler.terminal_failure(
+    result: str | None = terminal.terminal_failure(
         props, checks.gpu_nodes(nodes(), 2), state, list(problems), NOW
     )
     return result
@@ -761,7 +765,7 @@ APART = [
 def test_fallback_placement_needs_two_one_gpu_workers_on_two_nodes(
     pods: list[Any], ok: bool, why: str
 ) -> None:
-    place = checks.placement({"items": pods}, serve_error="dashboard unreachable")
+    place = placement.placement({"items": pods}, serve_error="dashboard unreachable")
     assert (place.method, place.ok, place.conflict) == ("worker-pods", ok, False)
     assert why in place.why and "dashboard unreachable" in place.why
 
@@ -771,7 +775,7 @@ def test_fallback_placement_skips_other_pods_wherever_they_are_listed() -> None:
     other = make_pod("aaa-sidecar", node=GPU_NODE_A, ip="10.0.0.99")
     del other["metadata"]["labels"]["ray.io/node-type"]
     leaving = make_pod("aab-old-worker", node=GPU_NODE_A, ip="10.0.0.98", deleting=True)
-    place = checks.placement({"items": [other, leaving, *APART]})
+    place = placement.placement({"items": [other, leaving, *APART]})
     assert (place.ok, [p.name for p in place.pods]) == (
         True,
         [HEAD_POD, WORKER_POD_A, WORKER_POD_B],
@@ -784,7 +788,7 @@ def test_fallback_placement_skips_other_pods_wherever_they_are_listed() -> None:
 
 def test_placement_lists_the_head_first_then_pods_by_name() -> None:
     head = make_pod("zz-head", node_type="head", node=SYSTEM_NODE, ip="10.0.0.30")
-    place = checks.placement({"items": [APART[2], head, APART[1]]})
+    place = placement.placement({"items": [APART[2], head, APART[1]]})
     assert [(p.role, p.name) for p in place.pods] == [
         ("head", "zz-head"),
         ("worker", WORKER_POD_A),
@@ -794,10 +798,10 @@ def test_placement_lists_the_head_first_then_pods_by_name() -> None:
 
 def test_replicas_on_one_node_are_a_conflict_and_apart_are_ok() -> None:
     shared = make_pd_serve_applications(decode=("c" * 56, WORKER_IP_A))
-    place = checks.placement({"items": APART}, shared, "qwen")
+    place = placement.placement({"items": APART}, shared, "qwen")
     assert (place.method, place.ok, place.conflict) == ("serve-replicas", False, True)
     assert f"share node(s) {GPU_NODE_A}" in place.why
-    apart = checks.placement({"items": APART}, make_pd_serve_applications(), "qwen")
+    apart = placement.placement({"items": APART}, make_pd_serve_applications(), "qwen")
     assert (apart.ok, apart.conflict) == (True, False)
     assert (apart.prefill_nodes, apart.decode_nodes) == ((GPU_NODE_A,), (GPU_NODE_B,))
 
@@ -806,7 +810,7 @@ def test_gpus_of_every_container_of_a_pod_count() -> None:
     pod = worker(WORKER_POD_A, GPU_NODE_A, WORKER_IP_A)
     container = pod["spec"]["containers"][0]
     pod["spec"]["containers"].append({**container, "name": "second-engine"})
-    assert checks._pod_gpus(pod) == 2
+    assert checks.pod_gpus(pod) == 2
 
 
 def test_only_running_replicas_count_for_placement() -> None:
@@ -827,19 +831,19 @@ def test_only_running_replicas_count_for_placement() -> None:
             ],
         },
     )
-    place = checks.placement({"items": APART}, serve, "qwen")
+    place = placement.placement({"items": APART}, serve, "qwen")
     assert (place.method, place.ok, place.conflict) == ("serve-replicas", True, False)
     assert (place.prefill_nodes, place.decode_nodes) == ((GPU_NODE_A,), (GPU_NODE_B,))
 
 
 def test_serve_details_without_the_app_name_fall_back_to_the_pods() -> None:
-    place = checks.placement({"items": APART}, make_pd_serve_applications(), None)
+    place = placement.placement({"items": APART}, make_pd_serve_applications(), None)
     assert (place.method, place.ok) == ("worker-pods", True)
 
 
 def test_replica_on_an_unknown_ip_falls_back_to_the_pods() -> None:
     stray = make_pd_serve_applications(decode=("c" * 56, "10.9.9.9"))
-    place = checks.placement({"items": APART}, stray, "qwen")
+    place = placement.placement({"items": APART}, stray, "qwen")
     assert (place.method, place.ok) == ("worker-pods", True)
     assert "replica node IPs not found among Ray pods" in place.why and "10.9.9.9" in place.why
 
@@ -854,7 +858,7 @@ def test_replicas_on_unknown_ips_are_each_named() -> None:
             DECODE_DEPLOYMENT: [make_replica("e" * 56, "10.9.9.9", deployment=DECODE_DEPLOYMENT)],
         },
     )
-    place = checks.placement({"items": APART}, serve, "qwen")
+    place = placement.placement({"items": APART}, serve, "qwen")
     assert place.why == (
         "2 running worker pod(s) on 2 distinct node(s); replica placement unread: replica node "
         f"IPs not found among Ray pods: {DECODE_DEPLOYMENT}@10.9.9.9, {PREFILL_DEPLOYMENT}@10.9.9.8"
@@ -868,7 +872,7 @@ def test_decode_without_a_running_prefill_falls_back_to_the_pods() -> None:
         "qwen",
         {DECODE_DEPLOYMENT: [make_replica("c" * 56, WORKER_IP_B, deployment=DECODE_DEPLOYMENT)]},
     )
-    place = checks.placement({"items": APART}, serve, "qwen")
+    place = placement.placement({"items": APART}, serve, "qwen")
     assert (place.method, place.ok) == ("worker-pods", True)
     assert place.why.endswith(
         "replica placement unread: no RUNNING prefill and decode replicas in app qwen "
@@ -890,7 +894,7 @@ def test_replicas_apart_name_every_node() -> None:
             DECODE_DEPLOYMENT: [make_replica("c" * 56, WORKER_IP_B, deployment=DECODE_DEPLOYMENT)],
         },
     )
-    place = checks.placement({"items": [*APART, third]}, serve, "qwen")
+    place = placement.placement({"items": [*APART, third]}, serve, "qwen")
     assert (place.method, place.ok) == ("serve-replicas", True)
     assert place.why == f"prefill on {GPU_NODE_A}, {GPU_NODE_A}-3, decode on {GPU_NODE_B}"
 
@@ -911,7 +915,7 @@ def test_replicas_apart_name_every_decode_node() -> None:
             ],
         },
     )
-    place = checks.placement({"items": [*APART, third]}, serve, "qwen")
+    place = placement.placement({"items": [*APART, third]}, serve, "qwen")
     assert (place.method, place.ok) == ("serve-replicas", True)
     assert place.why == f"prefill on {GPU_NODE_A}, decode on {GPU_NODE_B}, {GPU_NODE_B}-3"
 
@@ -932,7 +936,7 @@ def test_a_replica_without_a_node_ip_is_named_with_a_question_mark() -> None:
             DECODE_DEPLOYMENT: [decode],
         },
     )
-    place = checks.placement({"items": APART}, serve, "qwen")
+    place = placement.placement({"items": APART}, serve, "qwen")
     assert (place.method, place.ok) == ("worker-pods", True)
     assert place.why.endswith(f"replica node IPs not found among Ray pods: {DECODE_DEPLOYMENT}@?")
 
@@ -966,12 +970,12 @@ def test_chat_completion_error_is_final_only_for_a_client_error(
     client = _completion_client(
         kube_api, status, {"object": "error", "message": f"status {status}"}
     )
-    props = handler.Props.from_properties(kube_api.props())
+    props = properties.Props.from_properties(kube_api.props())
     if final:
-        with pytest.raises(handler.ReadinessError, match=f"returned {status}"):
-            handler._chat_completion(client, props, CODE)
+        with pytest.raises(properties.ReadinessError, match=f"returned {status}"):
+            kv_probe._chat_completion(client, props, CODE)
     else:
-        result, why = handler._chat_completion(client, props, CODE)
+        result, why = kv_probe._chat_completion(client, props, CODE)
         assert result is None and "POST /v1/chat/completions via ray-llm-serve-svc:8000" in why
     # One attempt per poll: the next poll is the retry.
     assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1
@@ -994,15 +998,15 @@ def test_in_pd_only_a_500_is_a_kv_load_failure(
     """vLLM 0.26 answers a failed KV load with exactly 500 (GenerationError); the proxy and
     Serve answer 502/503/504 while nothing is reachable, which the next poll retries."""
     client = _completion_client(kube_api, status, {"object": "error", "message": "x"})
-    props = handler.Props.from_properties(kube_api.props())
+    props = properties.Props.from_properties(kube_api.props())
     if outcome == "pending":
-        result, why = handler._chat_completion(client, props, CODE, kv_transfer=True)
+        result, why = kv_probe._chat_completion(client, props, CODE, kv_transfer=True)
         assert result is None and why == f"{CHAT_WHERE}: x"
         return
-    error = handler.KvLoadFailed if outcome == "kv-load-failed" else handler.ReadinessError
+    error = kv_probe.KvLoadFailed if outcome == "kv-load-failed" else properties.ReadinessError
     with pytest.raises(error) as info:
-        handler._chat_completion(client, props, CODE, kv_transfer=True)
-    assert (outcome == "kv-load-failed") == str(info.value).startswith(handler.KV_LOAD_FAILED)
+        kv_probe._chat_completion(client, props, CODE, kv_transfer=True)
+    assert (outcome == "kv-load-failed") == str(info.value).startswith(kv_probe.KV_LOAD_FAILED)
 
 
 def _completion_client(kube_api: FakeKubeApi, status: int, body: Any) -> Any:
@@ -1048,8 +1052,8 @@ def test_chat_completion_says_what_it_got(
     kube_api: FakeKubeApi, status: int, body: Any, expected: tuple[Any, Any, str]
 ) -> None:
     client = _completion_client(kube_api, status, body)
-    props = handler.Props.from_properties(kube_api.props())
-    result, why = handler._chat_completion(client, props, CODE)
+    props = properties.Props.from_properties(kube_api.props())
+    result, why = kv_probe._chat_completion(client, props, CODE)
     answer, ok, status_text = expected
     assert why == status_text
     if answer is None:
@@ -1068,14 +1072,14 @@ def test_chat_completion_is_one_bounded_minimal_request(kube_api: FakeKubeApi) -
             calls.append({"args": args, **kwargs})
             return real.service_proxy(*args, **kwargs)
 
-    props = handler.Props.from_properties(kube_api.props())
-    result = handler._chat_completion(Recording(), props, CODE)[0]
+    props = properties.Props.from_properties(kube_api.props())
+    result = kv_probe._chat_completion(Recording(), props, CODE)[0]
     assert result is not None and result.answer == "OK"
     (call,) = calls
     assert call["args"] == (props.namespace, props.serve_service, 8000, "v1/chat/completions")
     assert (call["method"], call["timeout"], call["retries"]) == (
         "POST",
-        handler.CHAT_TIMEOUT_SECONDS,
+        kv_probe.CHAT_TIMEOUT_SECONDS,
         0,
     )
     assert call["json_body"] == lambda_code.kvproof().probe_request(props.model_id, CODE)
@@ -1291,7 +1295,7 @@ def test_a_terminating_warmup_pod_is_terminating_unless_it_failed() -> None:
 
 def _props_with(**changes: Any) -> Any:
     """The readiness handler's properties for the default app, with ``changes``."""
-    return handler.Props(
+    return properties.Props(
         cluster_name="ray-llm-multinode",
         endpoint="https://127.0.0.1:1",
         ca_data="",
@@ -1328,7 +1332,7 @@ def test_unschedulable_without_any_timestamp_waits() -> None:
     problems = checks.pod_problems({"items": [pod]}, {"items": []})
     assert problems[0].observed_at is None
     state = checks.rayservice_state(rayservice(ready=False, app_status=None), "qwen")
-    verdict = handler.terminal_failure(
+    verdict = terminal.terminal_failure(
         _props_with(), checks.gpu_nodes(nodes(), 2), state, problems, NOW
     )
     assert verdict is None
@@ -1363,7 +1367,7 @@ def test_terminating_pods_are_neither_placed_nor_problems() -> None:
     must not fail the deploy, and two old workers on one node must not make a conflict."""
     old = worker(WORKER_POD_B + "-old", GPU_NODE_A, "10.0.1.99")
     old["metadata"]["deletionTimestamp"] = at(5)
-    place = checks.placement({"items": [*APART, old]}, serve_error="unread")
+    place = placement.placement({"items": [*APART, old]}, serve_error="unread")
     assert place.ok and "2 running worker pod(s) on 2 distinct node(s)" in place.why
     stuck = make_pod(WORKER_POD_B + "-old", node=GPU_NODE_A, waiting_reason="CrashLoopBackOff")
     stuck["metadata"]["deletionTimestamp"] = at(5)

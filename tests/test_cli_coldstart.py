@@ -777,7 +777,7 @@ def replica(
 ) -> Any:
     from ray_pd_eks import lambda_code
 
-    return lambda_code.checks().ServeReplica(
+    return lambda_code.placement().ServeReplica(
         deployment=deployment,
         role="decode",
         state=state,

@@ -25,7 +25,7 @@ NEW_DECODE_POD = f"{fake.RAY_CLUSTER}-gpu-workers-worker-n3wp0"
 
 @pytest.fixture
 def cli(kube_api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    monkeypatch.setattr(lambda_code.handler(), "counter_sleep", lambda _: None)
+    monkeypatch.setattr(lambda_code.kv_probe(), "counter_sleep", lambda _: None)
     return cli_harness(kube_api, tmp_path)
 
 
@@ -97,7 +97,7 @@ def test_a_500_from_the_running_endpoint_is_a_stale_peer(
 
 
 def test_the_kv_load_sign_is_the_handlers_message() -> None:
-    assert lambda_code.handler().KV_LOAD_FAILED in drill.STALE_PEER_SIGNS
+    assert lambda_code.kv_probe().KV_LOAD_FAILED in drill.STALE_PEER_SIGNS
 
 
 def test_never_running_again_says_so(kube_api: FakeKubeApi, cli: Harness) -> None:
@@ -147,7 +147,7 @@ def test_decode_replica_restart_kills_the_replica_and_keeps_the_pod(
     kube_api.set_stage("serving")
     (decode,) = [
         r
-        for r in lambda_code.checks().serve_replicas(kube_api.serve_applications, fake.APP_NAME)
+        for r in lambda_code.placement().serve_replicas(kube_api.serve_applications, fake.APP_NAME)
         if r.role == "decode"
     ]
     cli.clock.on_sleep = [

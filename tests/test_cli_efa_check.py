@@ -241,7 +241,7 @@ def test_a_transfer_count_that_did_not_rise_fails_the_check(
 ) -> None:
     from ray_pd_eks import lambda_code
 
-    monkeypatch.setattr(lambda_code.handler(), "counter_sleep", lambda _: None)
+    monkeypatch.setattr(lambda_code.kv_probe(), "counter_sleep", lambda _: None)
     serving(kube_api)
     kube_api.kv_transfers_per_chat = 0
     result = cli.run("efa-check")

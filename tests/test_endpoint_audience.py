@@ -14,7 +14,8 @@ import jsonschema
 import pytest
 
 from pd_constructs.endpoint.endpoint import jwt_claims
-from ray_pd_eks.config import DEFAULTS, JWT_AUDIENCE_FORMATS, AppConfig, ConfigError
+from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
+from ray_pd_eks.config.limits import JWT_AUDIENCE_FORMATS
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 
 INTERNAL = {

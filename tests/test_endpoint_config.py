@@ -8,13 +8,11 @@ from typing import Any
 
 import pytest
 
-from ray_pd_eks.config import (
-    DEFAULTS,
+from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError
+from ray_pd_eks.config.limits import (
     MAX_ENDPOINT_CIDRS,
     MAX_IDLE_TIMEOUT_SECONDS,
     MIN_IDLE_TIMEOUT_SECONDS,
-    AppConfig,
-    ConfigError,
 )
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 

@@ -16,13 +16,8 @@ from aws_cdk.assertions import Template
 
 from pd_constructs.cluster.cluster import EfaGpuNodeGroup, gpu_node_config
 from ray_pd_eks import instance_types
-from ray_pd_eks.config import (
-    DEFAULTS,
-    AppConfig,
-    ConfigError,
-    config_warnings,
-    params_billions_from_name,
-)
+from ray_pd_eks.config import DEFAULTS, AppConfig, ConfigError, config_warnings
+from ray_pd_eks.config.fit import params_billions_from_name
 from tests.synth import cdk_json_context
 
 TYPES = sorted(instance_types.EFA_GPU_TYPES)

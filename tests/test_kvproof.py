@@ -11,13 +11,14 @@ import itertools
 
 import pytest
 
-from ray_pd_eks import config, lambda_code
+from ray_pd_eks import lambda_code
+from ray_pd_eks.config import limits
 
 kvproof = lambda_code.kvproof()
 
 
 def test_the_settings_floor_of_maxmodellen_is_the_probes_need() -> None:
-    assert config.MIN_MODEL_LEN == kvproof.PROBE_MIN_MODEL_LEN
+    assert limits.MIN_MODEL_LEN == kvproof.PROBE_MIN_MODEL_LEN
     assert kvproof.PROBE_MIN_MODEL_LEN == kvproof.PROBE_MAX_PROMPT_TOKENS + kvproof.PROBE_MAX_TOKENS
 
 

@@ -446,12 +446,8 @@ def test_every_capacity_watch_ends_by_the_waiter_deadline() -> None:
     from aws_cdk import Duration
 
     from pd_constructs.lifecycle.waiter import MAX_TIMEOUT  # the bound of every waiter construct
-    from ray_pd_eks.config import (
-        DEFAULTS,
-        MAX_CAPACITY_WAIT_MINUTES,
-        MAX_READINESS_MINUTES,
-        WAITER_DEADLINE_MINUTES,
-    )
+    from ray_pd_eks.config import DEFAULTS, WAITER_DEADLINE_MINUTES
+    from ray_pd_eks.config.limits import MAX_CAPACITY_WAIT_MINUTES, MAX_READINESS_MINUTES
 
     assert WAITER_DEADLINE_MINUTES == 55 == MAX_READINESS_MINUTES
     deadline = Duration.minutes(WAITER_DEADLINE_MINUTES).to_seconds()

@@ -31,6 +31,7 @@ SERVE_PROXY = f"/services/{fake.RAYSERVICE}-serve-svc:8000/proxy/"
 
 handler = load("readiness", "readiness_handler")
 kube = lambda_code.kube()
+properties = lambda_code.properties()
 ray_token = lambda_code.ray_token()
 
 
@@ -66,7 +67,7 @@ def _poll(server: FakeKubeApi, **props: Any) -> dict[str, Any]:
 
 
 def _fail(server: FakeKubeApi, **props: Any) -> str:
-    with pytest.raises(handler.ReadinessError) as info:
+    with pytest.raises(properties.ReadinessError) as info:
         _poll(server, **props)
     return str(info.value)
 

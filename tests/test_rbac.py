@@ -38,8 +38,11 @@ from tests.synth import Synthesized, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
 
-handler = lambda_code.handler()
 kube = lambda_code.kube()
+kv_probe = lambda_code.kv_probe()
+nixl_logs = lambda_code.nixl_logs()
+properties = lambda_code.properties()
+steps = lambda_code.steps()
 
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
 
@@ -93,19 +96,19 @@ def admin_grants(app: Synthesized) -> list[rbac.Grant]:
 def drive_readiness(server: FakeKubeApi, tmp_path: Path) -> None:
     """Every poll of a deploy, stage by stage, and the NIXL reader's fallback to the dashboard's
     node list (no Serve details): every kind of request the Lambda makes."""
-    props = handler.Props.from_properties(server.props())
+    props = properties.Props.from_properties(server.props())
     client = kube.KubeClient(server.url, server.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: 0)
     for stage in STAGES:
         server.set_stage(stage)
-        handler.check(props, client, now=time.time(), started=time.time())
+        steps.check(props, client, now=time.time(), started=time.time())
     dashboard = kube.RayDashboard(
         client, props.namespace, props.rayservice, token_secret=props.ray_auth_secret
     )
-    report = handler.read_nixl_backends(dashboard, None, props.app_name)
+    report = nixl_logs.read_nixl_backends(dashboard, None, props.app_name)
     assert report.value() == "LIBFABRIC,LIBFABRIC"  # the fallback really read the logs
     server.rayservice = None
-    with pytest.raises(handler.ReadinessError, match="not found"):
-        handler.check(props, client, now=time.time())
+    with pytest.raises(properties.ReadinessError, match="not found"):
+        steps.check(props, client, now=time.time())
 
 
 def drive_token_writer(server: FakeKubeApi, tmp_path: Path) -> None:
@@ -146,12 +149,12 @@ def drive_drill(server: FakeKubeApi, tmp_path: Path) -> None:
         server.kv_decode_pod = replacement
 
     harness.clock.on_sleep = [replaced]
-    waits = getattr(handler, "counter_sleep")  # noqa: B009  (a module loaded by path)
-    setattr(handler, "counter_sleep", lambda _: None)  # noqa: B010
+    waits = getattr(kv_probe, "counter_sleep")  # noqa: B009  (a module loaded by path)
+    setattr(kv_probe, "counter_sleep", lambda _: None)  # noqa: B010
     try:
         result = harness.run("drill", "decode-restart", "--yes")
     finally:
-        setattr(handler, "counter_sleep", waits)  # noqa: B010
+        setattr(kv_probe, "counter_sleep", waits)  # noqa: B010
     assert result.code == 0, (result.out, result.err)
 
 

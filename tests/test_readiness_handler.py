@@ -32,6 +32,9 @@ pytest_plugins = ["tests.fakes.fixtures"]  # kube_api (a started fake server), e
 
 handler = load("readiness", "readiness_handler")
 kube, checks, kvproof = lambda_code.kube(), lambda_code.checks(), lambda_code.kvproof()
+kv_probe, nixl_logs = lambda_code.kv_probe(), lambda_code.nixl_logs()
+placement, properties = lambda_code.placement(), lambda_code.properties()
+report, steps, terminal = lambda_code.report(), lambda_code.steps(), lambda_code.terminal()
 
 GPU_RESOURCE_TEXT = "2 Insufficient nvidia.com/gpu"
 EFA_RESOURCE_TEXT = "2 Insufficient vpc.amazonaws.com/efa"
@@ -92,7 +95,7 @@ def probe_code(request: Any) -> str:
 def no_counter_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The handler's waits between re-reads of the NIXL counters, recorded, not slept."""
     waits: list[float] = []
-    monkeypatch.setattr(handler, "counter_sleep", waits.append)
+    monkeypatch.setattr(kv_probe, "counter_sleep", waits.append)
     return waits
 
 
@@ -104,7 +107,7 @@ def pending_check(caplog: pytest.LogCaptureFixture) -> str:
 
 
 def fail_message(event: dict[str, Any]) -> str:
-    with pytest.raises(handler.ReadinessError) as info:
+    with pytest.raises(properties.ReadinessError) as info:
         poll(event)
     return str(info.value)
 
@@ -150,11 +153,11 @@ def test_missing_and_invalid_properties_fail_with_the_property_name(
 ) -> None:
     event = cfn_event(kube_api)
     del event["ResourceProperties"]["ModelId"]
-    with pytest.raises(handler.ReadinessError, match="missing ModelId"):
+    with pytest.raises(properties.ReadinessError, match="missing ModelId"):
         handler.on_event(event, None)
-    with pytest.raises(handler.ReadinessError, match="KvBackend must be one of LIBFABRIC, UCX"):
+    with pytest.raises(properties.ReadinessError, match="KvBackend must be one of LIBFABRIC, UCX"):
         handler.on_event(cfn_event(kube_api, KvBackend="TCP"), None)
-    with pytest.raises(handler.ReadinessError, match="ExpectedGpuNodes must be a positive"):
+    with pytest.raises(properties.ReadinessError, match="ExpectedGpuNodes must be a positive"):
         handler.on_event(cfn_event(kube_api, ExpectedGpuNodes="two"), None)
 
 
@@ -162,17 +165,17 @@ def test_missing_and_invalid_properties_fail_with_the_property_name(
 def test_expected_gpu_nodes_accepts_cloudformation_strings_and_ints(
     kube_api: FakeKubeApi, expected: object
 ) -> None:
-    props = handler.Props.from_properties(kube_api.props(ExpectedGpuNodes=expected))
+    props = properties.Props.from_properties(kube_api.props(ExpectedGpuNodes=expected))
     assert props.expected_gpu_nodes == 2
     assert props.timeout_seconds == 3300
 
 
 def test_gpus_per_worker_is_optional_and_positive(kube_api: FakeKubeApi) -> None:
-    assert handler.Props.from_properties(kube_api.props()).gpus_per_worker == 1
-    props = handler.Props.from_properties(kube_api.props(GpusPerWorker="8"))
+    assert properties.Props.from_properties(kube_api.props()).gpus_per_worker == 1
+    props = properties.Props.from_properties(kube_api.props(GpusPerWorker="8"))
     assert props.gpus_per_worker == 8
-    with pytest.raises(handler.ReadinessError, match="GpusPerWorker must be a positive"):
-        handler.Props.from_properties(kube_api.props(GpusPerWorker="0"))
+    with pytest.raises(properties.ReadinessError, match="GpusPerWorker must be a positive"):
+        properties.Props.from_properties(kube_api.props(GpusPerWorker="0"))
 
 
 # --- the happy path, stage by stage --------------------------------------------------------
@@ -591,14 +594,14 @@ def test_one_err_image_pull_then_success_completes(
 def test_image_pull_backoff_within_the_grace_is_pending(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
-    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=handler.IMAGE_PULL_GRACE_SECONDS - 30)
+    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=terminal.IMAGE_PULL_GRACE_SECONDS - 30)
     assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
 
 
 def test_image_pull_backoff_past_the_grace_fails_naming_the_pod_and_message(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
-    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=handler.IMAGE_PULL_GRACE_SECONDS + 30)
+    _pulling(kube_api, "ImagePullBackOff", first_failure_ago=terminal.IMAGE_PULL_GRACE_SECONDS + 30)
     message = fail_message(started(cfn_event(kube_api)))
     assert f"pod {fake.WORKER_POD_A} container ray-worker: ImagePullBackOff" in message
     assert BACK_OFF in message
@@ -786,7 +789,7 @@ def test_no_backend_evidence_and_no_counted_transfer_fails_the_deploy(
     assert f"decode engines' metrics ({fake.WORKER_POD_B})" in message
     assert "ray_vllm_nixl_xfer_time_seconds_count" in message
     # It re-read the counters (Ray exports them every 10 s) before giving its verdict.
-    assert no_counter_waits == [handler.COUNTER_WAIT_SECONDS] * (handler.COUNTER_READS - 1)
+    assert no_counter_waits == [kv_probe.COUNTER_WAIT_SECONDS] * (kv_probe.COUNTER_READS - 1)
 
 
 def test_a_transfer_count_that_did_not_rise_fails_the_deploy(
@@ -1111,7 +1114,7 @@ def test_token_is_a_presigned_get_caller_identity_url_bound_to_the_cluster() -> 
 @pytest.mark.usefixtures("fake_aws_env")
 def test_default_client_signs_with_the_lambda_credentials(kube_api: FakeKubeApi) -> None:
     kube_api.set_stage("deploying")
-    props = handler.Props.from_properties(kube_api.props())
+    props = properties.Props.from_properties(kube_api.props())
     client = handler.make_client(props, sleep=lambda _: None)
     assert client.get_json("/api/v1/nodes")["kind"] == "NodeList"
     bearer = kube_api.requests[0].authorization.removeprefix("Bearer ")
@@ -1183,7 +1186,7 @@ def test_polls_log_one_line_without_credentials(
     ],
 )
 def test_nixl_backend_reads_the_instantiation_line(text: str, backend: str | None) -> None:
-    assert checks.nixl_backend(text) == backend
+    assert nixl_logs.nixl_backend(text) == backend
 
 
 def test_gpu_nodes_ignores_nodes_without_the_gpu_worker_label() -> None:
@@ -1209,7 +1212,7 @@ def test_gpu_nodes_ignores_nodes_without_the_gpu_worker_label() -> None:
 def test_placement_maps_replica_ips_to_pods_and_nodes() -> None:
     server = FakeKubeApi()
     server.set_stage("serving")
-    result = checks.placement({"items": server.pods}, server.serve_applications, "qwen")
+    result = placement.placement({"items": server.pods}, server.serve_applications, "qwen")
     assert (result.method, result.ok) == ("serve-replicas", True)
     assert (result.prefill_nodes, result.decode_nodes) == ((fake.GPU_NODE_A,), (fake.GPU_NODE_B,))
     assert result.head_node == fake.SYSTEM_NODE
@@ -1282,7 +1285,9 @@ def test_aggregated_without_running_engines_waits_on_placement(
 
 
 def test_unknown_serving_mode_is_rejected(kube_api: FakeKubeApi) -> None:
-    with pytest.raises(handler.ReadinessError, match="ServingMode must be one of pd, aggregated"):
+    with pytest.raises(
+        properties.ReadinessError, match="ServingMode must be one of pd, aggregated"
+    ):
         handler.on_event(cfn_event(kube_api, ServingMode="disaggregated"), None)
 
 
@@ -1301,14 +1306,14 @@ def test_nixl_log_files_are_read_stdout_first_replica_then_its_engine_workers() 
         "serve/replica_qwen_Prefill_1.log",
         "gcs_server.out",
     ]
-    target = checks.NixlTarget(
+    target = nixl_logs.NixlTarget(
         label="prefill@10.0.1.20",
         node_id=fake.RAY_NODE_A,
         worker_ids=(replica,),
         role="prefill",
         replica_log="serve/replica_qwen_Prefill_1.log",
     )
-    chosen = checks.log_files_to_read(files, target, 5)
+    chosen = nixl_logs.log_files_to_read(files, target, 5)
     assert chosen == [
         f"worker-{replica}-01000000-4242.out",
         f"worker-{gpu}-01000000-5151.out",
@@ -1386,7 +1391,7 @@ def test_success_carries_its_data_in_the_physical_id(
     done = _served_once(kube_api)
     physical_id = done["PhysicalResourceId"]
     assert physical_id.startswith(f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}?")
-    carried = handler.data_from_physical_id(physical_id)
+    carried = report.data_from_physical_id(physical_id)
     assert carried == {k: v for k, v in done["Data"].items() if k != "ServeService"}
     assert cfn.calls == []  # Create never asks CloudFormation
 
@@ -1417,8 +1422,8 @@ def test_rollback_of_an_id_without_data_says_not_rechecked(
     cfn.status = "UPDATE_ROLLBACK_IN_PROGRESS"
     answer = handler.on_event(cfn_event(kube_api, "Update"), None)
     data = answer["Data"]
-    assert set(data) == set(handler.DATA_KEYS)
-    assert data["AppStatus"] == handler.NOT_RECHECKED
+    assert set(data) == set(report.DATA_KEYS)
+    assert data["AppStatus"] == report.NOT_RECHECKED
     assert data["ServeService"] == f"{fake.RAYSERVICE}-serve-svc.{fake.NAMESPACE}:8000"
     assert kube_api.requests == []
 
@@ -1433,7 +1438,7 @@ def test_a_normal_update_still_checks(
         ready=False, app_status="DEPLOY_FAILED", generation=2, observed_generation=2
     )
     event = started(cfn_event(kube_api, "Update"))
-    assert handler.ROLLBACK_KEY not in event
+    assert report.ROLLBACK_KEY not in event
     assert "DEPLOY_FAILED" in fail_message(event)
     assert len(cfn.calls) == 1
 
@@ -1444,7 +1449,7 @@ def test_describe_stacks_failing_treats_the_update_as_a_deploy(
     cfn.error = RuntimeError("Rate exceeded")
     kube_api.set_stage("serving")
     event = started(cfn_event(kube_api, "Update"))
-    assert handler.ROLLBACK_KEY not in event
+    assert report.ROLLBACK_KEY not in event
     assert poll(event)["IsComplete"] is True
 
 
@@ -1463,14 +1468,14 @@ def test_update_keeps_the_current_id_until_the_check_passes(
 
 def test_the_physical_id_stays_within_cloudformations_limit() -> None:
     base = f"{fake.CLUSTER_NAME}/{fake.NAMESPACE}/{fake.RAYSERVICE}"
-    data = {key: "x" * 300 for key in handler.DATA_KEYS}
+    data = {key: "x" * 300 for key in report.DATA_KEYS}
     data["GpuNodes"] = ",".join(
         f"ip-10-0-1-{i}.us-west-2.compute.internal:us-west-2a" for i in range(6)
     )
-    physical_id = handler.physical_id_with_data(base, data)
-    assert len(physical_id) <= handler.MAX_PHYSICAL_ID_CHARS
-    carried = handler.data_from_physical_id(physical_id)
-    assert set(carried) == set(handler.ID_DATA_KEYS)
+    physical_id = report.physical_id_with_data(base, data)
+    assert len(physical_id) <= report.MAX_PHYSICAL_ID_CHARS
+    carried = report.data_from_physical_id(physical_id)
+    assert set(carried) == set(report.ID_DATA_KEYS)
     for key, value in carried.items():
         original = data[key]
         assert value == original or (original.startswith(value[:-3]) and value.endswith("..."))
@@ -1484,11 +1489,11 @@ def test_the_physical_id_stays_within_cloudformations_limit() -> None:
         "RequestId": "6d1c6b5a-0000-4000-8000-000000000001",
         "LogicalResourceId": "ReadinessResource" + "0" * 8,
         "PhysicalResourceId": physical_id,
-        "Data": {k: v[: handler.MAX_DATA_VALUE_CHARS] for k, v in data.items()},
+        "Data": {k: v[: report.MAX_DATA_VALUE_CHARS] for k, v in data.items()},
     }
     assert len(json.dumps(response)) < 4096
     small = {"AppStatus": "RUNNING", "KvBackend": "LIBFABRIC,LIBFABRIC"}
-    exact = handler.data_from_physical_id(handler.physical_id_with_data(base, small))
+    exact = report.data_from_physical_id(report.physical_id_with_data(base, small))
     assert exact["AppStatus"] == "RUNNING" and exact["KvBackend"] == "LIBFABRIC,LIBFABRIC"
 
 
@@ -1499,18 +1504,18 @@ def test_a_dashboard_that_cannot_answer_leaves_token_enforcement_unproven(
     kube_api.set_stage("serving")
     kube_api.ray_token = None
     kube_api.set_proxy(kube_api.head_service, 8265, "api/serve/applications/", status=503)
-    props = handler.Props.from_properties(kube_api.props())
+    props = properties.Props.from_properties(kube_api.props())
     client = kube.KubeClient(
         kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.t", sleep=sleeps.append
     )
     dashboard = kube.RayDashboard(client, props.namespace, props.rayservice, token_secret="x")
-    assert handler.ray_token_enforced(dashboard).startswith("unknown: GET /api/serve/")
+    assert steps.ray_token_enforced(dashboard).startswith("unknown: GET /api/serve/")
     for status in (200, 404):
         kube_api.set_proxy(
             kube_api.head_service, 8265, "api/serve/applications/", status=status, body={}
         )
-        with pytest.raises(handler.ReadinessError, match="Ray token authentication is not"):
-            handler.ray_token_enforced(dashboard)
+        with pytest.raises(properties.ReadinessError, match="Ray token authentication is not"):
+            steps.ray_token_enforced(dashboard)
 
 
 # --- EFA memory registration and gpuWorkerPrivileged ------------------------------------------
@@ -1549,7 +1554,7 @@ def test_a_kv_load_failure_with_unprivileged_efa_workers_names_the_setting(
 
 
 @pytest.mark.parametrize(
-    ("properties", "hinted"),
+    ("given", "hinted"),
     [
         ({"GpuWorkersPrivileged": "false"}, True),
         ({"GpuWorkersPrivileged": "true"}, False),
@@ -1559,21 +1564,21 @@ def test_a_kv_load_failure_with_unprivileged_efa_workers_names_the_setting(
     ],
 )
 def test_the_privilege_hint_is_only_for_unprivileged_efa_workers(
-    kube_api: FakeKubeApi, properties: dict[str, str], hinted: bool
+    kube_api: FakeKubeApi, given: dict[str, str], hinted: bool
 ) -> None:
-    props = handler.Props.from_properties({**kube_api.props(), **properties})
-    assert bool(handler.efa_privilege_hint(props)) is hinted
+    props = properties.Props.from_properties({**kube_api.props(), **given})
+    assert bool(terminal.efa_privilege_hint(props)) is hinted
 
 
 @pytest.mark.parametrize(("raw", "value"), [("0", 0), ("32768", 32768), ("", 0)])
 def test_kv_bytes_per_token_is_a_whole_number_from_zero(
     kube_api: FakeKubeApi, raw: str, value: int
 ) -> None:
-    props = handler.Props.from_properties({**kube_api.props(), "KvBytesPerToken": raw})
+    props = properties.Props.from_properties({**kube_api.props(), "KvBytesPerToken": raw})
     assert props.kv_bytes_per_token == value
 
 
 @pytest.mark.parametrize("raw", ["-1", "x", "1.5"])
 def test_a_bad_kv_bytes_per_token_is_refused_by_name(kube_api: FakeKubeApi, raw: str) -> None:
-    with pytest.raises(handler.ReadinessError, match=f"KvBytesPerToken .* got '{raw}'"):
-        handler.Props.from_properties({**kube_api.props(), "KvBytesPerToken": raw})
+    with pytest.raises(properties.ReadinessError, match=f"KvBytesPerToken .* got '{raw}'"):
+        properties.Props.from_properties({**kube_api.props(), "KvBytesPerToken": raw})

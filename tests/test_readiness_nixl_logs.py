@@ -18,6 +18,8 @@ pytest_plugins = ["tests.fakes.fixtures"]  # kube_api, probe_env
 handler = lambda_code.handler()
 kube = lambda_code.kube()
 checks = lambda_code.checks()
+kv_probe = lambda_code.kv_probe()
+nixl_logs = lambda_code.nixl_logs()
 
 GPU_WORKER = fake.PREFILL_WORKER_ID[::-1]  # the vLLM GPU worker beside the prefill replica
 OUT = f"worker-{GPU_WORKER}-01000000-5151.out"
@@ -49,7 +51,7 @@ def dashboard(kube_api: FakeKubeApi) -> Any:
 
 
 def read(kube_api: FakeKubeApi, dashboard: Any, **kwargs: Any) -> Any:
-    return handler.read_nixl_backends(
+    return nixl_logs.read_nixl_backends(
         dashboard, kube_api.serve_applications, fake.APP_NAME, **kwargs
     )
 
@@ -277,11 +279,11 @@ def test_the_actor_list_keeps_only_alive_rows_with_a_pid_and_a_node(
 
 def test_rotated_pieces_belong_to_their_file_and_the_oldest_holds_the_start() -> None:
     files = [OUT, f"{OUT}.1", f"{OUT}.3", f"{OUT}.2", f"{ERR}.1", ERR, "raylet.out.1"]
-    assert checks.oldest_piece(files, OUT) == f"{OUT}.3"
-    assert checks.oldest_piece(files, ERR) == f"{ERR}.1"
-    assert checks.oldest_piece([OUT], OUT) == OUT
-    target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A)
-    assert checks.log_files_to_read(files, target, 10) == [OUT, ERR]
+    assert nixl_logs.oldest_piece(files, OUT) == f"{OUT}.3"
+    assert nixl_logs.oldest_piece(files, ERR) == f"{ERR}.1"
+    assert nixl_logs.oldest_piece([OUT], OUT) == OUT
+    target = nixl_logs.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A)
+    assert nixl_logs.log_files_to_read(files, target, 10) == [OUT, ERR]
 
 
 def test_a_rotated_files_start_up_lines_are_read_from_its_oldest_piece(
@@ -316,7 +318,7 @@ def test_a_file_rotated_past_its_start_up_lines_is_unseen_not_a_pass(
     assert dict(report.providers)[label].startswith("unknown: ")
     assert f"{OUT} rotated: its oldest piece {OUT}.1 starts later" in report.value()
     assert label in report.unseen
-    assert handler.backend_failure("LIBFABRIC", report) is not None  # the deploy still fails
+    assert nixl_logs.backend_failure("LIBFABRIC", report) is not None  # the deploy still fails
 
 
 # --- dead engines' files ---------------------------------------------------------------------
@@ -394,8 +396,8 @@ def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
         f"worker-{replica}-00010000-4242.out",  # job 256
         f"worker-{GPU_WORKER}-01010000-5151.out",  # job 257, started by the replica's engine
     ]
-    target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, worker_ids=(replica,))
-    assert checks.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
+    target = nixl_logs.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, worker_ids=(replica,))
+    assert nixl_logs.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
 
 
 def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
@@ -431,21 +433,21 @@ def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
     for name in ("worker-zz.out", "worker-aa.out"):  # listed z before a
         listed.remove(name)
     listed[:0] = ["worker-zz.out", "worker-aa.out"]
-    target = checks.NixlTarget(
+    target = nixl_logs.NixlTarget(
         label="prefill",
         node_id=fake.RAY_NODE_A,
         worker_ids=(replica,),
         role="prefill",
         replica_log="/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log",
     )
-    assert checks.log_files_to_read(listed, target, 50) == expected
+    assert nixl_logs.log_files_to_read(listed, target, 50) == expected
 
 
 def test_files_are_judged_by_their_base_name() -> None:
     """The log API lists Serve's replica logs under ``serve/``."""
-    target = checks.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, role="prefill")
+    target = nixl_logs.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, role="prefill")
     files = ["serve/replica_qwen_PDPrefill_abc.log", "serve/replica_qwen_PDDecode_abc.log"]
-    assert checks.log_files_to_read(files, target, 10) == files[:1]
+    assert nixl_logs.log_files_to_read(files, target, 10) == files[:1]
 
 
 # --- where the reader looks, and what stops it --------------------------------------------
@@ -464,10 +466,10 @@ def test_without_replicas_or_worker_nodes_the_report_says_why(
     kube_api: FakeKubeApi, dashboard: Any
 ) -> None:
     kube_api.ray_nodes = [n for n in kube_api.ray_nodes if n.get("is_head_node")]
-    report = handler.read_nixl_backends(dashboard, None, fake.APP_NAME)
+    report = nixl_logs.read_nixl_backends(dashboard, None, fake.APP_NAME)
     assert (report.backends, report.reason) == ((), "the Ray dashboard lists no worker nodes")
     kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/nodes", status=500, body=b"{}")
-    report = handler.read_nixl_backends(dashboard, None, fake.APP_NAME)
+    report = nixl_logs.read_nixl_backends(dashboard, None, fake.APP_NAME)
     assert report.backends == ()
     assert report.reason.startswith(f"Ray dashboard not readable via {dashboard.service}: ")
 
@@ -619,7 +621,7 @@ def test_a_head_read_stops_once_the_evidence_is_complete(
     logs[ERR] = stats(3000) + provider_log("efa") + stats(10_000)
     report = read(kube_api, dashboard)
     assert report.providers[0] == (PREFILL, "efa")
-    assert sizes[OUT] == handler.LOG_HEAD_BYTES  # the provider is not in this file
+    assert sizes[OUT] == nixl_logs.LOG_HEAD_BYTES  # the provider is not in this file
     assert sizes[ERR] <= 2 * kube.READ_CHUNK_BYTES + len(STATS) * 3000
     sizes.clear()
     logs[OUT] = stats(3000) + nixl_log("UCX") + stats(10_000)
@@ -672,7 +674,7 @@ def test_provider_metrics(
     backends: dict[str, str] | None,
     metrics: dict[str, int],
 ) -> None:
-    report = checks.KvBackendReport(
+    report = nixl_logs.KvBackendReport(
         backends=tuple(
             (backends if backends is not None else dict.fromkeys(providers, "LIBFABRIC")).items()
         ),

@@ -15,7 +15,8 @@ from typing import Any
 
 from ray_pd_eks import instance_types
 from ray_pd_eks.cli.main import COMMANDS, build_parser
-from ray_pd_eks.config import DEFAULTS, OTHER_CONTEXT_KEYS, AppConfig
+from ray_pd_eks.config import DEFAULTS, AppConfig
+from ray_pd_eks.config.limits import OTHER_CONTEXT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -217,7 +218,7 @@ def test_every_benchmark_recipe_redeploys_after_going_back_to_pd() -> None:
 
 
 def test_the_readiness_timeouts_stated_maximum_is_the_apps() -> None:
-    from ray_pd_eks.config import MAX_READINESS_MINUTES
+    from ray_pd_eks.config.limits import MAX_READINESS_MINUTES
 
     stated = [
         (where, int(limit))

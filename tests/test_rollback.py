@@ -22,7 +22,7 @@ def _load(folder: str, module: str = "handler") -> ModuleType:
 
 # Custom resource type -> the keys its handler's rollback answer carries.
 ROLLBACK_KEYS = {
-    "Custom::RayServiceReadiness": set(_load("readiness").DATA_KEYS),
+    "Custom::RayServiceReadiness": set(_load("readiness", "report").DATA_KEYS),
     "Custom::GpuCapacityWatch": set(_load("capacity").DATA_KEYS),
     "Custom::GpuAvailabilityZone": set(_load("gpu_az").ROLLBACK_DATA_KEYS),
     "Custom::RayServiceRecreate": set(_load("readiness", "recreate").DATA_KEYS),

@@ -328,7 +328,7 @@ def test_readiness_expects_the_group_minimum(variant_app: Synthesized) -> None:
 
 # -- readiness placement with several GPUs per worker --
 
-checks = lambda_code.checks()
+placement = lambda_code.placement()
 
 
 def _workers(gpus: int) -> dict[str, Any]:
@@ -342,7 +342,9 @@ def _workers(gpus: int) -> dict[str, Any]:
 def test_fallback_placement_counts_one_replicas_gpus_per_worker(
     gpus: int, per_worker: int, ok: bool
 ) -> None:
-    place = checks.placement(_workers(gpus), serve_error="unreachable", gpus_per_worker=per_worker)
+    place = placement.placement(
+        _workers(gpus), serve_error="unreachable", gpus_per_worker=per_worker
+    )
     assert (place.method, place.ok) == ("worker-pods", ok)
     if not ok:
         assert f"not exactly {per_worker} GPU(s) each" in place.why

@@ -51,17 +51,17 @@ def test_recreate_on_a_first_deploy_finds_nothing_to_delete(applied: Applied) ->
 def test_readiness_reports_the_real_pending_state(cluster_: Cluster) -> None:
     """Serve cannot be reached here (no Ray runs in KWOK's pods): the readiness check must
     say pending, on the RayService stage, without an exception and without success."""
-    handler = lambda_code.handler()
+    steps = lambda_code.steps()
     properties = handlers.local_properties(
         cluster_, variants.handler_properties(_app(), "Custom::RayServiceReadiness")
     )
-    props = handler.Props.from_properties(properties)
+    props = lambda_code.properties().Props.from_properties(properties)
     api = handlers.client(cluster_, "readiness")
     wait_until(
         "the operator to create the RayCluster",
         lambda: cluster_.items("rayclusters.ray.io", "-n", props.namespace),
     )
-    outcome = handler.check(props, api, now=time.time(), started=time.time())
+    outcome = steps.check(props, api, now=time.time(), started=time.time())
     assert not outcome.complete, outcome
     assert outcome.pending_check == "rayservice", outcome
     assert "Ready" in outcome.status or "status" in outcome.status.lower(), outcome.status

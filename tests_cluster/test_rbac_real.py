@@ -124,7 +124,7 @@ def test_real_authorizer_allows_what_the_code_does_and_denies_the_rest(
     assert not widened, f"{identity.name} may do more than its code does: {widened}"
 
 
-LONGEST_RAY_SERVICE = "r" * 47  # rayServiceName's limit (ray_pd_eks/config.py)
+LONGEST_RAY_SERVICE = "r" * 47  # rayServiceName's limit (ray_pd_eks/config/limits.py)
 
 
 def _bench_job(config: Any) -> dict[str, Any]:

@@ -27,9 +27,13 @@ from ray_pd_eks.rehearse.probe import answer_text, chat, http, wait_for
 from tests_serving.proxy_standin import RealPlaneKubeApi
 
 checks = lambda_code.checks()
-handler = lambda_code.handler()
 kube = lambda_code.kube()
+kv_probe = lambda_code.kv_probe()
 kvproof = lambda_code.kvproof()
+nixl_logs = lambda_code.nixl_logs()
+placement = lambda_code.placement()
+properties = lambda_code.properties()
+steps = lambda_code.steps()
 
 
 def _client(api: RealPlaneKubeApi) -> Any:
@@ -37,7 +41,7 @@ def _client(api: RealPlaneKubeApi) -> Any:
 
 
 def _props(api: RealPlaneKubeApi) -> Any:
-    return handler.Props.from_properties(api.props(KvBackend="UCX"))
+    return properties.Props.from_properties(api.props(KvBackend="UCX"))
 
 
 def _dashboard(api: RealPlaneKubeApi, client: Any) -> Any:
@@ -54,7 +58,7 @@ def test_serve_places_prefill_and_decode_on_two_worker_nodes(
 ) -> None:
     client = _client(kube_api_real)
     serve_json = _dashboard(kube_api_real, client).serve_applications()
-    replicas = checks.serve_replicas(serve_json, kube_api_real.app_name)
+    replicas = placement.serve_replicas(serve_json, kube_api_real.app_name)
     roles = {r.role: r for r in replicas if r.role in ("prefill", "decode")}
     assert set(roles) == {"prefill", "decode"}, [(r.deployment, r.role) for r in replicas]
     assert {roles["prefill"].node_ip, roles["decode"].node_ip} == set(WORKER_IPS)
@@ -64,7 +68,7 @@ def test_serve_places_prefill_and_decode_on_two_worker_nodes(
         kube_api_real.rayservice_name,
         (),
     )
-    place = checks.placement(pods, serve_json, kube_api_real.app_name, mode="pd")
+    place = placement.placement(pods, serve_json, kube_api_real.app_name, mode="pd")
     assert place.ok, place.why
     assert place.method == "serve-replicas"
     assert not place.conflict
@@ -72,7 +76,7 @@ def test_serve_places_prefill_and_decode_on_two_worker_nodes(
 
 def test_dashboard_refuses_a_request_without_the_ray_token(kube_api_real: RealPlaneKubeApi) -> None:
     client = _client(kube_api_real)
-    assert handler.ray_token_enforced(_dashboard(kube_api_real, client)).startswith("yes: 401")
+    assert steps.ray_token_enforced(_dashboard(kube_api_real, client)).startswith("yes: 401")
     status, _ = http(
         f"http://{HEAD_IP}:8265/api/serve/applications/",
         headers={"Authorization": "Bearer not-the-token"},
@@ -87,7 +91,7 @@ def test_dashboard_refuses_a_request_without_the_ray_token(kube_api_real: RealPl
 
 def test_models_list_the_model_id(kube_api_real: RealPlaneKubeApi) -> None:
     props = _props(kube_api_real)
-    models, _ = handler._list_models(_client(kube_api_real), props)
+    models, _ = steps._list_models(_client(kube_api_real), props)
     assert models == [kube_api_real.model_id]
 
 
@@ -102,17 +106,17 @@ def test_probe_moves_kv_through_nixl_and_decode_counts_it(kube_api_real: RealPla
         kube_api_real.rayservice_name,
         (),
     )
-    place = checks.placement(pods, serve_json, kube_api_real.app_name, mode="pd")
-    metric_pods = handler.decode_metric_pods(place, serve_json, kube_api_real.app_name)
+    place = placement.placement(pods, serve_json, kube_api_real.app_name, mode="pd")
+    metric_pods = kv_probe.decode_metric_pods(place, serve_json, kube_api_real.app_name)
     decode_ip = next(
         r.node_ip
-        for r in checks.serve_replicas(serve_json, kube_api_real.app_name)
+        for r in placement.serve_replicas(serve_json, kube_api_real.app_name)
         if r.role == "decode"
     )
     assert metric_pods == [kube_api_real.pod_for_ip(decode_ip)]
-    before, _ = handler.read_nixl_counters(client, props, metric_pods)
+    before, _ = kv_probe.read_nixl_counters(client, props, metric_pods)
     assert before is not None
-    run = handler.kv_probe(client, props, metric_pods)
+    run = kv_probe.kv_probe(client, props, metric_pods)
     assert not run.pending, run.pending
     assert run.probe is not None
     tokens = run.probe.prompt_tokens or 0
@@ -137,7 +141,7 @@ TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 64 * 2 * 2
 
 
 def _rose(client: Any, props: Any, pods: list[str], before: Any) -> Any:
-    after, _ = handler.read_nixl_counters(client, props, pods)
+    after, _ = kv_probe.read_nixl_counters(client, props, pods)
     if after is not None and (after.transfers or 0) > (before.transfers or 0):
         return after
     return None
@@ -148,10 +152,10 @@ def test_decode_worker_log_names_the_nixl_backend(kube_api_real: RealPlaneKubeAp
     dashboard = _dashboard(kube_api_real, client)
     serve_json = dashboard.serve_applications()
     chat(f"http://{HEAD_IP}:8000", kube_api_real.model_id, "Hello there.", 4)
-    report = handler.read_nixl_backends(dashboard, serve_json, kube_api_real.app_name)
+    report = nixl_logs.read_nixl_backends(dashboard, serve_json, kube_api_real.app_name)
     assert report.backends, report.reason
     assert {backend for _, backend in report.backends} == {"UCX"}, report.backends
-    assert handler.backend_failure("UCX", report) is None
+    assert nixl_logs.backend_failure("UCX", report) is None
 
 
 def test_pd_answer_is_computed_from_the_kv_prefill_sent(
@@ -214,7 +218,7 @@ def restart_prefill(plane: ServingPlane, app: RenderedApp) -> tuple[Any, Any]:
     runs a new one; (the old replica, the new one)."""
     serve_json = plane.dashboard("api/serve/applications/")
     prefill = next(
-        r for r in checks.serve_replicas(serve_json, app.app_name) if r.role == "prefill"
+        r for r in placement.serve_replicas(serve_json, app.app_name) if r.role == "prefill"
     )
     subprocess.run(
         [str(serving_python()), "-c", KILL_ACTOR, f"{HEAD_IP}:6379", prefill.actor_name],
@@ -224,7 +228,9 @@ def restart_prefill(plane: ServingPlane, app: RenderedApp) -> tuple[Any, Any]:
     )
 
     def restarted() -> object:
-        replicas = checks.serve_replicas(plane.dashboard("api/serve/applications/"), app.app_name)
+        replicas = placement.serve_replicas(
+            plane.dashboard("api/serve/applications/"), app.app_name
+        )
         new = [r for r in replicas if r.role == "prefill" and r.state == "RUNNING"]
         return new and new[0].replica_id != prefill.replica_id and new[0]
 

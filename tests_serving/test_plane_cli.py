@@ -33,7 +33,7 @@ from ray_pd_eks.rehearse.plane import (
 from tests.cli_fixtures import Harness, Run, cli_harness, stub_cluster, write_cdk_json
 from tests_serving.proxy_standin import WORKER_PODS, RealPlaneKubeApi
 
-checks = lambda_code.checks()
+placement = lambda_code.placement()
 kvproof = lambda_code.kvproof()
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 64 * 2 * 2
 VLLM_CPU_CLI = (
@@ -95,7 +95,7 @@ def test_status_shows_the_real_apps_replicas_on_the_worker_pods(
     result = cli("status")
     assert result.code == 0, result.out + result.err
     assert f"  app {app.app_name}: RUNNING" in result.out
-    serve = checks.serve_replicas(kube_real_serve(kube), app.app_name)
+    serve = placement.serve_replicas(kube_real_serve(kube), app.app_name)
     roles = {kube.pod_for_ip(r.node_ip): r.role for r in serve if r.role in ("prefill", "decode")}
     assert sorted(roles.values()) == ["decode", "prefill"]
     for pod, role in roles.items():
@@ -175,7 +175,7 @@ def test_drill_kills_one_engine_replica_and_keeps_its_pod(
     """``drill decode-replica-restart``: a Ray job, submitted through the real dashboard's Jobs
     API, kills the decode replica's actor; Serve starts a new one on the same node (the pod
     stays), and the KV probe's transfer is counted again before the drill reports downtime."""
-    before = checks.serve_replicas(kube_real_serve(kube), app.app_name)
+    before = placement.serve_replicas(kube_real_serve(kube), app.app_name)
     (decode,) = [r for r in before if r.role == "decode"]
     result = cli("drill", "decode-replica-restart", "--yes", "--interval", "5")
     assert result.code == 0, result.out + result.err
@@ -183,7 +183,7 @@ def test_drill_kills_one_engine_replica_and_keeps_its_pod(
     assert f"{decode.actor_name} killed" in result.out
     assert f"in the same pod ({decode.node_ip})" in result.out
     assert "OK: the endpoint served again after" in result.out
-    after = checks.serve_replicas(kube_real_serve(kube), app.app_name)
+    after = placement.serve_replicas(kube_real_serve(kube), app.app_name)
     (new,) = [r for r in after if r.role == "decode"]
     assert new.replica_id != decode.replica_id and new.node_ip == decode.node_ip
     assert kube.pod_for_ip(new.node_ip) in WORKER_PODS

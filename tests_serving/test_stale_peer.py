@@ -20,7 +20,8 @@ from tests_serving.proxy_standin import RealPlaneKubeApi
 from tests_serving.test_plane import _client, _dashboard, _props, _rose, restart_prefill
 
 checks = lambda_code.checks()
-handler = lambda_code.handler()
+kv_probe = lambda_code.kv_probe()
+placement = lambda_code.placement()
 
 pytestmark = pytest.mark.skipif(
     not PIN_ENGINE_IDS, reason="the negative control: RAY_PD_EKS_SERVING_PIN_ENGINE_IDS=1"
@@ -39,12 +40,12 @@ def test_stale_peer_a_prefill_restarted_with_a_pinned_id_still_serves(
     pods = checks.ray_pods(
         client.get_json(f"/api/v1/namespaces/{kube.namespace}/pods"), kube.rayservice_name, ()
     )
-    place = checks.placement(pods, serve_json, kube.app_name, mode="pd")
-    metric_pods = handler.decode_metric_pods(place, serve_json, kube.app_name)
+    place = placement.placement(pods, serve_json, kube.app_name, mode="pd")
+    metric_pods = kv_probe.decode_metric_pods(place, serve_json, kube.app_name)
     props = _props(kube)
-    before, _ = handler.read_nixl_counters(client, props, metric_pods)
+    before, _ = kv_probe.read_nixl_counters(client, props, metric_pods)
     assert before is not None
-    run = handler.kv_probe(client, props, metric_pods)
+    run = kv_probe.kv_probe(client, props, metric_pods)
     assert run.probe is not None, (run.failure, run.pending)  # answered: no HTTP 500
     after = wait_for(lambda: _rose(client, props, metric_pods, before), 40, every_s=5)
     assert after, "decode counted no transfer after the restart"

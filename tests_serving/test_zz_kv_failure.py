@@ -25,7 +25,8 @@ from tests_serving.proxy_standin import RealPlaneKubeApi
 from tests_serving.test_plane import _client, _dashboard, _props
 
 checks = lambda_code.checks()
-handler = lambda_code.handler()
+kv_probe = lambda_code.kv_probe()
+placement = lambda_code.placement()
 
 
 def test_a_blocked_kv_path_is_reported_at_once_as_a_kv_transfer_failure(
@@ -53,17 +54,17 @@ def test_a_blocked_kv_path_is_reported_at_once_as_a_kv_transfer_failure(
     pods = checks.ray_pods(
         client.get_json(f"/api/v1/namespaces/{kube.namespace}/pods"), kube.rayservice_name, ()
     )
-    place = checks.placement(pods, serve_json, kube.app_name, mode="pd")
-    metric_pods = handler.decode_metric_pods(place, serve_json, kube.app_name)
-    run = handler.kv_probe(client, props, metric_pods)
+    place = placement.placement(pods, serve_json, kube.app_name, mode="pd")
+    metric_pods = kv_probe.decode_metric_pods(place, serve_json, kube.app_name)
+    run = kv_probe.kv_probe(client, props, metric_pods)
     assert not run.pending, run.pending
-    assert run.failure is not None and run.failure.startswith(handler.KV_LOAD_FAILED), run
+    assert run.failure is not None and run.failure.startswith(kv_probe.KV_LOAD_FAILED), run
 
 
 def _decode(serve_json: Any, app: RenderedApp) -> Any:
     running = [
         r
-        for r in checks.serve_replicas(serve_json, app.app_name)
+        for r in placement.serve_replicas(serve_json, app.app_name)
         if r.role == "decode" and r.state == "RUNNING"
     ]
     return running[0] if running else None

@@ -27,7 +27,7 @@ from ray_pd_eks.cli.cluster import Cluster
 from ray_pd_eks.cli.errors import EXIT_CHECK_FAILED, EXIT_OK, CheckFailed, UsageError
 from ray_pd_eks.cli.output import duration, table
 from ray_pd_eks.cli.status import WARMUP_NAMESPACE, spare_nodes
-from ray_pd_eks.config import is_hf_revision
+from ray_pd_eks.config.rules_model import is_hf_revision
 from ray_pd_eks.instance_types import gpu_spec
 
 NAME = "bench"

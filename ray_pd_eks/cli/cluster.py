@@ -52,7 +52,7 @@ class Cluster:
     def readiness_props(self) -> Any:
         """The readiness Lambda's ``Props`` for this deployment, to reuse its verdicts."""
         c = self.app.config
-        return lambda_code.handler().Props(
+        return lambda_code.properties().Props(
             cluster_name=c.cluster_name,
             endpoint=str(self.info["endpoint"]),
             ca_data=str(self.info["certificateAuthority"]["data"]),

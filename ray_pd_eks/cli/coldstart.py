@@ -162,7 +162,7 @@ class ServeLine:
 
 @dataclass(frozen=True)
 class ServeView:
-    """What the Ray dashboard told about Serve: the app's engine replicas (``checks.
+    """What the Ray dashboard told about Serve: the app's engine replicas (``placement.
     ServeReplica``), the head of each one's log by replica id, or why it was not read, and the
     controller's last lines. ``reason``: Serve itself was unreadable, so nothing is known."""
 
@@ -609,7 +609,7 @@ def read_serve(cluster: Cluster, config: AppConfig, ips: set[str], lines: int) -
     the worker pods at ``ips``, the head of each one's log, and the last ``lines`` lines of the
     controller's log. Anything unreadable becomes the reason in the view (the Kubernetes
     steps are measured all the same)."""
-    checks = lambda_code.checks()
+    placement = lambda_code.placement()
     dashboard = cluster.dashboard()
     try:
         serve_json = dashboard.serve_applications()
@@ -617,7 +617,7 @@ def read_serve(cluster: Cluster, config: AppConfig, ips: set[str], lines: int) -
         return ServeView(reason=f"Serve unreadable: {err}")
     replicas = tuple(
         r
-        for r in checks.serve_replicas(serve_json, config.application_name)
+        for r in placement.serve_replicas(serve_json, config.application_name)
         if r.role != "other" and r.node_ip in ips
     )
     logs: dict[str, str] = {}

@@ -91,8 +91,8 @@ DEFAULT_TIMEOUT_MINUTES = 20
 DEFAULT_INTERVAL_SECONDS = 15
 # Probe failures that mean "the KV cache does not arrive" once the replacement is RUNNING:
 # failed transfers, a count that did not rise, a wrong answer, and the endpoint's HTTP 500 to
-# the probe (the readiness handler's KV_LOAD_FAILED: vLLM 0.26 fails a request whose KV load
-# failed with 500, so a stale peer shows first as that).
+# the probe (the readiness check's kv_probe.KV_LOAD_FAILED: vLLM 0.26 fails a request whose KV
+# load failed with 500, so a stale peer shows first as that).
 STALE_PEER_SIGNS = (
     "failed during the probe",
     "did not rise",
@@ -171,13 +171,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_pods(pods_json: Any, serve_json: Any, app_name: str, role: str) -> list[str]:
     """The worker pods that run a RUNNING replica of ``role`` (matched by node IP)."""
-    checks = lambda_code.checks()
+    placement = lambda_code.placement()
     ips = {
         r.node_ip
-        for r in checks.serve_replicas(serve_json, app_name)
+        for r in placement.serve_replicas(serve_json, app_name)
         if r.role == role and r.state == "RUNNING" and r.node_ip
     }
-    place = checks.placement(pods_json, serve_json, app_name)
+    place = placement.placement(pods_json, serve_json, app_name)
     return sorted(p.name for p in place.pods if p.role == "worker" and p.ip in ips)
 
 
@@ -201,7 +201,7 @@ def run(app: App) -> int:
     if config.serving_mode != "pd":
         raise UsageError("drill needs servingMode=pd: an aggregated app has no prefill/decode")
     role, lose = DRILLS[args.which]
-    checks = lambda_code.checks()
+    checks, where = lambda_code.checks(), lambda_code.placement()
     cluster = Cluster(app)
     cluster.rayservice()
     ns = config.namespace
@@ -216,7 +216,7 @@ def run(app: App) -> int:
             "check `python -m ray_pd_eks status` first"
         )
     victim = victims[0]
-    replica = _replica_on(checks, pods, serve_json, config.application_name, role, victim)
+    replica = _replica_on(where, pods, serve_json, config.application_name, role, victim)
     other_role = "decode" if role == "prefill" else "prefill"
     others = engine_pods(pods, serve_json, config.application_name, other_role)
     if lose == "pod":
@@ -260,7 +260,7 @@ def run(app: App) -> int:
                 last = f"Serve details unreadable: {err.reason or err}"
                 continue
         if lose == "replica":
-            new = replacement(checks, serve_json, config.application_name, role, replica)
+            new = replacement(where, serve_json, config.application_name, role, replica)
             if new is None:
                 last = f"Serve: no new {role} replica RUNNING yet"
                 app.print(f"  {duration(elapsed):>8}  waiting: {last}")
@@ -291,24 +291,26 @@ def run(app: App) -> int:
     )
 
 
-def _replica_on(checks: Any, pods: Any, serve_json: Any, app_name: str, role: str, pod: str) -> Any:
-    """The RUNNING ``role`` replica on worker pod ``pod`` (``engine_pods`` found it there)."""
+def _replica_on(where: Any, pods: Any, serve_json: Any, app_name: str, role: str, pod: str) -> Any:
+    """The RUNNING ``role`` replica on worker pod ``pod`` (``engine_pods`` found it there);
+    ``where`` is the readiness check's ``placement`` module."""
     ip = next(
-        (p.ip for p in checks.placement(pods, serve_json, app_name).pods if p.name == pod), None
+        (p.ip for p in where.placement(pods, serve_json, app_name).pods if p.name == pod), None
     )
     return next(
         r
-        for r in checks.serve_replicas(serve_json, app_name)
+        for r in where.serve_replicas(serve_json, app_name)
         if r.role == role and r.state == "RUNNING" and r.node_ip == ip
     )
 
 
-def replacement(checks: Any, serve_json: Any, app_name: str, role: str, killed: Any) -> Any:
-    """A RUNNING ``role`` replica other than ``killed`` (Serve's new one), or None."""
+def replacement(where: Any, serve_json: Any, app_name: str, role: str, killed: Any) -> Any:
+    """A RUNNING ``role`` replica other than ``killed`` (Serve's new one), or None; ``where``
+    is the readiness check's ``placement`` module."""
     return next(
         (
             r
-            for r in checks.serve_replicas(serve_json, app_name)
+            for r in where.serve_replicas(serve_json, app_name)
             if r.role == role and r.state == "RUNNING" and r.replica_id != killed.replica_id
         ),
         None,

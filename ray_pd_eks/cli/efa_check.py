@@ -215,7 +215,7 @@ def run(app: App) -> int:
         )
     config = app.config
     checks = lambda_code.checks()
-    handler = lambda_code.handler()
+    nixl_logs = lambda_code.nixl_logs()
     cluster = Cluster(app)
     rayservice = cluster.rayservice()
     state = checks.rayservice_state(rayservice, config.application_name)
@@ -264,7 +264,7 @@ def run(app: App) -> int:
         except cluster.kube.KubeApiError as err:
             app.debug(f"serve applications unreadable, reading every worker node: {err}")
     with cluster.errors():  # a refused Ray token is an access problem, not "unknown"
-        report = handler.read_nixl_backends(
+        report = nixl_logs.read_nixl_backends(
             dashboard,
             serve_json,
             config.application_name,

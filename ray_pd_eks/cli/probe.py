@@ -20,21 +20,22 @@ def metric_pods(cluster: Cluster, serve_json: Any, pd: bool) -> list[str] | None
     if not pd:
         return None
     config = cluster.app.config
-    checks = lambda_code.checks()
-    handler = lambda_code.handler()
+    placement = lambda_code.placement()
+    kv_probe = lambda_code.kv_probe()
     pods = cluster.get(f"/api/v1/namespaces/{config.namespace}/pods")
-    place = checks.placement(pods, serve_json, config.application_name)
-    found: list[str] = handler.decode_metric_pods(place, serve_json, config.application_name)
+    place = placement.placement(pods, serve_json, config.application_name)
+    found: list[str] = kv_probe.decode_metric_pods(place, serve_json, config.application_name)
     return found
 
 
 def run(cluster: Cluster, serve_json: Any, *, pd: bool) -> tuple[Any, list[Finding]]:
-    """Send one probe; return the run (the handler's ``KvProbeRun``) and what it showed."""
-    handler = lambda_code.handler()
+    """Send one probe; return the run (the readiness Lambda's ``kv_probe.KvProbeRun``) and what
+    it showed."""
+    kv_probe = lambda_code.kv_probe()
     props = cluster.readiness_props()
     pods = metric_pods(cluster, serve_json, pd)
     with cluster.errors():
-        result = handler.kv_probe(cluster.client, props, pods)
+        result = kv_probe.kv_probe(cluster.client, props, pods)
     return result, findings(result, pd=pd)
 
 

@@ -100,7 +100,7 @@ class Snapshot:
     nodes: Any  # checks.GpuNodes
     pods: dict[str, Any]  # the Ray pods of this RayService, as a pod list
     problems: list[Any]  # checks.PodProblem
-    placement: Any  # checks.Placement
+    placement: Any  # placement.Placement (the readiness Lambda's)
     events: list[dict[str, Any]]  # warning events, newest last
 
     failure: str | None  # the readiness Lambda's terminal-failure verdict, if any
@@ -334,7 +334,8 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
     gives up exactly when a deploy would.
     """
     checks = lambda_code.checks()
-    handler = lambda_code.handler()
+    where = lambda_code.placement()
+    terminal = lambda_code.terminal()
     config = app.config
     ns = config.namespace
     rayservice = cluster.find_rayservice() if allow_missing else cluster.rayservice()
@@ -354,7 +355,7 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
                 serve_json = cluster.dashboard().serve_applications()
         except AccessError as err:
             serve_error = err.message
-    placement = checks.placement(
+    placement = where.placement(
         pods,
         serve_json,
         config.application_name,
@@ -368,7 +369,7 @@ def collect(cluster: Cluster, app: App, now: datetime, *, allow_missing: bool) -
         warnings = checks.ray_object_warnings(
             events_json, config.ray_service_name, state.cluster_names
         )
-        failure = handler.terminal_failure(
+        failure = terminal.terminal_failure(
             cluster.readiness_props(), nodes, state, problems, now.timestamp(), warnings=warnings
         )
     warmup = read_warmup(cluster)

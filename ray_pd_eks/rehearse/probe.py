@@ -21,10 +21,11 @@ from typing import Any
 
 from ray_pd_eks import lambda_code
 
-checks = lambda_code.checks()
 kvproof = lambda_code.kvproof()
+nixl_logs = lambda_code.nixl_logs()
+placement = lambda_code.placement()
 
-NIXL_BACKEND_RE = checks.NIXL_BACKEND_RE
+NIXL_BACKEND_RE = nixl_logs.NIXL_BACKEND_RE
 
 
 def http(
@@ -82,14 +83,14 @@ def prompt_tokens(result: Mapping[str, Any]) -> int | None:
 class Engines:
     """Where the app's engines run, from Serve's own applications API."""
 
-    replicas: tuple[Any, ...]  # checks.ServeReplica
+    replicas: tuple[Any, ...]  # placement.ServeReplica
 
     def ips(self, role: str) -> set[str]:
         return {r.node_ip for r in self.replicas if r.role == role}
 
 
 def engines(serve_json: Mapping[str, Any], app_name: str) -> Engines:
-    return Engines(tuple(checks.serve_replicas(serve_json, app_name)))
+    return Engines(tuple(placement.serve_replicas(serve_json, app_name)))
 
 
 def counters(metrics_texts: Mapping[str, str]) -> Any:  # kvproof.NixlCounters

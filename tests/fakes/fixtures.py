@@ -65,7 +65,7 @@ def probe_env(kube_api: FakeKubeApi, monkeypatch: pytest.MonkeyPatch) -> list[di
     pointing at ``kube_api``, without sleeps; returns the metric lines it prints, parsed."""
     handler, kube = lambda_code.handler(), lambda_code.kube()
     monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props()))
-    monkeypatch.setattr(handler, "counter_sleep", lambda _: None)
+    monkeypatch.setattr(lambda_code.kv_probe(), "counter_sleep", lambda _: None)
     monkeypatch.setattr(
         handler,
         "client_factory",

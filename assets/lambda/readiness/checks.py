@@ -6,13 +6,15 @@ person and the verdict that fails a deploy come from the same code.
 
 Time-dependent judgements (how long has a pod been unschedulable?) take ``now`` explicitly
 rather than reading the clock, so they stay deterministic in tests.
+
+Here: the GPU nodes, the RayService, the pods and the Warning events; where the engines run is
+``placement``'s, which NIXL log files to read ``nixl_logs``'.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,7 +63,6 @@ OBJECT_FAILURE_REASONS = (
     "InvalidRayServiceMetadata",
 )
 RAY_OBJECT_KINDS = ("RayCluster", "RayService")
-NIXL_BACKEND_RE = re.compile(r"Backend\s+([A-Za-z0-9_]+)\s+was instantiated")
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -92,12 +93,12 @@ def quantity(value: Any) -> int:
     return 0
 
 
-def _items(list_json: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def list_items(list_json: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     items = (list_json or {}).get("items")
     return [item for item in items or [] if isinstance(item, dict)]
 
 
-def _get(obj: Any, *keys: str) -> Any:
+def dig(obj: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(obj, Mapping):
             return None
@@ -105,7 +106,7 @@ def _get(obj: Any, *keys: str) -> Any:
     return obj
 
 
-def _str(value: Any) -> str:
+def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -165,27 +166,27 @@ class GpuNodes:
 def gpu_nodes(nodes_json: Mapping[str, Any] | None, expected: int) -> GpuNodes:
     """Evaluate the GPU node group as the walkthrough's node-group step does."""
     nodes = []
-    for item in _items(nodes_json):
-        labels = _get(item, "metadata", "labels") or {}
+    for item in list_items(nodes_json):
+        labels = dig(item, "metadata", "labels") or {}
         if labels.get(GPU_NODE_LABEL_KEY) != GPU_NODE_LABEL_VALUE:
             continue
         ready_condition: dict[str, Any] = next(
-            (c for c in _get(item, "status", "conditions") or [] if c.get("type") == "Ready"),
+            (c for c in dig(item, "status", "conditions") or [] if c.get("type") == "Ready"),
             {},
         )
-        allocatable = _get(item, "status", "allocatable") or {}
-        capacity = _get(item, "status", "capacity") or {}
+        allocatable = dig(item, "status", "allocatable") or {}
+        capacity = dig(item, "status", "capacity") or {}
         nodes.append(
             GpuNode(
-                name=_str(_get(item, "metadata", "name")),
+                name=as_str(dig(item, "metadata", "name")),
                 ready=ready_condition.get("status") == "True",
                 ready_since=parse_time(ready_condition.get("lastTransitionTime")),
                 gpu_allocatable=quantity(allocatable.get(GPU_RESOURCE)),
                 gpu_capacity=quantity(capacity.get(GPU_RESOURCE)),
                 efa_allocatable=quantity(allocatable.get(EFA_RESOURCE)),
                 efa_capacity=quantity(capacity.get(EFA_RESOURCE)),
-                instance_type=_str(labels.get(INSTANCE_TYPE_LABEL)),
-                zone=_str(labels.get(ZONE_LABEL)),
+                instance_type=as_str(labels.get(INSTANCE_TYPE_LABEL)),
+                zone=as_str(labels.get(ZONE_LABEL)),
             )
         )
     nodes.sort(key=lambda node: node.name)
@@ -233,7 +234,7 @@ def deployment_role(name: str) -> str:
 def serving_mode(rs_json: Mapping[str, Any] | None) -> str | None:
     """ "pd" / "aggregated" from the RayService's ``serveConfigV2`` import path, None when it
     names neither builder (a text search: the Lambda has no YAML parser)."""
-    text = _str(_get(rs_json, "spec", "serveConfigV2"))
+    text = as_str(dig(rs_json, "spec", "serveConfigV2"))
     if "ray.serve.llm:build_pd_openai_app" in text:
         return "pd"
     if "ray.serve.llm:build_openai_app" in text:
@@ -316,7 +317,7 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
     status = rs_json.get("status") or {}
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), {})
-    generation = _get(rs_json, "metadata", "generation")
+    generation = dig(rs_json, "metadata", "generation")
     generation = generation if isinstance(generation, int) else None
 
     def current(condition: Mapping[str, Any]) -> bool:
@@ -339,12 +340,12 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
     # first promotion the app's status (DEPLOYING, DEPLOY_FAILED...) is the pending cluster's.
     # Once a cluster is active, its app is the one that serves.
     serving = active if active.get("rayClusterName") else pending
-    app = _get(serving, "applicationStatuses", app_name) or {}
+    app = dig(serving, "applicationStatuses", app_name) or {}
     deployments = tuple(
         DeploymentState(
             name=name,
-            status=_str(value.get("status")),
-            message=_str(value.get("message")),
+            status=as_str(value.get("status")),
+            message=as_str(value.get("message")),
             role=deployment_role(name),
         )
         for name, value in sorted((app.get("serveDeploymentStatuses") or {}).items())
@@ -355,7 +356,7 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
     generation_current = not (
         generation is not None and observed is not None and observed < generation
     )
-    terminal_reason = _str(terminal.get("reason")) if terminal else None
+    terminal_reason = as_str(terminal.get("reason")) if terminal else None
     terminal_message = ""
     if terminal is not None and terminal_reason:
         terminal_message = TERMINAL_CONDITION_REASONS[terminal_reason]
@@ -364,12 +365,12 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
     return RayServiceState(
         exists=True,
         app_name=app_name,
-        ready_status=_str(ready.get("status")) or None,
-        ready_reason=_str(ready.get("reason")),
-        ready_message=_str(ready.get("message")),
+        ready_status=as_str(ready.get("status")) or None,
+        ready_reason=as_str(ready.get("reason")),
+        ready_message=as_str(ready.get("message")),
         ready_since=parse_time(ready.get("lastTransitionTime")),
-        app_status=_str(app.get("status")) or None,
-        app_message=_str(app.get("message")),
+        app_status=as_str(app.get("status")) or None,
+        app_message=as_str(app.get("message")),
         deployments=deployments,
         terminal_reason=terminal_reason,
         terminal_message=terminal_message,
@@ -377,8 +378,8 @@ def rayservice_state(rs_json: Mapping[str, Any] | None, app_name: str) -> RaySer
         generation_current=generation_current,
         generation=generation,
         observed_generation=observed,
-        active_cluster=_str(active.get("rayClusterName")),
-        pending_cluster=_str(_get(status, "pendingServiceStatus", "rayClusterName")),
+        active_cluster=as_str(active.get("rayClusterName")),
+        pending_cluster=as_str(dig(status, "pendingServiceStatus", "rayClusterName")),
     )
 
 
@@ -395,8 +396,8 @@ def ray_pods(
     """
     names = set(cluster_names)
     selected = []
-    for pod in _items(pods_json):
-        cluster = _str(_get(pod, "metadata", "labels", RAY_CLUSTER_LABEL))
+    for pod in list_items(pods_json):
+        cluster = as_str(dig(pod, "metadata", "labels", RAY_CLUSTER_LABEL))
         if not cluster:
             continue
         if cluster in names or (not names and cluster.startswith(f"{rayservice}-")):
@@ -411,12 +412,12 @@ def workers_fi_provider(pods_json: Mapping[str, Any] | None) -> str:
     (``kvproof.implied_provider``)."""
     values: set[str] = set()
     workers = 0
-    for pod in _items(pods_json):
-        if _str(_get(pod, "metadata", "labels", RAY_NODE_TYPE_LABEL)) != "worker":
+    for pod in list_items(pods_json):
+        if as_str(dig(pod, "metadata", "labels", RAY_NODE_TYPE_LABEL)) != "worker":
             continue
         workers += 1
         found = ""
-        for container in _get(pod, "spec", "containers") or []:
+        for container in dig(pod, "spec", "containers") or []:
             for item in container.get("env") or []:
                 if item.get("name") == "FI_PROVIDER" and isinstance(item.get("value"), str):
                     found = item["value"]
@@ -424,9 +425,9 @@ def workers_fi_provider(pods_json: Mapping[str, Any] | None) -> str:
     return values.pop() if workers and len(values) == 1 else ""
 
 
-def _pod_gpus(pod: Mapping[str, Any]) -> int:
+def pod_gpus(pod: Mapping[str, Any]) -> int:
     total = 0
-    for container in _get(pod, "spec", "containers") or []:
+    for container in dig(pod, "spec", "containers") or []:
         resources = container.get("resources") or {}
         limit = quantity((resources.get("limits") or {}).get(GPU_RESOURCE))
         request = quantity((resources.get("requests") or {}).get(GPU_RESOURCE))
@@ -436,11 +437,11 @@ def _pod_gpus(pod: Mapping[str, Any]) -> int:
 
 def event_time(event: Mapping[str, Any]) -> datetime | None:
     candidates = [
-        parse_time(_get(event, "series", "lastObservedTime")),
+        parse_time(dig(event, "series", "lastObservedTime")),
         parse_time(event.get("lastTimestamp")),
         parse_time(event.get("eventTime")),
         parse_time(event.get("firstTimestamp")),
-        parse_time(_get(event, "metadata", "creationTimestamp")),
+        parse_time(dig(event, "metadata", "creationTimestamp")),
     ]
     times = [t for t in candidates if t is not None]
     return max(times) if times else None
@@ -452,7 +453,7 @@ def event_first_time(event: Mapping[str, Any]) -> datetime | None:
     candidates = [
         parse_time(event.get("firstTimestamp")),
         parse_time(event.get("eventTime")),
-        parse_time(_get(event, "metadata", "creationTimestamp")),
+        parse_time(dig(event, "metadata", "creationTimestamp")),
     ]
     times = [t for t in candidates if t is not None]
     return min(times) if times else None
@@ -460,7 +461,7 @@ def event_first_time(event: Mapping[str, Any]) -> datetime | None:
 
 def event_count(event: Mapping[str, Any]) -> int:
     """How many times the event was seen (core/v1 ``count`` or ``series.count``), at least 1."""
-    counts = [quantity(event.get("count")), quantity(_get(event, "series", "count"))]
+    counts = [quantity(event.get("count")), quantity(dig(event, "series", "count"))]
     return max(1, *counts)
 
 
@@ -468,7 +469,7 @@ def _is_pull_failure(event: Mapping[str, Any]) -> bool:
     """Kubelet's image-pull failures: reason ``Failed`` with "Failed to pull image ..." or
     "Error: ErrImagePull"/"Error: ImagePullBackOff", and ``BackOff`` "Back-off pulling image"."""
     reason = event.get("reason")
-    message = _str(event.get("message") or event.get("note"))
+    message = as_str(event.get("message") or event.get("note"))
     if reason == "Failed":
         return "pull" in message.lower() or any(r in message for r in IMAGE_PULL_REASONS)
     return reason == "BackOff" and "pulling image" in message.lower()
@@ -515,27 +516,27 @@ def pod_problems(
 ) -> list[PodProblem]:
     """Stuck pods, each quoting the scheduler's or kubelet's own words and the latest event."""
     events_by_pod: dict[str, list[dict[str, Any]]] = {}
-    for item in _items(events_json):
+    for item in list_items(events_json):
         involved = item.get("involvedObject") or item.get("regarding") or {}
         if involved.get("kind", "Pod") != "Pod":
             continue
-        events_by_pod.setdefault(_str(involved.get("name")), []).append(item)
+        events_by_pod.setdefault(as_str(involved.get("name")), []).append(item)
 
     def latest_event(pod: str, reasons: Sequence[str]) -> tuple[str, datetime | None]:
         matching = [e for e in events_by_pod.get(pod, []) if e.get("reason") in reasons]
         if not matching:
             return "", None
         event = max(matching, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=UTC))
-        text = f"{event.get('reason')}: {_str(event.get('message') or event.get('note'))}"
+        text = f"{event.get('reason')}: {as_str(event.get('message') or event.get('note'))}"
         return text.strip(), event_time(event)
 
     problems: list[PodProblem] = []
-    for pod in _items(pods_json):
-        if _get(pod, "metadata", "deletionTimestamp"):
+    for pod in list_items(pods_json):
+        if dig(pod, "metadata", "deletionTimestamp"):
             continue  # on its way out (e.g. the old cluster after an upgrade)
-        name = _str(_get(pod, "metadata", "name"))
-        role = _str(_get(pod, "metadata", "labels", RAY_NODE_TYPE_LABEL))
-        gpu = _pod_gpus(pod) > 0
+        name = as_str(dig(pod, "metadata", "name"))
+        role = as_str(dig(pod, "metadata", "labels", RAY_NODE_TYPE_LABEL))
+        gpu = pod_gpus(pod) > 0
         status = pod.get("status") or {}
         for condition in status.get("conditions") or []:
             if (
@@ -548,7 +549,7 @@ def pod_problems(
                     PodProblem(
                         pod=name,
                         reason="Unschedulable",
-                        message=_str(condition.get("message")),
+                        message=as_str(condition.get("message")),
                         event=event,
                         observed_at=event_at or parse_time(condition.get("lastTransitionTime")),
                         since=parse_time(condition.get("lastTransitionTime")),
@@ -560,15 +561,15 @@ def pod_problems(
             status.get("containerStatuses") or []
         )
         for container in statuses:
-            waiting = _get(container, "state", "waiting") or {}
-            reason = _str(waiting.get("reason"))
+            waiting = dig(container, "state", "waiting") or {}
+            reason = as_str(waiting.get("reason"))
             if reason not in STUCK_WAITING_REASONS:
                 continue
-            message = _str(waiting.get("message"))
-            terminated = _get(container, "lastState", "terminated") or {}
+            message = as_str(waiting.get("message"))
+            terminated = dig(container, "lastState", "terminated") or {}
             if reason == "CrashLoopBackOff" and terminated:
                 exit_code = terminated.get("exitCode")
-                detail = _str(terminated.get("message")) or _str(terminated.get("reason"))
+                detail = as_str(terminated.get("message")) or as_str(terminated.get("reason"))
                 message = (
                     f"restarted {container.get('restartCount', 0)} times, last exit code "
                     f"{exit_code}" + (f": {detail[:300]}" if detail else "")
@@ -589,7 +590,7 @@ def pod_problems(
                     pod=name,
                     reason=reason,
                     message=message,
-                    container=_str(container.get("name")),
+                    container=as_str(container.get("name")),
                     event=event,
                     observed_at=event_at,
                     since=since,
@@ -625,11 +626,11 @@ def ray_object_warnings(
     first. Pod creation refused by the API server shows up only here: there is no pod."""
     names = set(cluster_names)
     found = []
-    for item in _items(events_json):
+    for item in list_items(events_json):
         if item.get("type") != "Warning":
             continue
         involved = item.get("involvedObject") or item.get("regarding") or {}
-        kind, name = _str(involved.get("kind")), _str(involved.get("name"))
+        kind, name = as_str(involved.get("kind")), as_str(involved.get("name"))
         if kind == "RayService" and name != rayservice:
             continue
         if kind == "RayCluster" and not (
@@ -642,8 +643,8 @@ def ray_object_warnings(
             ObjectWarning(
                 kind=kind,
                 name=name,
-                reason=_str(item.get("reason")),
-                message=" ".join(_str(item.get("message") or item.get("note")).split()),
+                reason=as_str(item.get("reason")),
+                message=" ".join(as_str(item.get("message") or item.get("note")).split()),
                 count=event_count(item),
                 first_seen=event_first_time(item),
                 last_seen=event_time(item),
@@ -652,497 +653,3 @@ def ray_object_warnings(
     oldest = datetime.min.replace(tzinfo=UTC)
     found.sort(key=lambda w: w.last_seen or oldest, reverse=True)
     return found
-
-
-# --- Serve replicas and placement ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServeReplica:
-    deployment: str
-    role: str
-    state: str
-    node_id: str
-    node_ip: str
-    actor_name: str
-    worker_id: str
-    pid: int | None
-    log_file_path: str
-    replica_id: str = ""  # Serve's unique id, as its controller's log lines name the replica
-
-
-def serve_replicas(serve_json: Mapping[str, Any] | None, app_name: str) -> list[ServeReplica]:
-    """Replicas of one app from the dashboard's ``GET /api/serve/applications/``."""
-    deployments = _get(serve_json, "applications", app_name, "deployments") or {}
-    replicas = []
-    for dep_name, deployment in sorted(deployments.items()):
-        name = _str(deployment.get("name")) or dep_name
-        for replica in deployment.get("replicas") or []:
-            if not isinstance(replica, dict):
-                continue
-            pid = replica.get("pid")
-            replicas.append(
-                ServeReplica(
-                    deployment=name,
-                    role=deployment_role(name),
-                    state=_str(replica.get("state")),
-                    node_id=_str(replica.get("node_id")),
-                    node_ip=_str(replica.get("node_ip")),
-                    actor_name=_str(replica.get("actor_name")),
-                    worker_id=_str(replica.get("worker_id")),
-                    pid=pid if isinstance(pid, int) else None,
-                    log_file_path=_str(replica.get("log_file_path")),
-                    replica_id=_str(replica.get("replica_id")),
-                )
-            )
-    return replicas
-
-
-@dataclass(frozen=True)
-class PodPlacement:
-    name: str
-    role: str  # "head" / "worker"
-    node: str
-    ip: str
-    phase: str
-    gpus: int
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where prefill and decode run.
-
-    ``method`` is ``serve-replicas`` when read from the Serve replicas' node IPs mapped to pods
-    and nodes, or ``worker-pods`` when that was unreadable and the weaker proof was used: two
-    worker pods on two distinct nodes, each with exactly one engine replica's GPUs (then Serve
-    cannot place both engines on one pod). ``conflict`` means prefill and decode share a node,
-    which waiting will not fix.
-    """
-
-    method: str
-    pods: tuple[PodPlacement, ...]
-    prefill_nodes: tuple[str, ...]
-    decode_nodes: tuple[str, ...]
-    ok: bool
-    why: str
-    conflict: bool = False
-    # Aggregated mode: the nodes running an engine that does both phases.
-    engine_nodes: tuple[str, ...] = ()
-
-    @property
-    def worker_nodes(self) -> tuple[str, ...]:
-        return tuple(sorted({p.node for p in self.pods if p.role == "worker" and p.node}))
-
-    @property
-    def head_node(self) -> str:
-        return next((p.node for p in self.pods if p.role == "head"), "")
-
-
-def placement(
-    pods_json: Mapping[str, Any] | None,
-    serve_json: Mapping[str, Any] | None = None,
-    app_name: str | None = None,
-    *,
-    serve_error: str = "",
-    mode: str = "pd",
-    gpus_per_worker: int = 1,
-) -> Placement:
-    """Decide whether prefill and decode run on different nodes (``mode`` "pd"), or, for an
-    aggregated app (``mode`` "aggregated"), whether each engine has a GPU node of its own.
-
-    Pass ``serve_json`` (dashboard ``/api/serve/applications/``) and ``app_name`` for the strong
-    check; without them, or when replicas cannot be mapped to pods, fall back to the pod-level
-    check and say why in ``why``. ``serve_error`` is the reason the caller could not fetch it.
-    """
-    pods = []
-    for pod in _items(pods_json):
-        role = _str(_get(pod, "metadata", "labels", RAY_NODE_TYPE_LABEL))
-        if role not in ("head", "worker") or _get(pod, "metadata", "deletionTimestamp"):
-            continue
-        pods.append(
-            PodPlacement(
-                name=_str(_get(pod, "metadata", "name")),
-                role=role,
-                node=_str(_get(pod, "spec", "nodeName")),
-                ip=_str(_get(pod, "status", "podIP")),
-                phase=_str(_get(pod, "status", "phase")),
-                gpus=_pod_gpus(pod),
-            )
-        )
-    pods.sort(key=lambda p: (p.role != "head", p.name))
-    fallback_reason = serve_error or "Serve replica details not available"
-    if mode == "aggregated" and serve_json is not None and app_name:
-        found = _engine_placement(pods, serve_json, app_name)
-        if isinstance(found, Placement):
-            return found
-        fallback_reason = found
-    elif serve_json is not None and app_name:
-        by_ip = {p.ip: p for p in pods if p.ip}
-        replicas = [
-            r
-            for r in serve_replicas(serve_json, app_name)
-            if r.role in ("prefill", "decode") and r.state == "RUNNING"
-        ]
-        unmapped = [r for r in replicas if r.node_ip not in by_ip or not by_ip[r.node_ip].node]
-        prefill = tuple(
-            sorted(
-                {
-                    by_ip[r.node_ip].node
-                    for r in replicas
-                    if r.role == "prefill" and r not in unmapped
-                }
-            )
-        )
-        decode = tuple(
-            sorted(
-                {
-                    by_ip[r.node_ip].node
-                    for r in replicas
-                    if r.role == "decode" and r not in unmapped
-                }
-            )
-        )
-        if unmapped:
-            fallback_reason = "replica node IPs not found among Ray pods: " + ", ".join(
-                f"{r.deployment}@{r.node_ip or '?'}" for r in unmapped
-            )
-        elif not prefill or not decode:
-            fallback_reason = (
-                f"no RUNNING prefill and decode replicas in app {app_name} "
-                f"(prefill {len(prefill)}, decode {len(decode)})"
-            )
-        else:
-            shared = sorted(set(prefill) & set(decode))
-            if shared:
-                return Placement(
-                    method="serve-replicas",
-                    pods=tuple(pods),
-                    prefill_nodes=prefill,
-                    decode_nodes=decode,
-                    ok=False,
-                    conflict=True,
-                    why=(
-                        f"prefill and decode replicas share node(s) {', '.join(shared)}; give "
-                        "each worker pod exactly one replica's GPUs (tensorParallelSize) so "
-                        "Serve must place them apart"
-                    ),
-                )
-            return Placement(
-                method="serve-replicas",
-                pods=tuple(pods),
-                prefill_nodes=prefill,
-                decode_nodes=decode,
-                ok=True,
-                why=f"prefill on {', '.join(prefill)}, decode on {', '.join(decode)}",
-            )
-    workers = [p for p in pods if p.role == "worker" and p.phase == "Running" and p.node]
-    nodes = {p.node for p in workers}
-    # A worker with exactly one replica's GPUs cannot hold a second engine.
-    one_replica_each = all(p.gpus == gpus_per_worker for p in workers)
-    ok = len(workers) >= 2 and len(nodes) >= 2 and one_replica_each
-    detail = f"{len(workers)} running worker pod(s) on {len(nodes)} distinct node(s)" + (
-        ""
-        if one_replica_each
-        else f" (not exactly {gpus_per_worker} GPU(s) each, one engine replica's)"
-    )
-    return Placement(
-        method="worker-pods",
-        pods=tuple(pods),
-        prefill_nodes=(),
-        decode_nodes=(),
-        ok=ok,
-        why=f"{detail}; replica placement unread: {fallback_reason}",
-    )
-
-
-def _engine_placement(
-    pods: list[PodPlacement], serve_json: Mapping[str, Any], app_name: str
-) -> Placement | str:
-    """The aggregated app's placement from its engine replicas, or why it cannot be read."""
-    by_ip = {p.ip: p for p in pods if p.ip}
-    replicas = [
-        r
-        for r in serve_replicas(serve_json, app_name)
-        if r.role == "engine" and r.state == "RUNNING"
-    ]
-    unmapped = [r for r in replicas if r.node_ip not in by_ip or not by_ip[r.node_ip].node]
-    if unmapped:
-        return "replica node IPs not found among Ray pods: " + ", ".join(
-            f"{r.deployment}@{r.node_ip or '?'}" for r in unmapped
-        )
-    if not replicas:
-        return f"no RUNNING engine replicas in app {app_name}"
-    per_node: dict[str, int] = {}
-    for r in replicas:
-        node = by_ip[r.node_ip].node
-        per_node[node] = per_node.get(node, 0) + 1
-    nodes = tuple(sorted(per_node))
-    shared = [n for n, count in sorted(per_node.items()) if count > 1]
-    if shared:
-        return Placement(
-            method="serve-replicas",
-            pods=tuple(pods),
-            prefill_nodes=(),
-            decode_nodes=(),
-            engine_nodes=nodes,
-            ok=False,
-            conflict=True,
-            why=(
-                f"several engine replicas share node(s) {', '.join(shared)}; give each worker "
-                "pod exactly one GPU so each engine gets a GPU node of its own"
-            ),
-        )
-    return Placement(
-        method="serve-replicas",
-        pods=tuple(pods),
-        prefill_nodes=(),
-        decode_nodes=(),
-        engine_nodes=nodes,
-        ok=True,
-        why=f"aggregated: {len(replicas)} engine(s), each on its own node: {', '.join(nodes)}",
-    )
-
-
-# --- NIXL backend from logs ----------------------------------------------------------------
-
-
-def nixl_backend(log_text: str) -> str | None:
-    """The NIXL backend a process instantiated ("LIBFABRIC" / "UCX"), the last one if several."""
-    matches = NIXL_BACKEND_RE.findall(log_text or "")
-    return matches[-1].upper() if matches else None
-
-
-@dataclass(frozen=True)
-class NixlTarget:
-    """One Ray worker node whose logs should show which NIXL backend its engine created."""
-
-    label: str  # e.g. "prefill@10.0.1.5", or "node@10.0.1.5" when roles are unknown
-    node_id: str
-    worker_ids: tuple[str, ...] = ()
-    role: str = ""
-    replica_log: str = ""
-
-
-def nixl_targets(
-    serve_json: Mapping[str, Any] | None,
-    app_name: str,
-    ray_nodes: Sequence[Mapping[str, Any]] = (),
-) -> list[NixlTarget]:
-    """Nodes to read, prefill first then decode; from Serve replicas when known, else every
-    alive non-head Ray node from the state API's node list."""
-    targets: dict[str, NixlTarget] = {}
-    replicas = [r for r in serve_replicas(serve_json, app_name) if r.role in ("prefill", "decode")]
-    for replica in sorted(replicas, key=lambda r: (r.role != "prefill", r.node_ip)):
-        if not replica.node_id:
-            continue
-        key = f"{replica.role}:{replica.node_id}"
-        existing = targets.get(key)
-        workers = (existing.worker_ids if existing else ()) + (
-            (replica.worker_id,) if replica.worker_id else ()
-        )
-        targets[key] = NixlTarget(
-            label=f"{replica.role}@{replica.node_ip or replica.node_id[:8]}",
-            node_id=replica.node_id,
-            worker_ids=workers,
-            role=replica.role,
-            replica_log=(existing.replica_log if existing else "")
-            or replica.log_file_path.lstrip("/"),
-        )
-    if targets:
-        return list(targets.values())
-    result = []
-    for node in ray_nodes:
-        if node.get("is_head_node") or _str(node.get("state")) not in ("", "ALIVE"):
-            continue
-        node_id = _str(node.get("node_id"))
-        if node_id:
-            ip = _str(node.get("node_ip"))
-            result.append(NixlTarget(label=f"node@{ip or node_id[:8]}", node_id=node_id))
-    return sorted(result, key=lambda t: t.label)
-
-
-_SKIP_LOG_PREFIXES = (
-    "raylet",
-    "gcs_server",
-    "dashboard",
-    "log_monitor",
-    "monitor",
-    "runtime_env",
-    "python-core-worker",
-    "python-core-driver",
-    "events/",
-    "debug_state",
-    "ray_client_server",
-)
-
-
-# Ray 2.58 names a worker process's stdout/stderr ``worker-<worker id>-<job id>-<pid>.out`` /
-# ``.err`` (``ray_logging.get_worker_log_file_name``). With ``RAY_ROTATION_MAX_BYTES`` in the
-# worker's environment the C++ core worker rotates them (``core_worker_process.cc``: the
-# stdout/stderr redirection takes ``GetRayLogRotationMaxBytesOrDefault``, 0 = never rotate when
-# the variable is unset, and ``RAY_ROTATION_BACKUP_COUNT``, ``src/ray/util/logging.cc``) through
-# spdlog's rotating sink, which Ray patches to append the index
-# (``thirdparty/patches/spdlog-rotation-file-format.patch``): ``.out.1`` is the newest rotated
-# piece, the highest index the oldest, and a piece past the backup count is deleted.
-_WORKER_LOG_RE = re.compile(r"^worker-([0-9a-f]+)-([0-9a-f]+)-(\d+)\.(out|err)(?:\.(\d+))?$")
-
-
-def _job_number(job_hex: str) -> int | None:
-    """A Ray job id as the GCS counted it (``JobID::FromInt`` copies the int's bytes, little
-    endian on x86); None for the nil id (all ``ff``: a worker started for no job yet)."""
-    try:
-        raw = bytes.fromhex(job_hex)
-    except ValueError:
-        return None
-    if not raw or raw == b"\xff" * len(raw):
-        return None
-    return int.from_bytes(raw, "little")
-
-
-def oldest_piece(files: Iterable[str], name: str) -> str:
-    """The oldest part of ``name``'s log: its rotated piece with the highest index, or ``name``
-    itself when it never rotated. Only there can the lines a process logs at start-up be."""
-    best, best_index = name, 0
-    prefix = name + "."
-    for other in files:
-        index = other[len(prefix) :] if other.startswith(prefix) else ""
-        if index.isdigit() and int(index) > best_index:
-            best, best_index = other, int(index)
-    return best
-
-
-def log_files_to_read(
-    files: Iterable[str],
-    target: NixlTarget,
-    max_files: int,
-    alive_pids: Iterable[int] | None = None,
-) -> list[str]:
-    """Choose the log files most likely to hold NIXL's line, most likely first.
-
-    NIXL logs "Backend ... was instantiated" to stdout, so the line lands in a ``worker-*.out``
-    (Ray names them ``worker-<worker id>-<job id>-<pid>.out``): the Serve replica's own, or that
-    of a vLLM GPU worker actor the engine starts beside it (another worker id). So: the
-    replica's ``.out``, the ``.out`` files of its job, any other ``.out``; only then the
-    ``.err`` files and the Serve replica log, which would hold the line only if logging were
-    redirected. NIXL's LIBFABRIC plugin logs the libfabric provider it chose on stderr, so the
-    ``.err`` files of the replica's job come next. Files of other processes (raylet, GCS,
-    dashboard...) are never read. Rotated pieces (``.out.1``...) are not listed: they belong to
-    the file they rotated from (``oldest_piece``).
-
-    Evidence must come from the engine that serves now, not from a dead one whose files stay
-    on the node. ``alive_pids`` (the pids of the node's ALIVE actors: the replica and its
-    engine's GPU workers) drops every worker file of another pid, as long as one listed worker
-    file is alive (None: liveness unknown). A worker of a job older than the replica's own is
-    dropped too: Ray counts job ids up, and the replica's engine runs in the replica's job or
-    one started after it. Within each rank the newest file (latest job, then highest pid)
-    comes first.
-    """
-    unique = list(dict.fromkeys(files))
-
-    def base(name: str) -> str:
-        return name.rsplit("/", 1)[-1]
-
-    workers = {
-        name: match.groups()
-        for name in unique
-        if (match := _WORKER_LOG_RE.match(base(name))) and match.group(5) is None
-    }
-    own_jobs = {job for worker, job, *_ in workers.values() if worker in target.worker_ids}
-    own_numbers = [n for job in own_jobs if (n := _job_number(job)) is not None]
-    alive = set(alive_pids) if alive_pids is not None else set()
-    any_alive = any(int(pid) in alive for _, _, pid, *_ in workers.values())
-
-    def stale(job: str, pid: str) -> bool:
-        if any_alive and int(pid) not in alive:
-            return True
-        number = _job_number(job)
-        return bool(own_numbers) and number is not None and number < min(own_numbers)
-
-    def rank(name: str) -> int | None:
-        b = base(name)
-        if any(name.startswith(p) or b.startswith(p) for p in _SKIP_LOG_PREFIXES):
-            return None
-        parts = workers.get(name)
-        if parts:
-            worker, job, pid, stream, _ = parts
-            if stale(job, pid):
-                return None
-            own = worker in target.worker_ids
-            if stream == "out":
-                return 0 if own else 1 if job in own_jobs else 2
-            # NIXL's C++ plugins log to stderr (the libfabric provider line), so the .err of
-            # the engine's own job comes before other processes' .err files.
-            return 3 if own else 4 if job in own_jobs else 5
-        if _WORKER_LOG_RE.match(b):
-            return None  # a rotated piece: read through the file it rotated from
-        if target.replica_log and base(target.replica_log) == b:
-            return 4
-        if b.startswith("worker-") and b.endswith(".out"):
-            return 2
-        if b.startswith("worker-") and b.endswith(".err"):
-            return 5
-        if (
-            b.startswith("replica_")
-            and b.endswith(".log")
-            and (not target.role or target.role in b.lower())
-        ):
-            return 6
-        return None
-
-    def newest_first(name: str) -> tuple[int, int]:
-        parts = workers.get(name)
-        if not parts:
-            return (0, 0)
-        number = _job_number(parts[1])
-        return (-(number if number is not None else -1), -int(parts[2]))
-
-    ranked = [(r, newest_first(name), name) for name in unique if (r := rank(name)) is not None]
-    ranked.sort(key=lambda item: (item[0], item[1]))
-    return [name for _, _, name in ranked[:max_files]]
-
-
-@dataclass(frozen=True)
-class KvBackendReport:
-    """NIXL backend per worker: "LIBFABRIC"/"UCX", or "unknown: <reason>"."""
-
-    backends: tuple[tuple[str, str], ...] = ()
-    reason: str = ""  # set when nothing could be read at all
-    sources: Mapping[str, str] = field(default_factory=dict)
-    # The libfabric provider per LIBFABRIC worker ("efa"/"tcp"/"sockets"/"unknown: <why>").
-    providers: tuple[tuple[str, str], ...] = ()
-    files_read: int = 0
-    out_of_budget: bool = False
-    # Engines whose start-up lines could not be read in full (the file rotated past them,
-    # they lie beyond the head read, a read failed or the budget ran out): for these an
-    # "unknown" provider says nothing about the engine, only about its logs.
-    unseen: tuple[str, ...] = ()
-
-    def looked_at(self) -> str:
-        """What was read, for a message that says where the evidence was sought."""
-        if not self.backends:
-            return f"the Ray dashboard's log API ({self.reason or 'no worker logs read'})"
-        labels = ", ".join(label for label, _ in self.backends)
-        return (
-            f"{self.files_read} worker log file(s) of {labels} through the Ray dashboard's log "
-            "API (worker-*.out and .err of the engine's Ray job)"
-        )
-
-    def provider_value(self, configured: str) -> str:
-        """The ``KvProvider`` Data value: the libfabric provider per worker, prefill first."""
-        if configured.upper() != "LIBFABRIC":
-            return "none (UCX: no libfabric provider)"
-        if not self.providers:
-            return f"unknown: {self.reason or 'no worker logs read'}"
-        return ",".join(provider for _, provider in self.providers)
-
-    def value(self) -> str:
-        """The ``KvBackend`` Data value: comma-joined per worker, prefill first."""
-        if not self.backends:
-            return f"unknown: {self.reason or 'no worker logs read'}"
-        return ",".join(backend for _, backend in self.backends)
-
-    def fallbacks(self, configured: str) -> list[str]:
-        """Workers that instantiated UCX although LIBFABRIC was configured."""
-        if configured.upper() != "LIBFABRIC":
-            return []
-        return [label for label, backend in self.backends if backend == "UCX"]

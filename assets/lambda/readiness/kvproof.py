@@ -59,7 +59,7 @@ CODE_ALPHABET = string.ascii_uppercase + string.digits
 PROBE_MIN_PROMPT_TOKENS = 2000
 # The filler below is about 2,500 tokens for the common BPE tokenizers (English prose, no
 # digits, ~4.3 characters a token); the chat template adds a few dozen. maxModelLen must hold
-# the prompt with margin plus the answer: validated at synth (ray_pd_eks/config.py).
+# the prompt with margin plus the answer: validated at synth (ray_pd_eks/config/rules_model.py).
 PROBE_MAX_PROMPT_TOKENS = 3500
 PROBE_MAX_TOKENS = 48
 PROBE_MIN_MODEL_LEN = PROBE_MAX_PROMPT_TOKENS + PROBE_MAX_TOKENS
