@@ -181,98 +181,95 @@ def test_other_api_errors_are_not_reported_as_not_found() -> None:
         handler.on_event(_reserved_event(), None, ec2=ec2)
 
 
-def test_reservation_that_is_not_active_fails_quoting_its_state() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(State="expired"))
-    with pytest.raises(
-        RuntimeError, match=rf"gpuCapacityReservationId={RESERVATION_ID} is in state 'expired'"
-    ):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
-
-
-def test_reservation_for_another_instance_type_fails_with_both_types() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(InstanceType="p5.48xlarge"))
-    with pytest.raises(
-        RuntimeError,
-        match=r"reserves p5\.48xlarge, but gpuNodeType=g6\.8xlarge; set "
+# Each reservation that the GPU nodes could not use: (the AZs offering the type, the
+# reservation's changed fields, the event's settings, what the failure says).
+RESERVATION_FAILURES = {
+    "not-active-quotes-its-state": (
+        ["us-west-2c"],
+        {"State": "expired"},
+        {},
+        rf"gpuCapacityReservationId={RESERVATION_ID} is in state 'expired'",
+    ),
+    "another-instance-type-names-both-types": (
+        ["us-west-2c"],
+        {"InstanceType": "p5.48xlarge"},
+        {},
+        r"reserves p5\.48xlarge, but gpuNodeType=g6\.8xlarge; set "
         r"`ray-pd-eks settings --set gpuNodeType=p5\.48xlarge`",
-    ):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
-
-
-def test_reservation_for_another_platform_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(InstancePlatform="Windows"))
-    with pytest.raises(RuntimeError, match=r"platform 'Windows'.*'Linux/UNIX'"):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
-
-
-def test_reservation_with_dedicated_tenancy_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(Tenancy="dedicated"))
-    with pytest.raises(RuntimeError, match="tenancy 'dedicated'"):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
-
-
-def test_reservation_in_another_az_than_gpu_az_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2a", "us-west-2c"], capacity_reservation())
-    with pytest.raises(
-        RuntimeError,
-        match=rf"gpuAz=us-west-2a but gpuCapacityReservationId={RESERVATION_ID} is in "
+    ),
+    "another-platform": (
+        ["us-west-2c"],
+        {"InstancePlatform": "Windows"},
+        {},
+        r"platform 'Windows'.*'Linux/UNIX'",
+    ),
+    "dedicated-tenancy": (["us-west-2c"], {"Tenancy": "dedicated"}, {}, "tenancy 'dedicated'"),
+    "another-az-than-gpu-az": (
+        ["us-west-2a", "us-west-2c"],
+        {},
+        {"requested": "us-west-2a"},
+        rf"gpuAz=us-west-2a but gpuCapacityReservationId={RESERVATION_ID} is in "
         "us-west-2c; set `ray-pd-eks settings --set gpuAz=us-west-2c`",
-    ):
-        handler.on_event(_reserved_event(requested="us-west-2a"), None, ec2=ec2)
+    ),
+    "an-az-without-the-type": (
+        ["us-west-2a"],
+        {},
+        {},
+        r"is in us-west-2c, which does not offer g6\.8xlarge",
+    ),
+    "not-enough-free-instances-on-create": (
+        ["us-west-2c"],
+        {"AvailableInstanceCount": 1},
+        {},
+        r"has 1 of 2 instances free, but gpuNodeCount=2",
+    ),
+    "a-placement-group-needs-its-name": (
+        ["us-west-2c"],
+        {"PlacementGroupArn": PG_ARN},
+        {},
+        r"created in cluster placement group gpu-pg, but gpuPlacementGroupName is empty.*"
+        "set `ray-pd-eks settings --set gpuPlacementGroupName=gpu-pg`",
+    ),
+    "another-placement-group": (
+        ["us-west-2c"],
+        {"PlacementGroupArn": PG_ARN},
+        {"placement_group": "other-pg"},
+        r"but gpuPlacementGroupName=other-pg;.*set `ray-pd-eks settings --set "
+        r"gpuPlacementGroupName=gpu-pg`",
+    ),
+    "a-placement-group-with-a-reservation-outside-any-group": (
+        ["us-west-2c"],
+        {},
+        {"placement_group": "my-pg"},
+        rf"gpuPlacementGroupName=my-pg but gpuCapacityReservationId={RESERVATION_ID} is "
+        "not in a placement group",
+    ),
+    "invalid-instance-count": (
+        ["us-west-2c"],
+        {},
+        {"count": "0"},
+        "InstanceCount must be a positive whole number",
+    ),
+}
 
 
-def test_reservation_in_an_az_without_the_type_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2a"], capacity_reservation())
-    with pytest.raises(RuntimeError, match=r"is in us-west-2c, which does not offer g6\.8xlarge"):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
-
-
-def test_reservation_without_enough_free_instances_fails_on_create() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(AvailableInstanceCount=1))
-    with pytest.raises(RuntimeError, match=r"has 1 of 2 instances free, but gpuNodeCount=2"):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
+@pytest.mark.parametrize(
+    ("azs", "changes", "settings", "match"),
+    RESERVATION_FAILURES.values(),
+    ids=RESERVATION_FAILURES.keys(),
+)
+def test_a_reservation_the_nodes_cannot_use_fails(
+    azs: list[str], changes: dict[str, Any], settings: dict[str, str], match: str
+) -> None:
+    ec2, _ = _ec2_reserved(azs, capacity_reservation(**changes))
+    with pytest.raises(RuntimeError, match=match):
+        handler.on_event(_reserved_event(**settings), None, ec2=ec2)
 
 
 def test_full_reservation_on_update_is_our_own_nodes_and_passes() -> None:
     ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(AvailableInstanceCount=0))
     out = handler.on_event(_reserved_event("Update", physical="us-west-2c"), None, ec2=ec2)
     assert out["PhysicalResourceId"] == "us-west-2c"
-
-
-def test_reservation_in_a_placement_group_needs_its_name() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(PlacementGroupArn=PG_ARN))
-    with pytest.raises(
-        RuntimeError,
-        match=r"created in cluster placement group gpu-pg, but gpuPlacementGroupName is empty.*"
-        "set `ray-pd-eks settings --set gpuPlacementGroupName=gpu-pg`",
-    ):
-        handler.on_event(_reserved_event(), None, ec2=ec2)
-
-
-def test_reservation_in_another_placement_group_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation(PlacementGroupArn=PG_ARN))
-    with pytest.raises(
-        RuntimeError,
-        match=r"but gpuPlacementGroupName=other-pg;.*set `ray-pd-eks settings --set "
-        r"gpuPlacementGroupName=gpu-pg`",
-    ):
-        handler.on_event(_reserved_event(placement_group="other-pg"), None, ec2=ec2)
-
-
-def test_placement_group_with_a_reservation_outside_any_group_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation())
-    with pytest.raises(
-        RuntimeError,
-        match=rf"gpuPlacementGroupName=my-pg but gpuCapacityReservationId={RESERVATION_ID} is "
-        "not in a placement group",
-    ):
-        handler.on_event(_reserved_event(placement_group="my-pg"), None, ec2=ec2)
-
-
-def test_invalid_instance_count_fails() -> None:
-    ec2, _ = _ec2_reserved(["us-west-2c"], capacity_reservation())
-    with pytest.raises(RuntimeError, match="InstanceCount must be a positive whole number"):
-        handler.on_event(_reserved_event(count="0"), None, ec2=ec2)
 
 
 def test_without_a_reservation_no_reservation_is_described() -> None:

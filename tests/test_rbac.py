@@ -222,6 +222,19 @@ class Identity:
     verbs: frozenset[str] = frozenset({"get", "list", "watch", "create"})
 
 
+def _operator(name: str, drive: Callable[[FakeKubeApi, Path], None], verbs: set[str]) -> Identity:
+    """A CLI command run by a person in adminPrincipalArns: its grants are the cluster admin's,
+    so the row checks only what the command asks for (``exact`` False)."""
+    return Identity(
+        name,
+        subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
+        drive=drive,
+        exact=False,
+        extra=admin_grants,
+        verbs=frozenset(verbs),
+    )
+
+
 IDENTITIES = [
     Identity(
         "readiness-lambda",
@@ -247,32 +260,11 @@ IDENTITIES = [
     # The CLI runs as a person in adminPrincipalArns (AmazonEKSClusterAdminPolicy): RBAC cannot
     # narrow that, so this row proves it suffices and that the CLI itself only reads, but for
     # efa-check's KV integrity probe (a POST through Serve's proxy, RBAC "create").
-    Identity(
-        "operator-cli",
-        subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
-        drive=drive_cli,
-        exact=False,
-        extra=admin_grants,
-        verbs=frozenset({"get", "list", "create"}),
-    ),
+    _operator("operator-cli", drive_cli, {"get", "list", "create"}),
     # `drill` deletes one engine's pod (tests/test_cli_drill.py proves DRILL_RULES exact).
-    Identity(
-        "operator-cli-drill",
-        subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
-        drive=drive_drill,
-        exact=False,
-        extra=admin_grants,
-        verbs=frozenset({"get", "list", "create", "delete"}),
-    ),
+    _operator("operator-cli-drill", drive_drill, {"get", "list", "create", "delete"}),
     # `bench` is the one command that writes: it creates and deletes its Job.
-    Identity(
-        "operator-cli-bench",
-        subject=lambda app: rbac.Subject(user="arn:aws:iam::123456789012:role/Admin"),
-        drive=drive_bench,
-        exact=False,
-        extra=admin_grants,
-        verbs=frozenset({"get", "list", "create", "delete"}),
-    ),
+    _operator("operator-cli-bench", drive_bench, {"get", "list", "create", "delete"}),
 ]
 
 

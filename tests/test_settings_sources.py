@@ -416,11 +416,16 @@ def test_add_starts_from_the_value_in_cdk_json(project: Path) -> None:
     assert local_file(project) == {"adminPrincipalArns": [ADMIN, other]}
 
 
-def test_add_admin_me_writes_the_identity_center_role_with_its_path(project: Path) -> None:
-    harness = Harness(project / "cdk.json", env={"AWS_REGION": "eu-west-1"})
+def _signed_in_through_sso(harness: Harness) -> None:
+    """STS answers that the caller is the Identity Center role's session."""
     harness.session.stub("sts").add_response(
         "get_caller_identity", {"UserId": "AROA", "Account": ACCOUNT, "Arn": SSO_SESSION_ARN}
     )
+
+
+def test_add_admin_me_writes_the_identity_center_role_with_its_path(project: Path) -> None:
+    harness = Harness(project / "cdk.json", env={"AWS_REGION": "eu-west-1"})
+    _signed_in_through_sso(harness)
     stub_get_role(harness.session, SSO_ROLE, SSO_PATH)
     result = harness.run("settings", "--add-admin-me")
     assert result.code == 0, result.err
@@ -433,9 +438,7 @@ def test_add_admin_me_replaces_the_pathless_arn_of_the_same_role(project: Path) 
     pathless = f"arn:aws:iam::{ACCOUNT}:role/{SSO_ROLE}"  # what the README's sed produced
     write(project / "settings.local.json", {"adminPrincipalArns": [ADMIN, pathless]})
     harness = Harness(project / "cdk.json")  # no region anywhere: STS and IAM need none
-    harness.session.stub("sts").add_response(
-        "get_caller_identity", {"UserId": "AROA", "Account": ACCOUNT, "Arn": SSO_SESSION_ARN}
-    )
+    _signed_in_through_sso(harness)
     stub_get_role(harness.session, SSO_ROLE, SSO_PATH)
     result = harness.run("settings", "--add-admin-me")
     assert result.code == 0, result.err
@@ -445,9 +448,7 @@ def test_add_admin_me_replaces_the_pathless_arn_of_the_same_role(project: Path) 
 
 def test_add_admin_me_writes_nothing_when_the_path_cannot_be_read(project: Path) -> None:
     harness = Harness(project / "cdk.json")
-    harness.session.stub("sts").add_response(
-        "get_caller_identity", {"UserId": "AROA", "Account": ACCOUNT, "Arn": SSO_SESSION_ARN}
-    )
+    _signed_in_through_sso(harness)
     harness.session.stub("iam").add_client_error("get_role", "AccessDenied", "denied", 403)
     result = harness.run("settings", "--add-admin-me")
     assert result.code == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import ArnFormat, RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -27,7 +27,11 @@ from pd_constructs.common.nag import (
     nag_flatten,
     suppress_provider_framework,
 )
-from pd_constructs.common.pod_identity import pod_identity_service_account
+from pd_constructs.common.pod_identity import (
+    auto_scaling_groups_arn,
+    nodegroup_arn,
+    pod_identity_service_account,
+)
 from pd_constructs.lifecycle.rollback import grant_describe_own_stack
 from ray_pd_eks import instance_types
 
@@ -105,19 +109,8 @@ class GpuClusterAutoscaler(Construct):
             name=SERVICE_ACCOUNT,
             namespace=CLUSTER_AUTOSCALER.namespace,
         )
-        auto_scaling_groups = stack.format_arn(
-            service="autoscaling",
-            resource="autoScalingGroup",
-            resource_name="*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        nodegroup_arn = stack.format_arn(
-            service="eks",
-            resource="nodegroup",
-            # The node group ARN ends in an id EKS assigns at creation.
-            resource_name=f"{cluster_name}/{nodegroup_names}/*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
+        auto_scaling_groups = auto_scaling_groups_arn(self)
+        this_nodegroups = nodegroup_arn(self, cluster_name, nodegroup_names)
         self.statements = [
             iam.PolicyStatement(actions=list(DESCRIBE_ACTIONS), resources=["*"]),
             iam.PolicyStatement(
@@ -129,7 +122,7 @@ class GpuClusterAutoscaler(Construct):
                 },
             ),
             # Labels and taints of the group when it has no node to copy them from.
-            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn]),
+            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[this_nodegroups]),
         ]
         for statement in self.statements:
             self.service_account.add_to_principal_policy(statement)
@@ -144,7 +137,7 @@ class GpuClusterAutoscaler(Construct):
             findings=[
                 "Resource::*",
                 "Resource::" + nag_flatten(stack, auto_scaling_groups),
-                "Resource::" + nag_flatten(stack, nodegroup_arn),
+                "Resource::" + nag_flatten(stack, this_nodegroups),
             ],
         )
         self.chart = HelmAddon(
@@ -233,20 +226,10 @@ class GpuNodeTemplateTags(Construct):
             log_retention=log_retention,
             log_removal_policy=log_removal_policy,
         )
-        nodegroup_arn = stack.format_arn(
-            service="eks",
-            resource="nodegroup",
-            resource_name=f"{cluster_name}/{nodegroup_name}/*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        auto_scaling_groups = stack.format_arn(
-            service="autoscaling",
-            resource="autoScalingGroup",
-            resource_name="*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
+        this_nodegroup = nodegroup_arn(self, cluster_name, nodegroup_name)
+        auto_scaling_groups = auto_scaling_groups_arn(self)
         fn.add_to_role_policy(
-            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn])
+            iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[this_nodegroup])
         )
         fn.add_to_role_policy(
             iam.PolicyStatement(
@@ -284,7 +267,7 @@ class GpuNodeTemplateTags(Construct):
             "group, whose ARN ends in an id EKS assigns at creation.",
             findings=[
                 "Resource::" + nag_flatten(stack, auto_scaling_groups),
-                "Resource::" + nag_flatten(stack, nodegroup_arn),
+                "Resource::" + nag_flatten(stack, this_nodegroup),
             ],
         )
         suppress_provider_framework(provider, fn)

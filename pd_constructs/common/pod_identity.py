@@ -40,6 +40,28 @@ def cluster_arn(scope: IConstruct, cluster_name: str) -> str:
     )
 
 
+def nodegroup_arn(scope: IConstruct, cluster_name: str, nodegroup_name: str) -> str:
+    """The ARN of ``cluster_name``'s node group(s) ``nodegroup_name`` (may end in ``*``): it
+    ends in an id EKS assigns at creation, hence the trailing ``/*``."""
+    return Stack.of(scope).format_arn(
+        service="eks",
+        resource="nodegroup",
+        resource_name=f"{cluster_name}/{nodegroup_name}/*",
+        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+    )
+
+
+def auto_scaling_groups_arn(scope: IConstruct) -> str:
+    """Every Auto Scaling group of ``scope``'s account and region: EKS names a node group's group
+    itself, so a policy narrows it by its tags instead."""
+    return Stack.of(scope).format_arn(
+        service="autoscaling",
+        resource="autoScalingGroup",
+        resource_name="*",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
 def pod_identity_principal(cluster: eks.ICluster | str) -> iam.IPrincipal:
     """``pods.eks.amazonaws.com`` for ``cluster`` only (``sts:AssumeRole`` + ``sts:TagSession``);
     ``cluster`` may be the cluster's ARN (:func:`cluster_arn`)."""

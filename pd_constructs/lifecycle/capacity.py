@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import ArnFormat, CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -24,6 +24,7 @@ from pd_constructs.common.nag import (
     acknowledge_basic_execution_role,
     nag_flatten,
 )
+from pd_constructs.common.pod_identity import nodegroup_arn
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.lifecycle.waiter import (
     EVIDENCE_REMOVAL_POLICY,
@@ -195,15 +196,9 @@ def gpu_capacity_watch_provider(
         description="GPU capacity watch: one look at the node group and its launches",
         **common,
     )
-    nodegroup_arn = stack.format_arn(
-        service="eks",
-        resource="nodegroup",
-        # The node group ARN ends in an id EKS assigns at creation.
-        resource_name=f"{cluster_name}/{watched}/*",
-        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-    )
+    watched_arn = nodegroup_arn(stack, cluster_name, watched)
     is_complete.add_to_role_policy(
-        iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroup_arn])
+        iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[watched_arn])
     )
     is_complete.add_to_role_policy(
         iam.PolicyStatement(actions=["autoscaling:DescribeScalingActivities"], resources=["*"])
@@ -236,7 +231,7 @@ def gpu_capacity_watch_provider(
         "CloudFormation assigns (hence the trailing *).",
         findings=[
             "Resource::*",
-            "Resource::" + nag_flatten(stack, nodegroup_arn),
+            "Resource::" + nag_flatten(stack, watched_arn),
             *cluster_stack_findings,
         ],
     )

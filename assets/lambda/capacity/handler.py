@@ -40,10 +40,10 @@ from datetime import datetime
 from typing import Any
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pd_lambda import cluster_stack, rollback
 from pd_lambda import props as props_helpers
+from pd_lambda.clients import CLIENT_CONFIG, SLOWEST_CALL_SECONDS
 from pd_lambda.rollback import ROLLBACK_STATUS
 from pd_lambda.settings_hint import set_hint
 
@@ -58,11 +58,6 @@ DATA_KEYS = ("Nodes",)
 # interval after the previous one and may run one Lambda timeout.
 QUERY_INTERVAL_SECONDS = 30
 LAMBDA_TIMEOUT_SECONDS = 60
-# Every API call is bounded: worst case 2 attempts x (5 s connect + 10 s read) + backoff.
-CLIENT_CONFIG = Config(
-    connect_timeout=5, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
-)
-SLOWEST_CALL_SECONDS = 35
 ACTIVITY_PAGE_SIZE = 20
 MAX_ACTIVITY_PAGES = 5
 # On Update the node group may still show the old ACTIVE state before EKS starts the update
@@ -210,9 +205,9 @@ def is_complete(
             time_left=props_helpers.time_left(context),
         )
     except CapacityError as exc:
-        message = _one_line(f"GPU node group {props.physical_id}: {exc}")
-        LOG.error("poll: FAILED: %s", message)
-        raise CapacityError(message) from None
+        raise props_helpers.poll_failed(
+            CapacityError, f"GPU node group {props.physical_id}: {exc}", MAX_REASON_CHARS
+        ) from None
     if status == "ACTIVE":
         LOG.info(
             "poll: COMPLETE: %s is ACTIVE with %d nodes", props.physical_id, props.desired_size
@@ -222,13 +217,13 @@ def is_complete(
         note = f"{note}; {stack_note}"
     LOG.info("poll: pending (%.0f s of %d s): %s; %s", elapsed, props.timeout_seconds, status, note)
     if elapsed >= _give_up_after(props):
-        message = _one_line(
+        raise props_helpers.poll_failed(
+            CapacityError,
             f"GPU capacity watch gave up on node group {props.physical_id} after "
             f"{elapsed / 60:.0f} min: status {status}; {note}. Check the node group's "
-            "health and its Auto Scaling group's activity in the console, then redeploy."
+            "health and its Auto Scaling group's activity in the console, then redeploy.",
+            MAX_REASON_CHARS,
         )
-        LOG.error("poll: FAILED: %s", message)
-        raise CapacityError(message)
     return {"IsComplete": False}
 
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pd_lambda import cluster_stack, rollback
 from pd_lambda import props as props_helpers
+from pd_lambda.clients import CLIENT_CONFIG
 from pd_lambda.rollback import ROLLBACK_STATUS
 
 LOG = logging.getLogger()
@@ -49,9 +49,6 @@ DATA_KEYS = ("ClusterSecurityGroupId",)
 # (pd_constructs/lifecycle/cluster_active.py).
 QUERY_INTERVAL_SECONDS = 15
 LAMBDA_TIMEOUT_SECONDS = 60
-CLIENT_CONFIG = Config(
-    connect_timeout=5, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
-)
 MAX_REASON_CHARS = 1000
 # How long a Cluster stack may not exist yet, and how its failure in this deploy is told from an
 # earlier one's.
@@ -152,20 +149,20 @@ def is_complete(
             props, cloudformation or _client("cloudformation"), started=started, now=now
         )
     except WaitError as exc:
-        message = _one_line(f"waiting for EKS cluster {props.cluster_name}: {exc}")
-        LOG.error("poll: FAILED: %s", message)
-        raise WaitError(message) from None
+        raise props_helpers.poll_failed(
+            WaitError, f"waiting for EKS cluster {props.cluster_name}: {exc}", MAX_REASON_CHARS
+        ) from None
     elapsed = now - started
     LOG.info("poll: pending (%.0f s of %d s): %s; %s", elapsed, props.timeout_seconds, seen, stack)
     if elapsed >= give_up_after(props):
-        message = _one_line(
+        raise props_helpers.poll_failed(
+            WaitError,
             f"EKS cluster {props.cluster_name} was not ACTIVE at Kubernetes "
             f"{props.kubernetes_version} after {elapsed / 60:.0f} min: {seen}; {stack}. "
             "Check the cluster in the EKS console and the Cluster stack's events, then "
-            "redeploy."
+            "redeploy.",
+            MAX_REASON_CHARS,
         )
-        LOG.error("poll: FAILED: %s", message)
-        raise WaitError(message)
     return {"IsComplete": False}
 
 
@@ -269,7 +266,3 @@ def _code(exc: ClientError) -> str:
 
 def _message(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Message", exc))
-
-
-def _one_line(text: str) -> str:
-    return props_helpers.one_line(text, MAX_REASON_CHARS)

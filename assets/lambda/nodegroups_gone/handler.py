@@ -37,10 +37,10 @@ from datetime import datetime
 from typing import Any
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from pd_lambda import props as props_helpers
 from pd_lambda import rollback
+from pd_lambda.clients import CLIENT_CONFIG, SLOWEST_CALL_SECONDS
 
 LOG = logging.getLogger()
 LOG.setLevel(logging.INFO)
@@ -51,11 +51,6 @@ GUARD_KEY = "NodegroupsGoneGuard"  # top level: "true" when this Delete deletes 
 # (pd_constructs/lifecycle/nodegroups_gone.py).
 QUERY_INTERVAL_SECONDS = 30
 LAMBDA_TIMEOUT_SECONDS = 60
-CLIENT_CONFIG = Config(
-    connect_timeout=5, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
-)
-# Worst case of one bounded call: 2 attempts x (5 s connect + 10 s read) + backoff.
-SLOWEST_CALL_SECONDS = 35
 # ListNodegroups returns at most 100 per page; EKS allows 30 managed node groups per cluster
 # (Amazon EKS service quotas), so one page is the norm and a few are plenty.
 LIST_PAGE_SIZE = 100
@@ -150,9 +145,11 @@ def is_complete(event: Mapping[str, Any], context: Any, eks: Any = None) -> dict
         seen, note = look(props, eks or _client("eks"), time_left=time_left)
         waiting = None if seen is None else decide(props, seen, started=started, now=now)
     except GuardError as exc:
-        message = _one_line(f"EKS cluster {props.cluster_name} cannot be deleted yet: {exc}")
-        LOG.error("poll: FAILED: %s", message)
-        raise GuardError(message) from None
+        raise props_helpers.poll_failed(
+            GuardError,
+            f"EKS cluster {props.cluster_name} cannot be deleted yet: {exc}",
+            MAX_REASON_CHARS,
+        ) from None
     if waiting is None:
         LOG.info("poll: COMPLETE: %s", note or f"cluster {props.cluster_name} has no node group")
         return {"IsComplete": True}
@@ -293,7 +290,3 @@ def _raise_if_denied(exc: ClientError, action: str) -> None:
             f"the guard may not call {action} ({_code(exc)}: {message}); its role's policy "
             "comes from the NodegroupsGone construct"
         )
-
-
-def _one_line(text: str) -> str:
-    return props_helpers.one_line(text, MAX_REASON_CHARS)

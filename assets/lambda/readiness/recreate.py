@@ -131,10 +131,6 @@ def stack_rolling_back(event: Mapping[str, Any]) -> bool:
     return rollback.stack_rolling_back(event, make_client=lambda: cloudformation_client())
 
 
-def _one_line(text: str) -> str:
-    return props_helpers.one_line(text, MAX_REASON_CHARS)
-
-
 # --- the Provider contract -----------------------------------------------------------------
 
 
@@ -167,9 +163,9 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         done, status = poll(props, client_factory(props))
     except (kube.KubeApiError, RecreateError) as exc:
         if isinstance(exc, (kube.KubeAuthError, kube.KubeTlsError, RecreateError)):
-            message = _one_line(f"Recreating {props.physical_id} failed: {exc}")
-            LOG.error("poll: FAILED: %s", message)
-            raise RecreateError(message) from None
+            raise props_helpers.poll_failed(
+                RecreateError, f"Recreating {props.physical_id} failed: {exc}", MAX_REASON_CHARS
+            ) from None
         done, status = None, f"Kubernetes API error, retrying: {exc}"
     if done is not None:
         data = outcome_data(done, props.spec_hash, _old_hash(event))
@@ -184,13 +180,13 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     if elapsed >= max(
         props.timeout_seconds / 2, props.timeout_seconds - 2 * LAMBDA_TIMEOUT_SECONDS
     ):
-        message = _one_line(
+        raise props_helpers.poll_failed(
+            RecreateError,
             f"Recreating {props.physical_id} timed out after {elapsed / 60:.0f} min: {status}. "
             f"Look at the pods: kubectl get pods -n {props.namespace} -o wide (a finalizer or a "
-            "node that stopped responding keeps a pod Terminating), then redeploy"
+            "node that stopped responding keeps a pod Terminating), then redeploy",
+            MAX_REASON_CHARS,
         )
-        LOG.error("poll: FAILED: %s", message)
-        raise RecreateError(message)
     return {"IsComplete": False}
 
 

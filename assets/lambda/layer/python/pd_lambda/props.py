@@ -4,8 +4,11 @@ reasons that fit on one line."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound=Exception)
 
 
 def require(
@@ -70,3 +73,11 @@ def one_line(text: Any, limit: int) -> str:
     (ending in ``...`` when cut): CloudFormation shows a failure's reason on one line."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def poll_failed(error: type[E], text: Any, limit: int) -> E:
+    """``error`` whose message is ``text`` on one line (:func:`one_line`), logged as the poll's
+    terminal failure: a waiter's ``is_complete`` raises what this returns."""
+    message = one_line(text, limit)
+    logging.getLogger().error("poll: FAILED: %s", message)
+    return error(message)
