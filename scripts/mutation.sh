@@ -143,6 +143,8 @@ SCOPE=(
   'ray_pd_eks.cli.preflight.capacity.xǁCapacityChecksǁquota__*'
   'ray_pd_eks.cli.preflight.account.xǁAccountChecksǁbootstrap__*'
   'ray_pd_eks.cli.drill.x_drill_rules__*'
+  'ray_pd_eks.cli.drill.x_kill_job__*'
+  'ray_pd_eks.cli.drill.x_replacement__*'
   'ray_pd_eks.cli.drill.x_engine_pods__*'
   'ray_pd_eks.cli.drill.x_drill_verdict__*'
   'ray_pd_eks.cli.drill.x_run__*'

@@ -161,6 +161,7 @@ def test_decode_replica_restart_kills_the_replica_and_keeps_the_pod(
     assert kube_api.requests_to("/pods/", "DELETE") == []
     ((sid, job),) = kube_api.ray_jobs.items()
     assert sid.startswith("ray-pd-eks-drill-")
+    assert job["metadata"] == {"ray-pd-eks": "drill"}  # the job names who ran it
     assert job["entrypoint"] == f"python -c \"{drill.KILL_REPLICA}\" '{decode.actor_name}'"
     assert (
         f"killing replica {decode.actor_name} (a Ray job on the head) and keeping pod "
