@@ -132,15 +132,22 @@ def _lint_text_in_background(template_json: str) -> Future[list[str]]:
     return _pool.submit(lint_template, template_json)
 
 
+_linting: dict[str, Future[list[str]]] = {}  # by digest: one lint for identical templates
+
+
 def _start(template: dict[str, Any]) -> tuple[str, Future[list[str]]]:
-    """The template's digest and its findings: known clean (the cache), or being linted."""
+    """The template's digest and its findings: known clean (the cache), being linted (for
+    another app whose stack is the same text: the default and token apps' Cluster), or
+    started now."""
     text = json.dumps(template, indent=1)
     key = digest(text)
     if key in _known_clean():
         done: Future[list[str]] = Future()
         done.set_result([])
         return key, done
-    return key, _lint_text_in_background(text)
+    if key not in _linting:
+        _linting[key] = _lint_text_in_background(text)
+    return key, _linting[key]
 
 
 def submit(app_name: str, templates: dict[str, dict[str, Any]]) -> None:
@@ -184,5 +191,6 @@ def shutdown() -> None:
         _pool.shutdown(wait=True, cancel_futures=True)
         _pool = None
     _pending.clear()
+    _linting.clear()
     _save_cache()
     _clean = None

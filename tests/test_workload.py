@@ -497,11 +497,18 @@ def _close_objects(schema: Any) -> Any:
 
 
 @functools.cache
-def _crd_schema(reference_dir: Path) -> dict[str, Any]:
+def rayservice_crd_schema(reference_dir: Path) -> dict[str, Any]:
+    """The pinned RayService CRD's v1 schema as published, parsed once per session (1 MB of
+    YAML, a third of a second); callers must not change it."""
     text = (reference_dir / "kuberay-v1.7.0" / "ray.io_rayservices.yaml").read_text()
     crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return dict(_close_objects(v1["schema"]["openAPIV3Schema"]))
+    return dict(v1["schema"]["openAPIV3Schema"])
+
+
+@functools.cache
+def _crd_schema(reference_dir: Path) -> dict[str, Any]:
+    return dict(_close_objects(rayservice_crd_schema(reference_dir)))
 
 
 @functools.cache
