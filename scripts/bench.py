@@ -5,7 +5,8 @@
 
 - cdk synth: `npx cdk synth --quiet`, median of --runs.
 - test command: `./scripts/test.sh` (ruff, ruff format, mypy beside pytest), warm: when the
-  worktree has no mypy cache yet, one untimed run comes first. Median of --runs.
+  worktree has no mypy cache or no cfn-lint cache yet, one untimed run comes first. Median of
+  --runs.
 - fresh clone (--fresh-clone, one run, minutes): this repository cloned into a temporary folder
   at --rev (default HEAD: committed files only), then `./scripts/setup.sh` and
   `./scripts/test.sh` in it, as `.ci/run` does (pip and npm use their usual caches).
@@ -142,8 +143,9 @@ def main() -> int:
     )
     if not args.skip_tests:
         test_command = ["./scripts/test.sh", "-q"]
-        if not (ROOT / ".mypy_cache").is_dir():
-            _timed(test_command, ROOT)  # warm the mypy cache: the budget is for a warm run
+        caches = (ROOT / ".mypy_cache", ROOT / ".cfn_lint_cache" / "clean.json")
+        if not all(c.exists() for c in caches):
+            _timed(test_command, ROOT)  # warm mypy's and cfn-lint's: the budget is for a warm run
         over |= _report("test command", [_timed(test_command, ROOT) for _ in range(args.runs)])
     if args.fresh_clone:
         setup, tests = _fresh_clone(args.rev)

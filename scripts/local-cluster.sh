@@ -328,6 +328,10 @@ cmd_up() {
     --feature-gates WatchList=false \
     --cert-dir "$pki"
   wait_for kube-apiserver 60 "$kubectl" --kubeconfig "$STATE/admin.kubeconfig" get --raw /readyz
+  # KubeRay's CRDs before the controller manager: its garbage collector learns resource types
+  # at start and then only every 30 s, and until then it cannot finish a foreground deletion
+  # of a RayService (the tier's recreate test waited out that sync).
+  install_kuberay_crds
 
   # The controllers the tier relies on are in the default set: garbage collector, namespace,
   # DaemonSet, ReplicaSet, Deployment, Job, EndpointSlice, service account and its tokens.
@@ -372,11 +376,8 @@ $(tail -n 15 "$STATE/$c.log")"
   echo "export KUBECONFIG=$STATE/admin.kubeconfig"
 }
 
-# The KubeRay operator as the product's chart (kuberay-operator 1.7.0 with
-# assets/helm-values/kuberay-operator.yaml) runs it: its own service account bound to the
-# module's ClusterRole and leader-election Role, and the flags the chart derives from its values
-# (docs/testing.md "KubeRay operator flags" lists which value became which flag).
-start_kuberay() {
+# KubeRay's CRDs of the operator's module version, and the chart's RayService schema.
+install_kuberay_crds() {
   local kubectl admin="$STATE/admin.kubeconfig"
   kubectl="$(kubectl_dir)/kubectl"
   "$kubectl" --kubeconfig "$admin" apply --server-side -f "$KUBERAY_DIR/crd" >/dev/null
@@ -384,6 +385,15 @@ start_kuberay() {
   "$kubectl" --kubeconfig "$admin" apply --server-side --force-conflicts \
     -f "$ROOT/tests/schemas/kuberay-v1.7.0/ray.io_rayservices.yaml" >/dev/null
   "$kubectl" --kubeconfig "$admin" wait --for condition=Established --timeout 30s crd --all >/dev/null
+}
+
+# The KubeRay operator as the product's chart (kuberay-operator 1.7.0 with
+# assets/helm-values/kuberay-operator.yaml) runs it: its own service account bound to the
+# module's ClusterRole and leader-election Role, and the flags the chart derives from its values
+# (docs/testing.md "KubeRay operator flags" lists which value became which flag).
+start_kuberay() {
+  local kubectl admin="$STATE/admin.kubeconfig"
+  kubectl="$(kubectl_dir)/kubectl"
   "$kubectl" --kubeconfig "$admin" create namespace "$OPERATOR_NAMESPACE" >/dev/null
   "$kubectl" --kubeconfig "$admin" -n "$OPERATOR_NAMESPACE" create serviceaccount kuberay-operator >/dev/null
   "$kubectl" --kubeconfig "$admin" apply -f "$KUBERAY_DIR/rbac/role.yaml" >/dev/null

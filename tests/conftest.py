@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,19 +192,33 @@ def public_cognito_app() -> Synthesized:
     return _linted("public_cognito_app", app)
 
 
+_CDK_JSON = (ROOT / "cdk.json").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def _bare_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = tmp_path_factory.mktemp("project")
+    (project / "cdk.json").write_bytes(_CDK_JSON)
+    return project
+
+
 @pytest.fixture(autouse=True)
-def _no_user_settings(
-    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def _no_user_settings(monkeypatch: pytest.MonkeyPatch, _bare_project: Path) -> Iterator[None]:
     """app.py reads the user's settings.local.json and ~/.cdk.json; tests must not. The project
-    directory it reads becomes a copy holding only cdk.json (tests that need the files write
-    their own)."""
+    directory it reads becomes a copy holding only cdk.json, one for the session (a folder per
+    test was 3,000 folders to make and remove); tests that need the files write their own
+    project. A test that writes into this one fails, so the next test cannot read its file."""
     import app as app_module
 
-    project = tmp_path_factory.mktemp("project")
-    shutil.copy(ROOT / "cdk.json", project / "cdk.json")
-    monkeypatch.setattr(app_module, "PROJECT_DIR", project)
+    monkeypatch.setattr(app_module, "PROJECT_DIR", _bare_project)
     monkeypatch.setattr(app_module, "USER_HOME", None)
+    yield
+    left = sorted(p.name for p in _bare_project.iterdir())
+    if left != ["cdk.json"] or (_bare_project / "cdk.json").read_bytes() != _CDK_JSON:
+        shutil.rmtree(_bare_project)
+        _bare_project.mkdir()
+        (_bare_project / "cdk.json").write_bytes(_CDK_JSON)
+        pytest.fail(f"the test changed the shared bare project folder (it held {left})")
 
 
 @pytest.fixture(scope="session")

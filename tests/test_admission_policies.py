@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
 from pd_constructs.common.namespaces import WARMUP_NAMESPACE
 from pd_constructs.serving.admission import (
@@ -128,6 +127,12 @@ def test_the_policies_name_the_operator_and_the_cache_they_allow() -> None:
 
 
 @functools.cache
+def _objects(config: AppConfig) -> list[dict[str, Any]]:
+    """The policies of ``config``, rendered once for its cases (``decide`` only reads them)."""
+    return admission_objects(config)
+
+
+@functools.cache
 def _cases() -> list[tuple[str, AppConfig, AdmissionCase]]:
     return [
         (f"{label}: {c.name}", cfg, c)
@@ -140,7 +145,7 @@ def _cases() -> list[tuple[str, AppConfig, AdmissionCase]]:
     "config,case", [(c, k) for _, c, k in _cases()], ids=[i for i, _, _ in _cases()]
 )
 def test_case_table(config: AppConfig, case: AdmissionCase) -> None:
-    refused = decide(admission_objects(config), case.request)
+    refused = decide(_objects(config), case.request)
     if case.admit:
         assert refused == {}, refused
     else:
@@ -285,10 +290,11 @@ CRD = ROOT / "tests/schemas/kuberay-v1.7.0/ray.io_rayservices.yaml"
 @functools.cache
 def _raycluster_spec_schema() -> dict[str, Any]:
     """RayClusterSpec as the pinned CRD has it (the RayService's rayClusterConfig is the spec
-    KubeRay copies into the RayCluster). Read once: the CRD is 1 MB of YAML."""
-    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    spec = v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    KubeRay copies into the RayCluster). Read once, for test_workload.py too: the CRD is 1 MB
+    of YAML."""
+    from tests.test_workload import rayservice_crd_schema
+
+    spec = rayservice_crd_schema(CRD.parent.parent)["properties"]["spec"]["properties"]
     return dict(spec["rayClusterConfig"])
 
 

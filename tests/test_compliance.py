@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aws_cdk as cdk
@@ -46,6 +47,46 @@ def test_cfn_lint_in_the_background_reports_a_finding() -> None:
     (finding,) = cfn_lint_pool.lint_in_background(bad).result()
     assert finding.startswith("E3002 Additional properties are not allowed ('DisplayNme'")
     assert finding.endswith("(line 6)")
+
+
+@pytest.mark.cfn_lint
+def test_cfn_lint_skips_only_the_exact_templates_it_found_clean(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The cache of clean templates (tests/cfn_lint_pool.py): a template with a finding is not
+    kept, and a template that changes is linted again. Within a run, the same text is linted
+    once."""
+    monkeypatch.setenv("CFN_LINT_CACHE", "on")
+    for name, value in (("CACHE_FILE", tmp_path / "clean.json"), ("_clean", None)):
+        monkeypatch.setattr(cfn_lint_pool, name, value)
+    monkeypatch.setattr(cfn_lint_pool, "_newly_clean", [])
+    monkeypatch.setattr(cfn_lint_pool, "_wanted", set())
+    monkeypatch.setattr(cfn_lint_pool, "_linting", {})
+    clean = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    bad = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {"DisplayNme": "x"}}}}
+    cfn_lint_pool.want([("probe", "Clean"), ("probe", "Bad"), ("twin", "Bad")])
+    cfn_lint_pool.submit("probe", {"Clean": clean, "Bad": bad})
+    cfn_lint_pool.submit("twin", {"Bad": json.loads(json.dumps(bad))})
+    assert len(cfn_lint_pool._linting) == 2
+    assert cfn_lint_pool.findings("probe", "Clean", clean) == []
+    assert len(cfn_lint_pool.findings("probe", "Bad", bad)) == 1
+    assert len(cfn_lint_pool.findings("twin", "Bad", bad)) == 1
+    cfn_lint_pool._save_cache()  # as the session's end does; the next run reads it
+    monkeypatch.setattr(cfn_lint_pool, "_clean", None)
+    monkeypatch.setattr(cfn_lint_pool, "_linting", {})
+
+    def linted(template_json: str) -> list[str]:
+        raise AssertionError(f"linted: {template_json}")
+
+    monkeypatch.setattr(cfn_lint_pool, "_lint_text_in_background", linted)
+    monkeypatch.setattr(cfn_lint_pool, "lint_template", linted)
+    cfn_lint_pool.submit("probe", {"Clean": clean})
+    assert cfn_lint_pool.findings("probe", "Clean", clean) == []
+    with pytest.raises(AssertionError, match="DisplayNme"):
+        cfn_lint_pool.submit("probe", {"Bad": bad})
+    renamed = {"Resources": {"Queue": clean["Resources"]["Topic"]}}
+    with pytest.raises(AssertionError, match="Queue"):
+        cfn_lint_pool.findings("probe", "Clean", renamed)
 
 
 def test_cdk_nag_runs_and_fails_an_unacknowledged_finding(tmp_path: Any) -> None:

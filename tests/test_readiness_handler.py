@@ -1146,6 +1146,39 @@ def test_token_is_fetched_lazily_and_refreshed_after_ten_minutes(kube_api: FakeK
     ]
 
 
+def test_requests_share_one_connection_until_the_server_closes_it(kube_api: FakeKubeApi) -> None:
+    """Keep-alive: one TLS handshake for a poll's reads. A connection the server closed while
+    idle is replaced before the next request, which neither fails nor waits."""
+    kube_api.set_stage("deploying")
+    slept: list[float] = []
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.x", sleep=slept.append
+    )
+    for _ in range(3):
+        client.get_json("/api/v1/nodes")
+    assert kube_api.connections == 1
+    kube_api.drop_connections()
+    assert client.get_json("/api/v1/nodes")["kind"] == "NodeList"
+    assert (kube_api.connections, len(kube_api.requests), slept) == (2, 4, [])
+
+
+def test_a_reset_or_a_partly_read_body_leaves_no_connection_to_reuse(
+    kube_api: FakeKubeApi,
+) -> None:
+    kube_api.set_stage("deploying")
+    client = kube.KubeClient(
+        kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.x", sleep=lambda _: None
+    )
+    kube_api.inject_fault("reset", times=1, path_contains="/api/v1/nodes")
+    client.get_json("/api/v1/nodes")  # the reset attempt, then a new connection
+    client.get_json("/api/v1/nodes")
+    assert kube_api.connections == 2
+    status, head = client.request("GET", "/api/v1/nodes", max_bytes=10)
+    assert (status, len(head)) == (200, 10)
+    client.get_json("/api/v1/nodes")
+    assert (kube_api.connections, len(kube_api.requests)) == (3, 5)
+
+
 def test_404_raises_at_once_with_the_status(kube_api: FakeKubeApi) -> None:
     slept: list[float] = []
     client = kube.KubeClient(

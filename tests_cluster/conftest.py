@@ -101,9 +101,12 @@ class Deployer:
             if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy")
             or o["kind"] == "ValidatingAdmissionPolicyBinding"
         ]
-        for obj in cluster_scoped:
+        if cluster_scoped:  # one kubectl for all of them
             self.cluster.kubectl(
-                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", "--wait=false"
+                "delete",
+                *(f"{o['kind']}/{o['metadata']['name']}" for o in cluster_scoped),
+                "--ignore-not-found",
+                "--wait=false",
             )
         self.cluster.kubectl(
             "delete", "namespace", *namespaces, "--ignore-not-found", "--wait=false"

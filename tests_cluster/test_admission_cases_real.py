@@ -136,7 +136,7 @@ def test_real_admission_answers_the_apps_case(admission: Cluster, case: Admissio
     deadline = time.monotonic() + 15
     refused, message = _dry_run(admission, case)
     while not case.admit and not refused and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.2)
         refused, message = _dry_run(admission, case)
     assert refused == (not case.admit), f"{case.name}: refused={refused} {message}"
     if refused:

@@ -171,7 +171,7 @@ def test_real_admission_answers_each_case(policies: Cluster, case: Case) -> None
     deadline = time.monotonic() + 15
     refused, message = _dry_run(policies, case)
     while case.refuse and not refused and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.2)
         refused, message = _dry_run(policies, case)
     assert refused == case.refuse, f"{case.name}: refused={refused} {message}"
     if case.refuse:

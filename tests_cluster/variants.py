@@ -86,6 +86,7 @@ SOURCES = (
 SYNTH_CACHE = (
     Path(os.environ.get("RAY_PD_EKS_CACHE", Path.home() / ".cache" / "ray-pd-eks")) / "synth"
 )
+SYNTH_VERSIONS = 4  # kept per variant (about 250 kB each)
 
 
 def _source_hash(overrides: dict[str, Any]) -> str:
@@ -115,8 +116,11 @@ def app(variant: str) -> Synthesized:
     found = synth(overrides, nag=False)
     order = _stack_order_of(found)
     SYNTH_CACHE.mkdir(parents=True, exist_ok=True)
-    for old in SYNTH_CACHE.glob(f"{variant}-*.json"):
-        old.unlink()
+    # A few versions per variant, the newest kept: checkouts of other branches (worktrees) that
+    # share the cache do not synthesize again each time the other ran.
+    older = sorted(SYNTH_CACHE.glob(f"{variant}-*.json"), key=lambda f: f.stat().st_mtime)
+    for old in older[: -(SYNTH_VERSIONS - 1)]:
+        old.unlink(missing_ok=True)
     cached.write_text(json.dumps({"order": order, "templates": found.templates}))
     _ORDER[variant] = order
     return Synthesized(config, cast(Any, None), found.templates, cached)

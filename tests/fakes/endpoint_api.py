@@ -81,11 +81,10 @@ class FakeEndpoint:
 
     @staticmethod
     def client_context() -> ssl.SSLContext:
-        """A client context that trusts the fake's CA (as a real client trusts ACM's)."""
+        """A client context that trusts the fake's CA (as a real client trusts ACM's), and only
+        it: the machine's CA bundle would take 30 ms to load for every test that calls."""
         ca, _ = _shared_ca()
-        context = ssl.create_default_context()
-        ca.configure_trust(context)
-        return context
+        return ssl.create_default_context(cadata=ca.cert_pem.bytes().decode("ascii"))
 
     # -- behaviour -------------------------------------------------------------------------
 

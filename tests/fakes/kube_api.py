@@ -74,6 +74,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -1088,6 +1089,17 @@ class FakeKubeApi:
             self._httpd.server_close()
             self._httpd = None
 
+    @property
+    def connections(self) -> int:
+        """TLS connections accepted so far (a keep-alive client reuses one)."""
+        assert self._httpd is not None, "call start() first"
+        return self._httpd.connection_count
+
+    def drop_connections(self) -> None:
+        """Close the open connections, as an API server closes idle ones."""
+        assert self._httpd is not None, "call start() first"
+        self._httpd.drop_connections()
+
     def __enter__(self) -> FakeKubeApi:
         return self.start()
 
@@ -1890,6 +1902,11 @@ class _TlsServer(http.server.ThreadingHTTPServer):
         super().__init__(address, handler)
         self.context = context
         self.api = api
+        # Connections kept open between requests (HTTP/1.1 keep-alive), closed on shutdown so
+        # that no handler thread outlives its server waiting for a client's next request.
+        self.connections: set[ssl.SSLSocket] = set()
+        self.connection_count = 0
+        self._connections_lock = threading.Lock()
 
     def shutdown(self) -> None:
         """Stop serve_forever at once rather than at its next poll (up to 10 ms, a second over
@@ -1900,6 +1917,20 @@ class _TlsServer(http.server.ThreadingHTTPServer):
         with contextlib.suppress(OSError):
             socket.create_connection(("127.0.0.1", self.server_port), timeout=1).close()
         super().shutdown()
+        self.drop_connections()
+
+    def drop_connections(self) -> None:
+        """Close every open connection, as a server does with idle ones."""
+        with self._connections_lock:
+            open_now = list(self.connections)
+        for tls in open_now:
+            with contextlib.suppress(OSError):
+                tls.shutdown(socket.SHUT_RDWR)
+        for _ in range(100):  # their handler threads see the end and close them
+            with self._connections_lock:
+                if not self.connections & set(open_now):
+                    return
+            time.sleep(0.01)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # TLS is wrapped per connection in its worker thread, so a client that rejects our
@@ -1908,9 +1939,14 @@ class _TlsServer(http.server.ThreadingHTTPServer):
             tls = self.context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError):
             return
+        with self._connections_lock:
+            self.connections.add(tls)
+            self.connection_count += 1
         try:
             _Handler(tls, client_address, self)
         finally:
+            with self._connections_lock:
+                self.connections.discard(tls)
             tls.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -1919,6 +1955,12 @@ class _TlsServer(http.server.ThreadingHTTPServer):
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _TlsServer
+    # Keep-alive, as the API server answers: a client may send its next request on the same
+    # connection (every response has a Content-Length). Without Nagle's algorithm, as Go's
+    # net/http: the body, written after the headers, would otherwise wait out the client's
+    # delayed ACK (40 ms a request).
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -23,6 +23,7 @@ import http.client
 import importlib
 import json
 import os
+import select
 import ssl
 import time
 import urllib.parse
@@ -218,6 +219,9 @@ class KubeClient:
         self._clock = clock
         self._token: str | None = None
         self._token_at = 0.0
+        # The connection the last request left open (HTTP keep-alive): one TLS handshake for
+        # a poll's dozens of reads instead of one each.
+        self._idle: http.client.HTTPSConnection | None = None
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -421,19 +425,46 @@ class KubeClient:
     ) -> tuple[int, str, bytes, float | None]:
         all_headers = {"Authorization": f"Bearer {self._bearer()}", "User-Agent": "ray-pd-eks"}
         all_headers.update(headers or {})
-        connection = http.client.HTTPSConnection(
-            self._host, self._port, timeout=timeout, context=self._context
-        )
+        connection = self._connection(timeout)
+        reusable = False
         try:
             connection.request(method, url, body=body, headers=all_headers)
             response = connection.getresponse()
             if max_bytes is None or not 200 <= response.status < 300:
                 data = response.read()
+                reusable = not response.will_close
             else:
+                # The rest of the body is never read, so the connection carries nothing more.
                 data = _read_some(response, max_bytes, until)
             return response.status, response.reason, data, _retry_after(response)
         finally:
-            connection.close()
+            if reusable:
+                self._idle = connection
+            else:
+                connection.close()
+
+    def _connection(self, timeout: float) -> http.client.HTTPSConnection:
+        """The connection the last request left open, unless the server has closed it since
+        (an API server closes an idle one after a minute or so), else a new one."""
+        idle, self._idle = self._idle, None
+        if idle is not None and idle.sock is not None and not _readable(idle.sock):
+            idle.sock.settimeout(timeout)
+            return idle
+        if idle is not None:
+            idle.close()
+        return http.client.HTTPSConnection(
+            self._host, self._port, timeout=timeout, context=self._context
+        )
+
+
+def _readable(sock: Any) -> bool:
+    """Whether an idle connection has something to read: the server's close (or bytes nobody
+    asked for); either way it cannot carry the next request."""
+    if hasattr(select, "poll"):  # not on Windows; poll has no limit on descriptor numbers
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 READ_CHUNK_BYTES = 64 * 1024
