@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
+from constructs import Construct
 
 from ray_pd_eks.config import AppConfig
 
@@ -26,6 +29,29 @@ _RETENTION = {
     1096: logs.RetentionDays.THREE_YEARS,
     1827: logs.RetentionDays.FIVE_YEARS,
 }
+
+
+@dataclass(frozen=True)
+class LogPolicy:
+    """What every log group of a stack keeps: ``retention`` (from ``logRetentionDays``) and
+    ``removal_policy`` (from ``retainLogs``), derived once per stack by :func:`log_policy`."""
+
+    retention: logs.RetentionDays
+    removal_policy: RemovalPolicy
+
+    def retained(self) -> LogPolicy:
+        """The same retention, with the log group kept on delete whatever ``retainLogs`` says."""
+        return replace(self, removal_policy=RemovalPolicy.RETAIN)
+
+    def log_group(self, scope: Construct, construct_id: str) -> logs.LogGroup:
+        """A log group ``construct_id`` in ``scope`` that keeps this policy."""
+        return logs.LogGroup(
+            scope, construct_id, retention=self.retention, removal_policy=self.removal_policy
+        )
+
+
+def log_policy(config: AppConfig) -> LogPolicy:
+    return LogPolicy(log_retention(config), log_removal_policy(config))
 
 
 def log_retention(config: AppConfig) -> logs.RetentionDays:

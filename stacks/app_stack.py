@@ -16,7 +16,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from ray_pd_eks.logs import log_policy
 
 
 class AppStackProps(TypedDict):
@@ -35,15 +35,14 @@ class InClusterStackProps(AppStackProps):
 
 
 class AppStack(Stack):
-    """A stack of the app: ``config``, and ``log_retention`` / ``log_removal_policy`` for the
-    log groups of its constructs (the readiness check's and the capacity watch's are kept on
-    delete whatever ``log_removal_policy`` says)."""
+    """A stack of the app: ``config``, and ``log_policy`` for the log groups of its constructs
+    (the readiness check's and the capacity watch's are kept on delete whatever its removal
+    policy says)."""
 
     def __init__(self, scope: Construct, construct_id: str, **props: Unpack[AppStackProps]) -> None:
         super().__init__(scope, construct_id, description=props["description"])
         self.config = props["config"]
-        self.log_retention = log_retention(self.config)
-        self.log_removal_policy = log_removal_policy(self.config)
+        self.log_policy = log_policy(self.config)
 
 
 class InClusterStack(AppStack):

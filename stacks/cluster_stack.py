@@ -74,7 +74,7 @@ class ClusterStack(AppStack):
             warn_without_admins=config.allow_no_admins,
             endpoint_public_cidrs=config.endpoint_public_cidrs,
             log_retention_days=config.log_retention_days,
-            log_removal_policy=self.log_removal_policy,
+            log_removal_policy=self.log_policy.removal_policy,
         )
         self.cluster = self.eks.cluster
         # The cluster's delete waits until no node group is left: the GPU node group is the
@@ -88,8 +88,7 @@ class ClusterStack(AppStack):
             cluster=as_icluster(self.cluster),
             cluster_name=config.cluster_name,
             gpu_nodes_stack_path=gpu_nodes_stack_path,
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         # The VPC's default security group loses its rules here, beside the control plane,
         # rather than in the network stack, which would wait for this function first.
@@ -97,8 +96,7 @@ class ClusterStack(AppStack):
             self,
             "DefaultSecurityGroup",
             default_security_group_id=default_security_group_id,
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         # Before any node joins (the system nodes' stack deploys after this one; the GPU nodes
         # join minutes after the control plane is ACTIVE, this a minute after): nodes come up
@@ -139,8 +137,7 @@ class ClusterStack(AppStack):
         chooser = GpuAvailabilityZoneProvider(
             self,
             "GpuAzChooser",
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         chooser.serve_stack(gpu_nodes_stack_name)
         watch = gpu_capacity_watch_provider(
@@ -149,10 +146,9 @@ class ClusterStack(AppStack):
             watched=f"{config.gpu_nodegroup_name}-*",
             served_stack_name=gpu_nodes_stack_name,
             timeout=Duration.minutes(config.gpu_capacity_watch_minutes),
-            log_retention=self.log_retention,
             # No longer failure evidence (the watch of this release is GpuNodes'): with the
             # app's other logs, so a fresh deploy leaves nothing of it behind.
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         cluster = self.cluster
         kubectl = cluster.kubectl_provider

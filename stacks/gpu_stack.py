@@ -59,8 +59,7 @@ class GpuNodesStack(AppStack):
             cluster_name=config.cluster_name,
             kubernetes_version=config.kubernetes_version,
             cluster_stack_name=cluster_stack_name,
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         cluster: eks.ICluster = imported_cluster(
             self,
@@ -81,8 +80,7 @@ class GpuNodesStack(AppStack):
             placement_group_name=config.gpu_placement_group_name,
             instance_count=config.gpu_node_count,
             subnet_cidrs=gpu_subnet_blocks(config.vpc_cidr),
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
             route_table_id=gpu_route_table_id,
         )
         self.gpu_subnet = GpuSubnet(
@@ -143,7 +141,7 @@ class GpuNodesStack(AppStack):
             capacity_wait=Duration.minutes(config.gpu_capacity_wait_minutes),
             timeout=Duration.minutes(config.gpu_capacity_watch_minutes),
             fingerprint=self.gpu_nodes.launch_template.attr_latest_version_number,
-            log_retention=self.log_retention,
+            log_policy=self.log_policy,
             # Fails the node group's create at once when the Cluster stack rolls back, so the
             # node group is gone before that rollback deletes the cluster.
             cluster_stack_name=cluster_stack_name,
@@ -162,8 +160,7 @@ class GpuNodesStack(AppStack):
                     labels=self.gpu_nodes.labels,
                     taints=[GPU_TAINT],
                 ),
-                log_retention=self.log_retention,
-                log_removal_policy=self.log_removal_policy,
+                log_policy=self.log_policy,
             )
             self.node_template_tags.node.add_dependency(self.gpu_nodes)
 

@@ -40,8 +40,7 @@ class NetworkStack(AppStack):
             self,
             "Network",
             vpc_cidr=config.vpc_cidr,
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         self.vpc = self.network.vpc
         if config.retain_logs:
@@ -51,8 +50,7 @@ class NetworkStack(AppStack):
                 self,
                 "LeftoverLogGroups",
                 log_group_names=fixed_log_group_names(config),
-                log_retention=self.log_retention,
-                log_removal_policy=self.log_removal_policy,
+                log_policy=self.log_policy,
             )
             self.network.node.add_dependency(check.resource)
         self.gpu_route_table_id = self.network.gpu_route_table.ref

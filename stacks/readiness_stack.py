@@ -99,7 +99,7 @@ class ReadinessStack(InClusterStack):
                     "gpuPlacement": gpu_placement(config),
                 }
             ),
-            log_retention=self.log_retention,
+            log_policy=self.log_policy,
             provider_scope=self.providers,
         )
         self.kv_probe: KvProbe | None = None
@@ -112,8 +112,7 @@ class ReadinessStack(InClusterStack):
                 kv_backend=config.kv_backend,
                 serving_mode=config.serving_mode,
                 ray_service_name=config.ray_service_name,
-                log_retention=self.log_retention,
-                log_removal_policy=self.log_removal_policy,
+                log_policy=self.log_policy,
                 alarm_topic=alarm_topic,
             )
         self.outputs: dict[str, CfnOutput] = {}
@@ -134,7 +133,7 @@ class ReadinessStack(InClusterStack):
                 after=self.readiness.resource,
                 provider_scope=self.providers,
                 fingerprint=self.readiness.properties["ConfigHash"],
-                log_retention=self.log_retention,
+                log_policy=self.log_policy,
             )
         self.outputs["ReadinessEndpointProbe"] = CfnOutput(
             self,

@@ -57,8 +57,7 @@ class WorkloadStack(InClusterStack):
             "Images",
             repository_arns=(ray_repository,) if ray_repository else (),
             images=images,
-            log_retention=self.log_retention,
-            log_removal_policy=self.log_removal_policy,
+            log_policy=self.log_policy,
         )
         # Needs only the cluster: each node starts pulling the image and the weights as it
         # joins (the GPU nodes join while this stack deploys), while the operator and the
@@ -116,8 +115,7 @@ class WorkloadStack(InClusterStack):
                 cluster=cluster,
                 config=config,
                 namespace=self.workload.namespace,
-                log_retention=self.log_retention,
-                log_removal_policy=self.log_removal_policy,
+                log_policy=self.log_policy,
             )
             # The add-on's Deployments (its operator, the cluster scraper) need a node before
             # EKS reports the add-on ACTIVE.

@@ -7,6 +7,7 @@ stack (handlers: tests/test_nodegroups_gone_handler.py, tests/test_capacity_hand
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
@@ -14,9 +15,13 @@ import pytest
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_logs as logs
 
+from pd_constructs.lifecycle.capacity import GpuCapacityWatch
 from pd_constructs.lifecycle.nodegroups_gone import NodegroupsGone
+from ray_pd_eks.logs import LogPolicy
 from tests.arns import own_arn
 from tests.synth import Synthesized
+
+LOG_POLICY = LogPolicy(logs.RetentionDays.ONE_MONTH, cdk.RemovalPolicy.DESTROY)
 
 
 def _guard(app: Synthesized) -> tuple[str, dict[str, Any]]:
@@ -90,6 +95,15 @@ def _stack() -> tuple[cdk.Stack, eks.ICluster]:
     return stack, eks.Cluster.from_cluster_attributes(stack, "C", cluster_name="c")
 
 
+def _builds_or_refuses(build: Callable[[], object], error: str | None) -> None:
+    """``build()`` succeeds when ``error`` is None, else raises a ValueError matching it."""
+    if error is None:
+        build()
+    else:
+        with pytest.raises(ValueError, match=error):
+            build()
+
+
 @pytest.mark.parametrize(
     ("wait_minutes", "grace_seconds", "error"),
     [
@@ -105,40 +119,28 @@ def test_the_guard_validates_its_bounds(
     wait_minutes: int, grace_seconds: int, error: str | None
 ) -> None:
     stack, cluster = _stack()
-
-    def build() -> None:
-        NodegroupsGone(
+    _builds_or_refuses(
+        lambda: NodegroupsGone(
             stack,
             "Guard",
             cluster=cluster,
             cluster_name="c",
             gpu_nodes_stack_path="RayPdEks/GpuNodes",
-            log_retention=logs.RetentionDays.ONE_MONTH,
-            log_removal_policy=cdk.RemovalPolicy.DESTROY,
+            log_policy=LOG_POLICY,
             wait=cdk.Duration.minutes(wait_minutes),
             grace=cdk.Duration.seconds(grace_seconds),
-        )
-
-    if error is None:
-        build()
-    else:
-        with pytest.raises(ValueError, match=error):
-            build()
+        ),
+        error,
+    )
 
 
 @pytest.mark.parametrize(("minutes", "error"), [(55, None), (56, "every waiter ends")])
 def test_the_capacity_watch_refuses_a_timeout_past_the_waiter_deadline(
     minutes: int, error: str | None
 ) -> None:
-    from aws_cdk import Duration
-    from aws_cdk import aws_logs as logs
-
-    from pd_constructs.lifecycle.capacity import GpuCapacityWatch
-
     stack, _ = _stack()
-
-    def build() -> None:
-        GpuCapacityWatch(
+    _builds_or_refuses(
+        lambda: GpuCapacityWatch(
             stack,
             "Watch",
             cluster_name="c",
@@ -147,14 +149,10 @@ def test_the_capacity_watch_refuses_a_timeout_past_the_waiter_deadline(
             desired_size=2,
             availability_zone="us-west-2a",
             capacity_reservation_id="",
-            capacity_wait=Duration.minutes(35),
-            timeout=Duration.minutes(minutes),
+            capacity_wait=cdk.Duration.minutes(35),
+            timeout=cdk.Duration.minutes(minutes),
             fingerprint="1",
-            log_retention=logs.RetentionDays.ONE_MONTH,
-        )
-
-    if error is None:
-        build()
-    else:
-        with pytest.raises(ValueError, match=error):
-            build()
+            log_policy=LOG_POLICY,
+        ),
+        error,
+    )

@@ -12,20 +12,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs.cluster.cluster import GPU_LABELS
 from pd_constructs.common.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
-from pd_constructs.common.lambda_functions import function_resource, handler_function
+from pd_constructs.common.lambda_functions import function_resource
 from pd_constructs.common.nag import (
     acknowledge,
-    acknowledge_basic_execution_role,
     nag_flatten,
-    suppress_provider_framework,
 )
 from pd_constructs.common.pod_identity import (
     auto_scaling_groups_arn,
@@ -34,6 +31,7 @@ from pd_constructs.common.pod_identity import (
 )
 from pd_constructs.lifecycle.rollback import grant_describe_own_stack
 from ray_pd_eks import instance_types
+from ray_pd_eks.logs import LogPolicy
 
 # The Cluster Autoscaler's node-template tags on an Auto Scaling group (kubernetes/autoscaler,
 # cluster-autoscaler/cloudprovider/aws/README.md at cluster-autoscaler-1.35.2): what a node of
@@ -211,21 +209,26 @@ class GpuNodeTemplateTags(Construct):
         cluster_name: str,
         nodegroup_name: str,
         tags: Mapping[str, str],
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         bad = sorted(k for k in tags if not k.startswith(NODE_TEMPLATE))
         if bad:
             raise ValueError(f"GpuNodeTemplateTags: {bad[0]} is not a {NODE_TEMPLATE}* tag")
         stack = Stack.of(self)
-        self.function = fn = handler_function(
+        fn, self.resource = function_resource(
             self,
             folder="asg_tags",
             description="Tags the GPU Auto Scaling group for the Cluster Autoscaler",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_policy=log_policy,
+            resource_type="Custom::GpuNodeTemplateTags",
+            properties={
+                "ClusterName": cluster_name,
+                "NodegroupName": nodegroup_name,
+                "Tags": json.dumps(dict(tags), sort_keys=True),
+            },
         )
+        self.function = fn
         this_nodegroup = nodegroup_arn(self, cluster_name, nodegroup_name)
         auto_scaling_groups = auto_scaling_groups_arn(self)
         fn.add_to_role_policy(
@@ -247,17 +250,6 @@ class GpuNodeTemplateTags(Construct):
         )
         # Tells CloudFormation's rollback Update (best effort, never failed) from a deploy.
         grant_describe_own_stack(fn)
-        provider, self.resource = function_resource(
-            self,
-            fn,
-            resource_type="Custom::GpuNodeTemplateTags",
-            properties={
-                "ClusterName": cluster_name,
-                "NodegroupName": nodegroup_name,
-                "Tags": json.dumps(dict(tags), sort_keys=True),
-            },
-        )
-        acknowledge_basic_execution_role(fn)
         acknowledge(
             fn,
             "AwsSolutions-IAM5",
@@ -270,4 +262,3 @@ class GpuNodeTemplateTags(Construct):
                 "Resource::" + nag_flatten(stack, this_nodegroup),
             ],
         )
-        suppress_provider_framework(provider, fn)

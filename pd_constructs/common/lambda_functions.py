@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import CustomResource, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
@@ -15,6 +15,8 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs.common.eks_types import control_plane_security_group
+from pd_constructs.common.nag import acknowledge_basic_execution_role, suppress_provider_framework
+from ray_pd_eks.logs import LogPolicy
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 # The newest Python runtime Lambda offers; handlers use only the standard library and boto3.
@@ -37,8 +39,7 @@ def handler_function(
     *,
     folder: str,
     description: str,
-    log_retention: logs.RetentionDays,
-    log_removal_policy: RemovalPolicy,
+    log_policy: LogPolicy,
     timeout: Duration | None = None,
     construct_id: str = "Function",
     handler: str = "handler.on_event",
@@ -49,9 +50,7 @@ def handler_function(
     log group ``Logs``, in ``scope``. A waiter's second function (``is_complete``) passes the
     first one's ``log_group`` instead of getting one of its own."""
     if log_group is None:
-        log_group = logs.LogGroup(
-            scope, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
+        log_group = log_policy.log_group(scope, "Logs")
     return lambda_.Function(
         scope,
         construct_id,
@@ -67,14 +66,26 @@ def handler_function(
 
 def function_resource(
     scope: Construct,
-    function: lambda_.Function,
     *,
+    folder: str,
+    description: str,
+    log_policy: LogPolicy,
     resource_type: str,
     properties: Mapping[str, Any],
-) -> tuple[cr.Provider, CustomResource]:
-    """A custom resource answered at once by ``function`` (its ``on_event`` does the work): the
-    ``Provider`` (id ``Provider``, logging to the function's log group) and the resource (id
-    ``Resource``), in ``scope``."""
+    timeout: Duration | None = None,
+) -> tuple[lambda_.Function, CustomResource]:
+    """A custom resource answered at once by its function (:func:`handler_function`: its
+    ``on_event`` does the work), in ``scope``: the function, its ``Provider`` (id ``Provider``,
+    logging to the function's log group) and the resource (id ``Resource``), with the cdk-nag
+    acknowledgments of the function's basic execution role and of the Provider framework.
+    Returns ``(function, resource)``; the function's own permissions are the caller's."""
+    function = handler_function(
+        scope,
+        folder=folder,
+        description=description,
+        log_policy=log_policy,
+        timeout=timeout,
+    )
     provider = cr.Provider(
         scope, "Provider", on_event_handler=function, log_group=function.log_group
     )
@@ -85,45 +96,9 @@ def function_resource(
         resource_type=resource_type,
         properties=dict(properties),
     )
-    return provider, resource
-
-
-def waiter_functions(
-    scope: Construct,
-    *,
-    folder: str,
-    what: str,
-    start: str,
-    poll: str,
-    log_retention: logs.RetentionDays,
-    log_removal_policy: RemovalPolicy,
-    poll_timeout: Duration,
-) -> tuple[lambda_.Function, lambda_.Function]:
-    """An asynchronous custom resource's two functions in ``scope``, from
-    ``assets/lambda/<folder>``: ``OnEvent`` (``handler.on_event``, 30 s, described
-    "<what>: <start>") and ``IsComplete`` (``handler.is_complete``, ``poll_timeout``,
-    "<what>: <poll>"), both writing to the one log group ``Logs``."""
-    on_event = handler_function(
-        scope,
-        folder=folder,
-        construct_id="OnEvent",
-        description=f"{what}: {start}",
-        log_retention=log_retention,
-        log_removal_policy=log_removal_policy,
-        timeout=Duration.seconds(30),
-    )
-    is_complete = handler_function(
-        scope,
-        folder=folder,
-        construct_id="IsComplete",
-        handler="handler.is_complete",
-        description=f"{what}: {poll}",
-        log_retention=log_retention,
-        log_removal_policy=log_removal_policy,
-        timeout=poll_timeout,
-        log_group=on_event.log_group,
-    )
-    return on_event, is_complete
+    acknowledge_basic_execution_role(function)
+    suppress_provider_framework(provider, function)
+    return function, resource
 
 
 def shared_layer(scope: Construct) -> lambda_.ILayerVersion:

@@ -9,28 +9,22 @@ CloudFormation rolls the node group back.
 
 from __future__ import annotations
 
-from typing import Any
-
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs.common.lambda_functions import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.common.nag import (
     acknowledge,
-    acknowledge_basic_execution_role,
     nag_flatten,
 )
 from pd_constructs.common.pod_identity import nodegroup_arn
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.lifecycle.waiter import (
-    EVIDENCE_REMOVAL_POLICY,
     checked_waiter_timeout,
-    logged_waiter_provider,
+    function_waiter,
 )
+from ray_pd_eks.logs import LogPolicy
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
 # derives when to give up with its own message before the Provider's total timeout.
@@ -58,7 +52,8 @@ class GpuCapacityWatch(Construct):
     reference to a resource of this construct's stack (the node group's): it is part of the
     IAM policy's resource and of its cdk-nag acknowledgment. ``resource`` exposes the custom
     resource; its ``Nodes`` attribute is the desired size once the node group is ACTIVE. Its log
-    groups are retained on delete (with ``log_retention``) even when the app's other logs are not.
+    groups keep ``log_policy``'s retention but are retained on delete even when the app's other
+    logs are not.
     """
 
     def __init__(
@@ -75,7 +70,7 @@ class GpuCapacityWatch(Construct):
         capacity_wait: Duration,
         timeout: Duration,
         fingerprint: str,
-        log_retention: logs.RetentionDays,
+        log_policy: LogPolicy,
         provider_scope: Construct | None = None,
         nodegroup_name_prefix: str = "",
         cluster_stack_name: str = "",
@@ -115,7 +110,10 @@ class GpuCapacityWatch(Construct):
             served_stack_name=None if home is self else Stack.of(self).stack_name,
             cluster_stack_name=cluster_stack_name,
             timeout=timeout,
-            log_retention=log_retention,
+            # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy
+            # rolls the stack back (deletes it), and these logs hold EC2's reason
+            # (docs/lifecycle.md).
+            log_policy=log_policy.retained(),
         )
         # CloudFormation refuses to change a custom resource's ServiceToken: with its
         # Provider moved to an earlier stack, the resource gets a new logical id (an upgrade
@@ -150,8 +148,7 @@ def gpu_capacity_watch_provider(
     watched: str,
     served_stack_name: str | None,
     timeout: Duration,
-    log_retention: logs.RetentionDays,
-    log_removal_policy: RemovalPolicy = EVIDENCE_REMOVAL_POLICY,
+    log_policy: LogPolicy,
     cluster_stack_name: str = "",
 ) -> cr.Provider:
     """The watch's functions, log groups and Provider, as children of ``home`` (``Logs``,
@@ -159,28 +156,21 @@ def gpu_capacity_watch_provider(
     name (or a ``<prefix>-*`` pattern) its policy names; ``served_stack_name`` the stack of
     the custom resource when it is not ``home``'s (None: ``home``'s own), for the rollback
     test's DescribeStacks; ``cluster_stack_name`` (default none) the stack whose status the
-    poller may read (``cloudformation:DescribeStacks`` on that one stack). The log groups are
-    kept on delete (``log_removal_policy``, default ``EVIDENCE_REMOVAL_POLICY``)."""
+    poller may read (``cloudformation:DescribeStacks`` on that one stack). The log groups keep
+    ``log_policy``."""
     stack = Stack.of(home)
-    # Kept on delete, whatever retainLogs says: a capacity failure on a first deploy rolls
-    # the stack back (deletes it), and these logs hold EC2's reason (docs/lifecycle.md).
-    log_group = logs.LogGroup(
-        home, "Logs", retention=log_retention, removal_policy=log_removal_policy
-    )
-    common: dict[str, Any] = {
-        "runtime": PYTHON_RUNTIME,
-        "code": lambda_code("capacity"),
-        "layers": [shared_layer(home)],
-        "log_group": log_group,
-    }
-    on_event = lambda_.Function(
+    waiter = function_waiter(
         home,
-        "OnEvent",
-        handler="handler.on_event",
-        timeout=Duration.seconds(30),
-        description="GPU capacity watch: starts the watch",
-        **common,
+        folder="capacity",
+        what="GPU capacity watch",
+        start="starts the watch",
+        poll="one look at the node group and its launches",
+        log_policy=log_policy,
+        query_interval=QUERY_INTERVAL,
+        poll_timeout=HANDLER_TIMEOUT,
+        timeout=timeout,
     )
+    on_event, is_complete = waiter.on_event, waiter.is_complete
     # Tells CloudFormation's rollback Update (answered at once) from a deploy.
     describe_findings: list[str] = []
     if served_stack_name is None:
@@ -188,14 +178,6 @@ def gpu_capacity_watch_provider(
     else:
         stack_arn = grant_describe_named_stack(on_event, served_stack_name)
         describe_findings = [f"Resource::{nag_flatten(stack, stack_arn)}"]
-    is_complete = lambda_.Function(
-        home,
-        "IsComplete",
-        handler="handler.is_complete",
-        timeout=HANDLER_TIMEOUT,
-        description="GPU capacity watch: one look at the node group and its launches",
-        **common,
-    )
     watched_arn = nodegroup_arn(stack, cluster_name, watched)
     is_complete.add_to_role_policy(
         iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[watched_arn])
@@ -208,18 +190,6 @@ def gpu_capacity_watch_provider(
     if cluster_stack_name:
         cluster_stack_arn = grant_describe_named_stack(is_complete, cluster_stack_name)
         cluster_stack_findings = [f"Resource::{nag_flatten(stack, cluster_stack_arn)}"]
-    provider = logged_waiter_provider(
-        home,
-        on_event=on_event,
-        is_complete=is_complete,
-        query_interval=QUERY_INTERVAL,
-        timeout=timeout,
-        log_group=log_group,
-        log_retention=log_retention,
-        log_removal_policy=log_removal_policy,
-    )
-    for fn in (on_event, is_complete):
-        acknowledge_basic_execution_role(fn)
     acknowledge(
         is_complete,
         "AwsSolutions-IAM5",
@@ -243,4 +213,4 @@ def gpu_capacity_watch_provider(
             "resource (its ARN ends in an id CloudFormation assigns, hence the trailing *).",
             findings=describe_findings,
         )
-    return provider
+    return waiter.provider

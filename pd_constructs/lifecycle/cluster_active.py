@@ -11,18 +11,17 @@ created with it, so nothing here refers to the Cluster stack's resources.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs.common.lambda_functions import waiter_functions
-from pd_constructs.common.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
+from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import cluster_arn
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
-from pd_constructs.lifecycle.waiter import checked_waiter_timeout, waiter_resource
+from pd_constructs.lifecycle.waiter import checked_waiter_timeout, function_waiter
+from ray_pd_eks.logs import LogPolicy
 
 # Must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS. A short interval:
 # the wait is on the deploy's critical path (the node group starts one poll after ACTIVE).
@@ -43,7 +42,7 @@ class ClusterActive(Construct):
     creates the cluster) is rolling back or failed in this deploy, and after ``timeout``
     (default 45 minutes, at most 60) with what it saw. The functions may describe that one
     cluster and two stacks (this one, to tell its rollback from a deploy, and the cluster's);
-    their log group keeps ``log_retention`` and follows ``log_removal_policy``.
+    their log group keeps ``log_policy``.
     ``resource`` is the custom resource: make what needs the cluster depend on it.
     """
 
@@ -55,8 +54,7 @@ class ClusterActive(Construct):
         cluster_name: str,
         kubernetes_version: str,
         cluster_stack_name: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         timeout: Duration = DEFAULT_TIMEOUT,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -67,31 +65,19 @@ class ClusterActive(Construct):
             handler_timeout=HANDLER_TIMEOUT,
             too_short="too short to wait; use at least 2 minutes",
         )
-        stack = Stack.of(self)
-        on_event, is_complete = waiter_functions(
+        waiter = function_waiter(
             self,
             folder="cluster_active",
             what="Waits for the EKS control plane",
             start="starts the wait",
             poll="one look at the cluster",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-            poll_timeout=HANDLER_TIMEOUT,
-        )
-        grant_describe_own_stack(on_event)
-        this_cluster = cluster_arn(self, cluster_name)
-        is_complete.add_to_role_policy(
-            iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[this_cluster])
-        )
-        cluster_stack_arn = grant_describe_named_stack(is_complete, cluster_stack_name)
-        self.resource = waiter_resource(
-            self,
-            on_event=on_event,
-            is_complete=is_complete,
+            log_policy=log_policy,
             query_interval=QUERY_INTERVAL,
+            poll_timeout=HANDLER_TIMEOUT,
             timeout=timeout,
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+        )
+        self.resource = waiter.resource(
+            self,
             resource_type="Custom::ClusterActive",
             properties={
                 "ClusterName": cluster_name,
@@ -101,14 +87,19 @@ class ClusterActive(Construct):
             },
         )
         self.cluster_security_group_id = self.resource.get_att_string("ClusterSecurityGroupId")
-        for fn in (on_event, is_complete):
-            acknowledge_basic_execution_role(fn)
+        on_event, is_complete = waiter.on_event, waiter.is_complete
+        grant_describe_own_stack(on_event)
+        this_cluster = cluster_arn(self, cluster_name)
+        is_complete.add_to_role_policy(
+            iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[this_cluster])
+        )
+        cluster_stack_arn = grant_describe_named_stack(is_complete, cluster_stack_name)
         acknowledge(
             is_complete,
             "AwsSolutions-IAM5",
             "cloudformation:DescribeStacks on the one stack that creates the cluster (its ARN "
             "ends in an id CloudFormation assigns, hence the trailing *).",
-            findings=[f"Resource::{nag_flatten(stack, cluster_stack_arn)}"],
+            findings=[f"Resource::{nag_flatten(Stack.of(self), cluster_stack_arn)}"],
         )
 
 

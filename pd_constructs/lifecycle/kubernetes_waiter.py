@@ -10,11 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import CustomResource, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
@@ -35,6 +34,7 @@ from pd_constructs.common.nag import (
 )
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
 from pd_constructs.lifecycle.waiter import logged_waiter_provider
+from ray_pd_eks.logs import LogPolicy
 
 RBAC_API_GROUP = "rbac.authorization.k8s.io"
 # The asset folder of every handler that calls Kubernetes (they share its client, kube.py).
@@ -145,7 +145,7 @@ class KubernetesWaiter(Construct):
 
     ``objects`` are further manifests by construct id (the Secret the handler fills), applied
     before the resource runs. Every log group (``Logs``, and ``WaiterLogs`` of a waiter) keeps
-    ``log_retention`` and ``log_removal_policy``; ``environment`` goes to every function.
+    ``log_policy``; ``environment`` goes to every function.
 
     Subclass it rather than nest it: its children (ids as above) then sit directly under the
     subclass, so the logical ids are those the readiness check, the recreate and the token
@@ -168,8 +168,7 @@ class KubernetesWaiter(Construct):
         polling: Polling | None = None,
         resource_type: str,
         properties: Mapping[str, Any],
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         environment: Mapping[str, str] | None = None,
         objects: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
         provider_scope: Construct | None = None,
@@ -192,9 +191,7 @@ class KubernetesWaiter(Construct):
         if polling is None:
             self.rbac = self._rbac(rbac)
         self.security_group = api_server_only_security_group(home, cluster=cluster, purpose=purpose)
-        log_group = logs.LogGroup(
-            home, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
+        log_group = log_policy.log_group(home, "Logs")
         common: dict[str, Any] = {
             "runtime": PYTHON_RUNTIME,
             "code": lambda_code(KUBERNETES_HANDLERS),
@@ -245,8 +242,7 @@ class KubernetesWaiter(Construct):
                 query_interval=polling.interval,
                 timeout=polling.total_timeout,
                 log_group=log_group,
-                log_retention=log_retention,
-                log_removal_policy=log_removal_policy,
+                log_policy=log_policy,
             )
         self.resource = CustomResource(
             self,

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Aws, RemovalPolicy
+from aws_cdk import Aws
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs.common.lambda_functions import function_resource, handler_function
+from pd_constructs.common.lambda_functions import function_resource
 from pd_constructs.common.nag import (
     acknowledge,
-    acknowledge_basic_execution_role,
-    suppress_provider_framework,
 )
+from ray_pd_eks.logs import LogPolicy
 
 
 class LeftoverLogGroupsCheck(Construct):
@@ -40,32 +38,24 @@ class LeftoverLogGroupsCheck(Construct):
         construct_id: str,
         *,
         log_group_names: Sequence[str],
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.function = fn = handler_function(
+        self.function, self.resource = function_resource(
             self,
             folder="log_groups_free",
             description="Stops a deploy whose fixed-name log groups are left over",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-        )
-        fn.add_to_role_policy(
-            iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=["*"])
-        )
-        provider, self.resource = function_resource(
-            self,
-            fn,
+            log_policy=log_policy,
             resource_type="Custom::LeftoverLogGroupsCheck",
             properties={"LogGroupNames": ",".join(log_group_names), "Region": Aws.REGION},
         )
-        acknowledge_basic_execution_role(fn)
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(actions=["logs:DescribeLogGroups"], resources=["*"])
+        )
         acknowledge(
-            fn,
+            self.function,
             "AwsSolutions-IAM5",
             "logs:DescribeLogGroups takes no resource scope; the function only reads whether "
             "the deployment's fixed log group names exist.",
             findings=["Resource::*"],
         )
-        suppress_provider_framework(provider, fn)

@@ -12,18 +12,17 @@ node group's delete (docs/teardown.md, docs/lifecycle.md).
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs.common.lambda_functions import waiter_functions
-from pd_constructs.common.nag import acknowledge, acknowledge_basic_execution_role, nag_flatten
+from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import cluster_arn
 from pd_constructs.lifecycle.rollback import grant_describe_own_stack
-from pd_constructs.lifecycle.waiter import MAX_TIMEOUT, waiter_resource
+from pd_constructs.lifecycle.waiter import MAX_TIMEOUT, function_waiter
 from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
+from ray_pd_eks.logs import LogPolicy
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS.
 QUERY_INTERVAL = Duration.seconds(30)
@@ -59,8 +58,8 @@ class NodegroupsGone(Construct):
     ``cluster_name`` is the configured name, a literal: the IAM policy names that cluster's
     node groups only (``eks:ListNodegroups`` on the cluster, ``eks:DescribeNodegroup`` on
     ``nodegroup/<cluster>/*``). The custom resource refers to ``cluster`` (its ``Ref``), so it
-    is created after the cluster and deleted before it. Its log group keeps ``log_retention``
-    and follows ``log_removal_policy``. ``resource`` is the custom resource.
+    is created after the cluster and deleted before it. Its log group keeps ``log_policy``.
+    ``resource`` is the custom resource.
     """
 
     def __init__(
@@ -71,8 +70,7 @@ class NodegroupsGone(Construct):
         cluster: eks.ICluster,
         cluster_name: str,
         gpu_nodes_stack_path: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         wait: Duration = DEFAULT_WAIT,
         grace: Duration = DEFAULT_GRACE,
     ) -> None:
@@ -94,18 +92,31 @@ class NodegroupsGone(Construct):
                 f"({QUERY_INTERVAL.to_human_string()}) and shorter than wait "
                 f"{wait.to_human_string()}"
             )
-        stack = Stack.of(self)
-        on_event, is_complete = waiter_functions(
+        waiter = function_waiter(
             self,
             folder="nodegroups_gone",
             what="Holds the cluster's delete until no node group is left",
             start="starts",
             poll="one look",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_policy=log_policy,
+            query_interval=QUERY_INTERVAL,
             poll_timeout=HANDLER_TIMEOUT,
+            timeout=timeout,
         )
+        self.resource = waiter.resource(
+            self,
+            resource_type="Custom::NodegroupsGone",
+            properties={
+                # The cluster's Ref: created after the cluster, deleted before it.
+                "ClusterName": cluster.cluster_name,
+                "WaitSeconds": str(wait_s),
+                "GraceSeconds": str(grace_s),
+                "GpuNodesStack": gpu_nodes_stack_path,
+            },
+        )
+        stack = Stack.of(self)
         # Tells the stack's delete (or create rollback) from an update's cleanup.
+        on_event, is_complete = waiter.on_event, waiter.is_complete
         grant_describe_own_stack(on_event)
         this_cluster = cluster_arn(self, cluster_name)
         nodegroups_arn = stack.format_arn(
@@ -121,25 +132,6 @@ class NodegroupsGone(Construct):
         is_complete.add_to_role_policy(
             iam.PolicyStatement(actions=["eks:DescribeNodegroup"], resources=[nodegroups_arn])
         )
-        self.resource = waiter_resource(
-            self,
-            on_event=on_event,
-            is_complete=is_complete,
-            query_interval=QUERY_INTERVAL,
-            timeout=timeout,
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-            resource_type="Custom::NodegroupsGone",
-            properties={
-                # The cluster's Ref: created after the cluster, deleted before it.
-                "ClusterName": cluster.cluster_name,
-                "WaitSeconds": str(wait_s),
-                "GraceSeconds": str(grace_s),
-                "GpuNodesStack": gpu_nodes_stack_path,
-            },
-        )
-        for fn in (on_event, is_complete):
-            acknowledge_basic_execution_role(fn)
         acknowledge(
             is_complete,
             "AwsSolutions-IAM5",

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs.lifecycle.kubernetes_waiter import Handler, KubernetesWaiter, Polling, group_rbac
+from ray_pd_eks.logs import LogPolicy
 
 RECREATE_GROUP = "ray-pd-eks:recreate"
 # Must match the handler's QUERY_INTERVAL_SECONDS / LAMBDA_TIMEOUT_SECONDS.
@@ -72,8 +72,7 @@ class RayServiceRecreate(KubernetesWaiter):
         namespace: str,
         ray_service_name: str,
         cluster_spec_hash: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         timeout: Duration = DEFAULT_TIMEOUT,
         provider_scope: Construct | None = None,
     ) -> None:
@@ -111,7 +110,6 @@ class RayServiceRecreate(KubernetesWaiter):
                 "ClusterSpecHash": cluster_spec_hash,
                 "TimeoutSeconds": str(int(timeout.to_seconds())),
             },
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_policy=log_policy,
             provider_scope=provider_scope,
         )

@@ -4,22 +4,25 @@ whose Step Functions waiter logs every state transition (never the event payload
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import CustomResource, Duration, RemovalPolicy
+from aws_cdk import CustomResource, Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs.common.nag import acknowledge, suppress_provider_framework
+from pd_constructs.common.lambda_functions import handler_function
+from pd_constructs.common.nag import (
+    acknowledge,
+    acknowledge_basic_execution_role,
+    suppress_provider_framework,
+)
 from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
+from ray_pd_eks.logs import LogPolicy
 
-# The log groups of the two waiters (readiness check, GPU capacity watch) outlive their stack,
-# whatever ``retainLogs`` says: a failed first deploy rolls back by deleting the stack, and
-# these logs are the only record of why. They still expire after ``logRetentionDays``.
-EVIDENCE_REMOVAL_POLICY = RemovalPolicy.RETAIN
 # CloudFormation waits at most one hour for a custom resource; every waiter ends by this.
 MAX_TIMEOUT = Duration.minutes(WAITER_DEADLINE_MINUTES)
 
@@ -32,8 +35,7 @@ def logged_waiter_provider(
     query_interval: Duration,
     timeout: Duration,
     log_group: logs.ILogGroup,
-    log_retention: logs.RetentionDays,
-    log_removal_policy: RemovalPolicy,
+    log_policy: LogPolicy,
 ) -> cr.Provider:
     """``Provider`` (id ``Provider``) and its waiter's log group (id ``WaiterLogs``) in
     ``scope``, with the cdk-nag acknowledgments of what aws-cdk-lib generates for them."""
@@ -48,9 +50,7 @@ def logged_waiter_provider(
         # Every state transition is logged, without the event payloads.
         disable_waiter_state_machine_logging=False,
         waiter_state_machine_log_options=cr.LogOptions(
-            destination=logs.LogGroup(
-                scope, "WaiterLogs", retention=log_retention, removal_policy=log_removal_policy
-            ),
+            destination=log_policy.log_group(scope, "WaiterLogs"),
             level=sfn.LogLevel.ALL,
             include_execution_data=False,
         ),
@@ -95,20 +95,63 @@ def checked_waiter_timeout(
     return timeout_s
 
 
-def waiter_resource(
+@dataclass(frozen=True)
+class FunctionWaiter:
+    """A waiter's two functions and their ``provider`` (:func:`function_waiter`)."""
+
+    on_event: lambda_.Function
+    is_complete: lambda_.Function
+    provider: cr.Provider
+
+    def resource(
+        self, scope: Construct, *, resource_type: str, properties: Mapping[str, Any]
+    ) -> CustomResource:
+        """Its custom resource (id ``Resource``) in ``scope``."""
+        return CustomResource(
+            scope,
+            "Resource",
+            service_token=self.provider.service_token,
+            resource_type=resource_type,
+            properties=dict(properties),
+        )
+
+
+def function_waiter(
     scope: Construct,
     *,
-    on_event: lambda_.Function,
-    is_complete: lambda_.Function,
+    folder: str,
+    what: str,
+    start: str,
+    poll: str,
+    log_policy: LogPolicy,
     query_interval: Duration,
+    poll_timeout: Duration,
     timeout: Duration,
-    log_retention: logs.RetentionDays,
-    log_removal_policy: RemovalPolicy,
-    resource_type: str,
-    properties: Mapping[str, Any],
-) -> CustomResource:
-    """The custom resource (id ``Resource``) of a waiter whose two functions share
-    ``on_event``'s log group, and its :func:`logged_waiter_provider`, in ``scope``."""
+) -> FunctionWaiter:
+    """A waiter's machinery in ``scope``, from ``assets/lambda/<folder>``: ``OnEvent``
+    (``handler.on_event``, 30 s, described "<what>: <start>") and ``IsComplete``
+    (``handler.is_complete``, ``poll_timeout``, "<what>: <poll>"), both writing to the one log
+    group ``Logs``, and their :func:`logged_waiter_provider`, polling every ``query_interval``
+    for at most ``timeout``; the functions' basic execution roles acknowledged. The functions'
+    own permissions are the caller's."""
+    on_event = handler_function(
+        scope,
+        folder=folder,
+        construct_id="OnEvent",
+        description=f"{what}: {start}",
+        log_policy=log_policy,
+        timeout=Duration.seconds(30),
+    )
+    is_complete = handler_function(
+        scope,
+        folder=folder,
+        construct_id="IsComplete",
+        handler="handler.is_complete",
+        description=f"{what}: {poll}",
+        log_policy=log_policy,
+        timeout=poll_timeout,
+        log_group=on_event.log_group,
+    )
     provider = logged_waiter_provider(
         scope,
         on_event=on_event,
@@ -116,13 +159,8 @@ def waiter_resource(
         query_interval=query_interval,
         timeout=timeout,
         log_group=on_event.log_group,
-        log_retention=log_retention,
-        log_removal_policy=log_removal_policy,
+        log_policy=log_policy,
     )
-    return CustomResource(
-        scope,
-        "Resource",
-        service_token=provider.service_token,
-        resource_type=resource_type,
-        properties=dict(properties),
-    )
+    for fn in (on_event, is_complete):
+        acknowledge_basic_execution_role(fn)
+    return FunctionWaiter(on_event, is_complete, provider)

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Aws, CustomResource, Duration, RemovalPolicy, Stack
+from aws_cdk import Aws, CustomResource, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from pd_constructs.common.lambda_functions import (
-    PYTHON_RUNTIME,
     function_resource,
     handler_function,
-    lambda_code,
-    shared_layer,
 )
 from pd_constructs.common.nag import (
     acknowledge,
@@ -27,6 +22,7 @@ from pd_constructs.common.nag import (
     suppress_provider_framework,
 )
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
+from ray_pd_eks.logs import LogPolicy
 from ray_pd_eks.vpc_layout import CONTROL_PLANE_PREFIX, LOAD_BALANCER_PREFIX, vpc_layout
 
 CONTROL_PLANE_SUBNET_GROUP = "ControlPlane"
@@ -68,26 +64,14 @@ class GpuAvailabilityZoneProvider(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
-        log_group = logs.LogGroup(
+        self.function = fn = handler_function(
             self,
-            "Logs",
-            retention=log_retention,
-            removal_policy=log_removal_policy,
-        )
-        self.function = fn = lambda_.Function(
-            self,
-            "Function",
-            runtime=PYTHON_RUNTIME,
-            handler="handler.on_event",
-            code=lambda_code("gpu_az"),
-            layers=[shared_layer(self)],
-            timeout=Duration.minutes(1),
-            log_group=log_group,
+            folder="gpu_az",
             description="Chooses the Availability Zone of the EFA GPU node group",
+            log_policy=log_policy,
         )
         fn.add_to_role_policy(
             iam.PolicyStatement(
@@ -152,8 +136,7 @@ class GpuAvailabilityZone(Construct):
         *,
         instance_type: str,
         requested_az: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         capacity_reservation_id: str = "",
         placement_group_name: str = "",
         subnet_cidrs: Sequence[str],
@@ -172,8 +155,7 @@ class GpuAvailabilityZone(Construct):
             provider = GpuAvailabilityZoneProvider(
                 self,
                 "Chooser",
-                log_retention=log_retention,
-                log_removal_policy=log_removal_policy,
+                log_policy=log_policy,
             )
         # Tells CloudFormation's rollback Update (answered at once, no EC2 call) from a deploy.
         provider.serve_stack(Stack.of(self))
@@ -238,8 +220,7 @@ class PdNetwork(Construct):
         construct_id: str,
         *,
         vpc_cidr: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         plan = subnet_plan(vpc_cidr)
@@ -298,9 +279,7 @@ class PdNetwork(Construct):
         self.load_balancer_subnets = self.vpc.select_subnets(
             subnet_group_name=LOAD_BALANCER_SUBNET_GROUP
         ).subnets
-        flow_log_group = logs.LogGroup(
-            self, "FlowLogs", retention=log_retention, removal_policy=log_removal_policy
-        )
+        flow_log_group = log_policy.log_group(self, "FlowLogs")
         self.vpc.add_flow_log(
             "FlowLog",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
@@ -329,7 +308,7 @@ class DefaultSecurityGroupRestriction(Construct):
 
     The function may revoke ingress and egress rules of that one group and nothing else; its
     Delete leaves the group as it is (the VPC goes with the network stack, after this one).
-    Its log group keeps ``log_retention`` and follows ``log_removal_policy``.
+    Its log group keeps ``log_policy``.
     """
 
     def __init__(
@@ -338,37 +317,29 @@ class DefaultSecurityGroupRestriction(Construct):
         construct_id: str,
         *,
         default_security_group_id: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.function = fn = handler_function(
+        self.function, self.resource = function_resource(
             self,
             folder="default_sg",
             description="Removes the rules of the VPC's default security group",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
-        )
-        group_arn = Stack.of(self).format_arn(
-            service="ec2", resource="security-group", resource_name=default_security_group_id
-        )
-        fn.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["ec2:RevokeSecurityGroupEgress", "ec2:RevokeSecurityGroupIngress"],
-                resources=[group_arn],
-            )
-        )
-        provider, self.resource = function_resource(
-            self,
-            fn,
+            log_policy=log_policy,
             resource_type="Custom::DefaultSecurityGroupRestriction",
             properties={
                 "DefaultSecurityGroupId": default_security_group_id,
                 "Account": Aws.ACCOUNT_ID,
             },
         )
-        acknowledge_basic_execution_role(fn)
-        suppress_provider_framework(provider, fn)
+        group_arn = Stack.of(self).format_arn(
+            service="ec2", resource="security-group", resource_name=default_security_group_id
+        )
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:RevokeSecurityGroupEgress", "ec2:RevokeSecurityGroupIngress"],
+                resources=[group_arn],
+            )
+        )
 
 
 class NatEgress(Construct):

@@ -43,6 +43,7 @@ from pd_constructs.common.nag import acknowledge
 from pd_constructs.common.templates import render
 from pd_constructs.observability.promql import AlarmSpec, Panel, alarm_specs, dashboard_panels
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import LogPolicy
 from ray_pd_eks.monitoring import (
     CLOUDWATCH_ADDON_NAME,
     CLOUDWATCH_AGENT_POLICY,
@@ -324,8 +325,7 @@ class PdObservability(Construct):
         cluster: eks.Cluster,
         config: AppConfig,
         namespace: Construct,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         names = log_group_names(config.cluster_name)
@@ -336,15 +336,15 @@ class PdObservability(Construct):
             "LogsKey",
             description=f"Encryption of EKS cluster {config.cluster_name}'s container logs",
             log_group_names=list(names.values()),
-            removal_policy=log_removal_policy,
+            removal_policy=log_policy.removal_policy,
         )
         self.log_groups = {
             cid: logs.LogGroup(
                 self,
                 f"{cid}Logs",
                 log_group_name=name,
-                retention=log_retention,
-                removal_policy=log_removal_policy,
+                retention=log_policy.retention,
+                removal_policy=log_policy.removal_policy,
                 encryption_key=self.logs_key.key,
             )
             for cid, name in names.items()

@@ -23,7 +23,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
@@ -37,8 +36,8 @@ from pd_constructs.common.nag import (
 )
 from pd_constructs.endpoint.endpoint import ApplicationEndpoint
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack
-from pd_constructs.lifecycle.waiter import EVIDENCE_REMOVAL_POLICY
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.logs import LogPolicy
 
 HTTPS = 443
 # How long 502/503/504 (no healthy target yet) are retried: the TargetGroupBinding registers
@@ -85,7 +84,7 @@ class EndpointProbe(Construct):
         after: Construct,
         provider_scope: Construct,
         fingerprint: str,
-        log_retention: logs.RetentionDays,
+        log_policy: LogPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         alb = endpoint.endpoint
@@ -134,9 +133,7 @@ class EndpointProbe(Construct):
                 "from the EIP's reference at deploy time, which cdk-nag cannot evaluate.",
             )
         # Kept on delete like the readiness check's: they hold why a failed deploy failed.
-        log_group = logs.LogGroup(
-            home, "Logs", retention=log_retention, removal_policy=EVIDENCE_REMOVAL_POLICY
-        )
+        log_group = log_policy.retained().log_group(home, "Logs")
         self.function = lambda_.Function(
             home,
             "Function",

@@ -24,20 +24,20 @@ are still published for the account's own monitoring):
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from pd_constructs.common.lambda_functions import PYTHON_RUNTIME, lambda_code, shared_layer
 from pd_constructs.lifecycle.kubernetes_waiter import KUBERNETES_HANDLERS
 from pd_constructs.readiness.readiness import ReadinessCheck
+from ray_pd_eks.logs import LogPolicy
 
 PROBE_NAMESPACE = "RayPdEks/KvProbe"  # handler.PROBE_NAMESPACE (a test keeps them equal)
 PROBE_TIMEOUT = Duration.minutes(2)
@@ -56,8 +56,7 @@ class KvProbe(Construct):
         kv_backend: str,
         serving_mode: str,
         ray_service_name: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         alarm_topic: sns.ITopic | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -70,9 +69,7 @@ class KvProbe(Construct):
             "ClusterCertificateAuthorityData": cluster.cluster_certificate_authority_data,
             **{k: v for k, v in readiness.properties.items() if k != "ConfigHash"},
         }
-        log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
+        log_group = log_policy.log_group(self, "Logs")
         self.function = lambda_.Function(
             self,
             "Function",

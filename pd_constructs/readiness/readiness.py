@@ -15,11 +15,10 @@ from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs.lifecycle.kubernetes_waiter import Handler, KubernetesWaiter, Polling, group_rbac
-from pd_constructs.lifecycle.waiter import EVIDENCE_REMOVAL_POLICY
+from ray_pd_eks.logs import LogPolicy
 
 READINESS_GROUP = "ray-pd-eks:readiness"
 QUERY_INTERVAL = Duration.seconds(30)
@@ -110,8 +109,8 @@ class ReadinessCheck(KubernetesWaiter):
     """Waits (up to ``timeout``, at most one hour) for the endpoint to prove itself; fails the
     deploy with the reason when it cannot. ``Delete`` returns at once.
 
-    Its log groups (the functions' and the waiter's) are retained on delete with
-    ``log_retention``, even when the app's other logs go with the stack: they hold the reason a
+    Its log groups (the functions' and the waiter's) keep ``log_policy``'s retention but are
+    retained on delete, even when the app's other logs go with the stack: they hold the reason a
     failed deploy failed.
 
     ``ray_auth_secret`` names the Secret with the Ray token (Ray token authentication): the
@@ -150,7 +149,7 @@ class ReadinessCheck(KubernetesWaiter):
         gpu_workers_privileged: bool = True,
         timeout: Duration,
         manifest_fingerprint: str,
-        log_retention: logs.RetentionDays,
+        log_policy: LogPolicy,
         provider_scope: Construct | None = None,
     ) -> None:
         minutes = timeout.to_minutes()
@@ -211,8 +210,7 @@ class ReadinessCheck(KubernetesWaiter):
             environment={"POLL_BUDGET_SECONDS": str(POLL_BUDGET_SECONDS)},
             resource_type="Custom::RayServiceReadiness",
             properties=properties,
-            log_retention=log_retention,
-            log_removal_policy=EVIDENCE_REMOVAL_POLICY,
+            log_policy=log_policy.retained(),
             provider_scope=provider_scope,
         )
         # The scheduled KV probe (pd_constructs/readiness/kv_probe.py) runs the same check with

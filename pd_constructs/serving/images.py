@@ -13,16 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from aws_cdk import Aws, CfnMapping, Duration, RemovalPolicy, Stack, Token
+from aws_cdk import Aws, CfnMapping, Duration, Stack, Token
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from pd_constructs.common.lambda_functions import function_resource, handler_function
-from pd_constructs.common.nag import acknowledge_basic_execution_role, suppress_provider_framework
+from pd_constructs.common.lambda_functions import function_resource
 from pd_constructs.lifecycle.rollback import grant_describe_own_stack
 from ray_pd_eks.config import DLC_REPOSITORY_TAG, AppConfig
 from ray_pd_eks.dlc_images import DLC_ACCOUNTS, dlc_registry
+from ray_pd_eks.logs import LogPolicy
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>:<tag>; the region may be a token.
 _ECR = re.compile(
@@ -84,19 +83,19 @@ class ImageDigests(Construct):
         construct_id: str,
         *,
         images: Mapping[str, str],
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
         repository_arns: tuple[str, ...] = (),
     ) -> None:
         """``repository_arns``: ECR repositories of references whose registry is a
         CloudFormation token (``ecr_repository_arn`` cannot read those)."""
         super().__init__(scope, construct_id)
-        fn = handler_function(
+        fn, self.resource = function_resource(
             self,
             folder="image_digest",
             description="Pins the pods' images to digests at deploy time",
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_policy=log_policy,
+            resource_type="Custom::ImageDigests",
+            properties=images,
             timeout=Duration.minutes(2),
         )
         repositories = sorted({a for a in map(ecr_repository_arn, images.values()) if a})
@@ -107,11 +106,6 @@ class ImageDigests(Construct):
             )
         # Tells CloudFormation's rollback Update (answered at once, no registry call).
         grant_describe_own_stack(fn)
-        provider, self.resource = function_resource(
-            self, fn, resource_type="Custom::ImageDigests", properties=images
-        )
-        acknowledge_basic_execution_role(fn)
-        suppress_provider_framework(provider, fn)
 
     def reference(self, key: str) -> str:
         """``repository@sha256:<digest>`` of the image configured under ``key``."""

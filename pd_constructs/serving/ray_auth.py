@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from pd_constructs.common.templates import render
 from pd_constructs.lifecycle.kubernetes_waiter import Handler, KubernetesWaiter, group_rbac
+from ray_pd_eks.logs import LogPolicy
 
 TOKEN_WRITER_GROUP = "ray-pd-eks:ray-token-writer"
 
@@ -65,8 +65,7 @@ class RayAuthToken(KubernetesWaiter):
         cluster: eks.Cluster,
         namespace: str,
         secret_name: str,
-        log_retention: logs.RetentionDays,
-        log_removal_policy: RemovalPolicy,
+        log_policy: LogPolicy,
     ) -> None:
         # The writer answers Create at once: a one-shot custom resource, no polling.
         super().__init__(
@@ -84,7 +83,6 @@ class RayAuthToken(KubernetesWaiter):
             ),
             resource_type="Custom::RayAuthToken",
             properties={"Namespace": namespace, "SecretName": secret_name},
-            log_retention=log_retention,
-            log_removal_policy=log_removal_policy,
+            log_policy=log_policy,
         )
         self.secret = self.objects["Secret"]

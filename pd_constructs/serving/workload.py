@@ -41,7 +41,7 @@ from pd_constructs.serving.model_access import (
 )
 from pd_constructs.serving.ray_auth import RayAuthToken
 from ray_pd_eks.config import AppConfig
-from ray_pd_eks.logs import log_removal_policy, log_retention
+from ray_pd_eks.logs import log_policy
 
 
 def _gib(value: float) -> str:
@@ -637,8 +637,7 @@ class PdWorkload(Construct):
             cluster=cluster,
             namespace=config.namespace,
             secret_name=config.ray_auth_secret_name,
-            log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
+            log_policy=log_policy(config),
         )
         self.ray_token.secret.node.add_dependency(self.namespace)
         self.ray_token.rbac.node.add_dependency(self.namespace)
@@ -677,8 +676,7 @@ class PdWorkload(Construct):
             namespace=config.namespace,
             ray_service_name=config.ray_service_name,
             cluster_spec_hash=cluster_spec_hash(config),
-            log_retention=log_retention(config),
-            log_removal_policy=log_removal_policy(config),
+            log_policy=log_policy(config),
             provider_scope=provider_scope,
         )
         self.recreate.rbac.node.add_dependency(self.namespace)
