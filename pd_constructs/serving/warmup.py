@@ -19,7 +19,6 @@ from pd_constructs.common.templates import render
 from pd_constructs.network.network_policy import render_warmup_network_policies
 from pd_constructs.serving.admission import render_gpu_node_policy, render_warmup_pod_policy
 from pd_constructs.serving.model_access import (
-    ModelFetchServiceAccount,
     credential_annotations,
     fetch_init_containers,
     node_cache_volume,
@@ -27,6 +26,7 @@ from pd_constructs.serving.model_access import (
     service_account_name,
     token_volume,
 )
+from pd_constructs.serving.namespace import pod_namespace
 from pd_constructs.serving.workload import worker_resources
 from ray_pd_eks.config import AppConfig
 
@@ -138,8 +138,21 @@ class NodeWarmup(Construct):
         pause_image: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.namespace = eks.KubernetesManifest(
-            self, "Namespace", cluster=as_icluster(cluster), manifest=[render_warmup_namespace()]
+        # What warm-up pods may ask of their nodes, and (cluster-wide) that the GPU nodes serve
+        # only our namespaces (pd_constructs/serving/admission.py): in force before the DaemonSets'
+        # pods, and early in the deploy, beside the namespace.
+        self.admission_manifest = [
+            *render_warmup_pod_policy(config),
+            *render_gpu_node_policy(config),
+        ]
+        self.namespace, self.network_policies, self.admission, self.service_account = pod_namespace(
+            self,
+            cluster=cluster,
+            config=config,
+            name=WARMUP_NAMESPACE,
+            namespace=render_warmup_namespace(),
+            network_policies=render_warmup_network_policies(config),
+            admission=self.admission_manifest,
         )
         self.manifests = [
             render_image_prepull(image=image),
@@ -150,28 +163,7 @@ class NodeWarmup(Construct):
         self.daemon_sets = eks.KubernetesManifest(
             self, "DaemonSets", cluster=as_icluster(cluster), manifest=self.manifests
         )
-        self.daemon_sets.node.add_dependency(self.namespace)
-        # What warm-up pods may ask of their nodes, and (cluster-wide) that the GPU nodes serve
-        # only our namespaces (pd_constructs/serving/admission.py): in force before the DaemonSets'
-        # pods, and early in the deploy, beside the namespace.
-        self.admission_manifest = [
-            *render_warmup_pod_policy(config),
-            *render_gpu_node_policy(config),
-        ]
-        self.admission = eks.KubernetesManifest(
-            self,
-            "AdmissionPolicies",
-            cluster=as_icluster(cluster),
-            manifest=self.admission_manifest,
-        )
-        self.daemon_sets.node.add_dependency(self.admission)
-        self.network_policies = eks.KubernetesManifest(
-            self,
-            "NetworkPolicies",
-            cluster=as_icluster(cluster),
-            manifest=render_warmup_network_policies(config),
-        )
-        self.network_policies.node.add_dependency(self.namespace)
+        self.daemon_sets.node.add_dependency(self.namespace, self.admission)
         self.warm_spares: eks.KubernetesManifest | None = None
         if config.gpu_warm_spare_nodes:
             if pause_image is None:
@@ -184,11 +176,6 @@ class NodeWarmup(Construct):
             )
             self.warm_spares.node.add_dependency(self.namespace)
             self.warm_spares.node.add_dependency(self.admission)
-        self.service_account: ModelFetchServiceAccount | None = None
-        if config.needs_model_access:
-            self.service_account = ModelFetchServiceAccount(
-                self, "ModelFetch", cluster=cluster, config=config, namespace=WARMUP_NAMESPACE
-            )
-            self.service_account.node.add_dependency(self.namespace)
+        if self.service_account:
             # Pod Identity injects credentials when a pod is created: association first.
             self.daemon_sets.node.add_dependency(self.service_account)

@@ -28,7 +28,6 @@ from pd_constructs.serving.admission import render_ray_pod_policy, render_rayclu
 from pd_constructs.serving.model_access import (
     MODEL_CACHE,
     VLLM_CACHE_ROOT,
-    ModelFetchServiceAccount,
     cache_mount,
     credential_annotations,
     fetch_init_containers,
@@ -39,6 +38,7 @@ from pd_constructs.serving.model_access import (
     token_mount,
     token_volume,
 )
+from pd_constructs.serving.namespace import pod_namespace
 from pd_constructs.serving.ray_auth import RayAuthToken
 from ray_pd_eks.config import AppConfig
 from ray_pd_eks.logs import log_policy
@@ -601,8 +601,20 @@ class PdWorkload(Construct):
         provider_scope: Construct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.namespace = eks.KubernetesManifest(
-            self, "Namespace", cluster=as_icluster(cluster), manifest=[render_namespace(config)]
+        # What the namespace's pods may ask of their nodes, and who may change the Ray
+        # cluster's shape (pd_constructs/serving/admission.py): in force before any Ray pod exists.
+        self.admission_manifest = [
+            *render_ray_pod_policy(config),
+            *render_raycluster_policy(config),
+        ]
+        self.namespace, self.network_policies, self.admission, self.service_account = pod_namespace(
+            self,
+            cluster=cluster,
+            config=config,
+            name=config.namespace,
+            namespace=render_namespace(config),
+            network_policies=render_ray_network_policies(config),
+            admission=self.admission_manifest,
         )
         self.operator = HelmAddon(
             self,
@@ -612,25 +624,6 @@ class PdWorkload(Construct):
             overrides=kuberay_operator_overrides(config),
         )
         self.operator.node.add_dependency(self.namespace)
-        self.network_policies = eks.KubernetesManifest(
-            self,
-            "NetworkPolicies",
-            cluster=as_icluster(cluster),
-            manifest=render_ray_network_policies(config),
-        )
-        self.network_policies.node.add_dependency(self.namespace)
-        # What the namespace's pods may ask of their nodes, and who may change the Ray
-        # cluster's shape (pd_constructs/serving/admission.py): in force before any Ray pod exists.
-        self.admission_manifest = [
-            *render_ray_pod_policy(config),
-            *render_raycluster_policy(config),
-        ]
-        self.admission = eks.KubernetesManifest(
-            self,
-            "AdmissionPolicies",
-            cluster=as_icluster(cluster),
-            manifest=self.admission_manifest,
-        )
         self.ray_token = RayAuthToken(
             self,
             "RayAuthToken",
@@ -641,12 +634,6 @@ class PdWorkload(Construct):
         )
         self.ray_token.secret.node.add_dependency(self.namespace)
         self.ray_token.rbac.node.add_dependency(self.namespace)
-        self.service_account: ModelFetchServiceAccount | None = None
-        if config.needs_model_access:
-            self.service_account = ModelFetchServiceAccount(
-                self, "ModelFetch", cluster=cluster, config=config, namespace=config.namespace
-            )
-            self.service_account.node.add_dependency(self.namespace)
         self.head_service_account: eks.KubernetesManifest | None = None
         if config.decode_autoscales:
             self.head_service_account = self._head_service_account(cluster, config)
