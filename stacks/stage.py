@@ -10,6 +10,7 @@ from constructs import Construct
 from pd_constructs.common.eks_types import as_icluster
 from pd_constructs.common.pod_identity import RestrictPodIdentityTrust
 from ray_pd_eks.config import AppConfig
+from stacks.app_stack import InClusterStackProps
 from stacks.cluster_stack import ClusterStack
 from stacks.gpu_addons_stack import GpuAddonsStack
 from stacks.gpu_stack import GpuNodesStack
@@ -77,31 +78,22 @@ class RayPdEksStage(Stage):
         self.workload = WorkloadStack(
             self,
             "Workload",
-            config=config,
-            cluster=self.cluster.cluster,
-            providers=self.cluster.providers,
-            description="ray-pd-eks: node warm-up, system nodes, KubeRay, the RayService",
+            **self._in_cluster("ray-pd-eks: node warm-up, system nodes, KubeRay, the RayService"),
         )
         self.gpu_addons = GpuAddonsStack(
             self,
             "GpuAddons",
-            config=config,
-            cluster=self.cluster.cluster,
-            providers=self.cluster.providers,
-            description="ray-pd-eks: GPU device plugins and the Cluster Autoscaler",
+            **self._in_cluster("ray-pd-eks: GPU device plugins and the Cluster Autoscaler"),
         )
         self.readiness = ReadinessStack(
             self,
             "Readiness",
-            config=config,
-            cluster=self.cluster.cluster,
-            providers=self.cluster.providers,
             alarm_topic=(
                 self.workload.observability.topic.topic if self.workload.observability else None
             ),
             endpoint=self.workload.endpoint,
             nat_public_ip=self.cluster.egress.public_ip,
-            description="ray-pd-eks: readiness check of the endpoint",
+            **self._in_cluster("ray-pd-eks: readiness check of the endpoint"),
         )
         if self.gpu_nodes.stack_name != self.stack_name("GpuNodes"):
             raise ValueError(
@@ -124,6 +116,15 @@ class RayPdEksStage(Stage):
         self.readiness.add_stack_dependency(self.workload)
         self.readiness.add_stack_dependency(self.gpu_nodes)
         self.readiness.add_stack_dependency(self.gpu_addons)
+
+    def _in_cluster(self, description: str) -> InClusterStackProps:
+        """The props of a stack that deploys into the Cluster stack's cluster."""
+        return InClusterStackProps(
+            config=self.config,
+            cluster=self.cluster.cluster,
+            providers=self.cluster.providers,
+            description=description,
+        )
 
     def stack_name(self, construct_id: str) -> str:
         """The name CDK gives this Stage's stack ``construct_id`` (``<stage name>-<id>``), for
