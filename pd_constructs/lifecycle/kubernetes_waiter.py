@@ -41,6 +41,17 @@ RBAC_API_GROUP = "rbac.authorization.k8s.io"
 KUBERNETES_HANDLERS = "readiness"
 
 
+def rbac_rule(
+    api_group: str, resources: Sequence[str], verbs: Sequence[str], names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One RBAC rule: ``verbs`` on ``resources`` of ``api_group`` (``""``: the core group),
+    on the objects ``names`` only when given."""
+    rule: dict[str, Any] = {"apiGroups": [api_group], "resources": list(resources)}
+    if names:
+        rule["resourceNames"] = list(names)
+    return {**rule, "verbs": list(verbs)}
+
+
 def group_rbac(
     *,
     name: str,

@@ -21,7 +21,13 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pd_constructs.lifecycle.kubernetes_waiter import Handler, KubernetesWaiter, Polling, group_rbac
+from pd_constructs.lifecycle.kubernetes_waiter import (
+    Handler,
+    KubernetesWaiter,
+    Polling,
+    group_rbac,
+    rbac_rule,
+)
 from ray_pd_eks.logs import LogPolicy
 
 RECREATE_GROUP = "ray-pd-eks:recreate"
@@ -40,14 +46,9 @@ def recreate_rbac(*, namespace: str, ray_service: str) -> list[dict[str, Any]]:
         group=RECREATE_GROUP,
         namespace=namespace,
         rules=[
-            {
-                "apiGroups": ["ray.io"],
-                "resources": ["rayservices"],
-                "resourceNames": [ray_service],
-                "verbs": ["get", "delete"],
-            },
-            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            rbac_rule("ray.io", ["rayservices"], ["get", "delete"], names=[ray_service]),
+            rbac_rule("ray.io", ["rayclusters"], ["get"]),
+            rbac_rule("", ["pods"], ["list"]),
         ],
     )
 

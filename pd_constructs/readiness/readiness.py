@@ -17,7 +17,13 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pd_constructs.lifecycle.kubernetes_waiter import Handler, KubernetesWaiter, Polling, group_rbac
+from pd_constructs.lifecycle.kubernetes_waiter import (
+    Handler,
+    KubernetesWaiter,
+    Polling,
+    group_rbac,
+    rbac_rule,
+)
 from ray_pd_eks.logs import LogPolicy
 
 READINESS_GROUP = "ray-pd-eks:readiness"
@@ -55,43 +61,17 @@ def readiness_rbac(
         group=READINESS_GROUP,
         namespace=namespace,
         # The handler only lists (tests/test_rbac.py proves every grant is used).
-        cluster_rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+        cluster_rules=[rbac_rule("", ["nodes"], ["list"])],
         rules=[
-            {
-                "apiGroups": ["ray.io"],
-                "resources": ["rayservices"],
-                "resourceNames": [ray_service],
-                "verbs": ["get"],
-            },
-            {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
-            {
-                # The proxy's resource name is the URL segment "<service>:<port>". The chat
-                # completion is a POST through the proxy, which RBAC calls "create".
-                "apiGroups": [""],
-                "resources": ["services/proxy"],
-                "resourceNames": [f"{serve}:{SERVE_PORT}"],
-                "verbs": ["get", "create"],
-            },
-            {
-                "apiGroups": [""],
-                "resources": ["services/proxy"],
-                "resourceNames": [f"{head}:{DASHBOARD_PORT}"],
-                "verbs": ["get"],
-            },
+            rbac_rule("ray.io", ["rayservices"], ["get"], names=[ray_service]),
+            rbac_rule("", ["pods", "events"], ["list"]),
+            # The proxy's resource name is the URL segment "<service>:<port>". The chat
+            # completion is a POST through the proxy, which RBAC calls "create".
+            rbac_rule("", ["services/proxy"], ["get", "create"], names=[f"{serve}:{SERVE_PORT}"]),
+            rbac_rule("", ["services/proxy"], ["get"], names=[f"{head}:{DASHBOARD_PORT}"]),
+            *([rbac_rule("", ["pods/proxy"], ["get"])] if kv_counters else []),
             *(
-                [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}]
-                if kv_counters
-                else []
-            ),
-            *(
-                [
-                    {
-                        "apiGroups": [""],
-                        "resources": ["secrets"],
-                        "resourceNames": [ray_auth_secret],
-                        "verbs": ["get"],
-                    }
-                ]
+                [rbac_rule("", ["secrets"], ["get"], names=[ray_auth_secret])]
                 if ray_auth_secret
                 else []
             ),

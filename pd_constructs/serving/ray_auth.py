@@ -18,7 +18,12 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pd_constructs.common.templates import render
-from pd_constructs.lifecycle.kubernetes_waiter import Handler, KubernetesWaiter, group_rbac
+from pd_constructs.lifecycle.kubernetes_waiter import (
+    Handler,
+    KubernetesWaiter,
+    group_rbac,
+    rbac_rule,
+)
 from ray_pd_eks.logs import LogPolicy
 
 TOKEN_WRITER_GROUP = "ray-pd-eks:ray-token-writer"
@@ -35,14 +40,7 @@ def token_writer_rbac(*, namespace: str, secret: str) -> list[dict[str, Any]]:
         name="ray-pd-eks-ray-token-writer",
         group=TOKEN_WRITER_GROUP,
         namespace=namespace,
-        rules=[
-            {
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "resourceNames": [secret],
-                "verbs": ["get", "patch"],
-            }
-        ],
+        rules=[rbac_rule("", ["secrets"], ["get", "patch"], names=[secret])],
     )
 
 
