@@ -20,10 +20,7 @@ from constructs import Construct
 from pd_constructs.cluster.cluster import GPU_LABELS
 from pd_constructs.common.helm import CLUSTER_AUTOSCALER, CLUSTER_AUTOSCALER_IMAGE_TAGS, HelmAddon
 from pd_constructs.common.lambda_functions import function_resource
-from pd_constructs.common.nag import (
-    acknowledge,
-    nag_flatten,
-)
+from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import (
     auto_scaling_groups_arn,
     nodegroup_arn,

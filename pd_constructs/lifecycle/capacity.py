@@ -14,16 +14,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs.common.nag import (
-    acknowledge,
-    nag_flatten,
-)
+from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import nodegroup_arn
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
-from pd_constructs.lifecycle.waiter import (
-    checked_waiter_timeout,
-    function_waiter,
-)
+from pd_constructs.lifecycle.waiter import checked_waiter_timeout, function_waiter
 from ray_pd_eks.logs import LogPolicy
 
 # Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it

@@ -21,9 +21,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from pd_constructs.common.lambda_functions import function_resource
-from pd_constructs.common.nag import (
-    acknowledge,
-)
+from pd_constructs.common.nag import acknowledge
 from ray_pd_eks.logs import LogPolicy
 
 

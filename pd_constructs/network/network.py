@@ -11,10 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from pd_constructs.common.lambda_functions import (
-    function_resource,
-    handler_function,
-)
+from pd_constructs.common.lambda_functions import function_resource, handler_function
 from pd_constructs.common.nag import (
     acknowledge,
     acknowledge_basic_execution_role,
