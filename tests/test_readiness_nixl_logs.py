@@ -327,9 +327,16 @@ DEAD = f"worker-{'3c' * 28}-02000000-4100"  # an engine that ran before this one
 CURRENT = f"worker-{'4d' * 28}-03000000-5200"  # the engine that serves now
 
 
-def _engines(kube_api: FakeKubeApi, dead: tuple[str, str], current: tuple[str, str]) -> None:
+def _engines(
+    kube_api: FakeKubeApi,
+    dead: tuple[str, str] | None = None,
+    current: tuple[str, str] | None = None,
+) -> None:
     """The prefill node with a dead engine's files (listed first) and the current one's; the
-    actor list names only the current engine (and the replica) alive."""
+    actor list names only the current engine (and the replica) alive. By default both engines
+    chose LIBFABRIC, the dead one on provider tcp and the current one on efa."""
+    dead = dead or (nixl_log("LIBFABRIC"), provider_log("tcp"))
+    current = current or (nixl_log("LIBFABRIC"), provider_log("efa"))
     logs = prefill_logs(kube_api)
     for name in (OUT, ERR):
         logs.pop(name)
@@ -346,11 +353,7 @@ def _engines(kube_api: FakeKubeApi, dead: tuple[str, str], current: tuple[str, s
 def test_the_current_engines_evidence_wins_over_a_dead_engines(
     kube_api: FakeKubeApi, dashboard: Any
 ) -> None:
-    _engines(
-        kube_api,
-        dead=(nixl_log("LIBFABRIC"), provider_log("tcp")),
-        current=(nixl_log("LIBFABRIC"), provider_log("efa")),
-    )
+    _engines(kube_api)
     report = read(kube_api, dashboard)
     assert report.providers[0][1] == "efa"
     assert not any(DEAD in name for name, _ in reads(kube_api))
@@ -376,11 +379,7 @@ def test_a_dead_engines_evidence_never_stands_in_for_the_current_engine(
 def test_without_the_actor_list_the_newest_engine_is_read_first(
     kube_api: FakeKubeApi, dashboard: Any
 ) -> None:
-    _engines(
-        kube_api,
-        dead=(nixl_log("LIBFABRIC"), provider_log("tcp")),
-        current=(nixl_log("LIBFABRIC"), provider_log("efa")),
-    )
+    _engines(kube_api)
     kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/actors", status=500, body=b"{}")
     report = read(kube_api, dashboard)
     assert report.providers[0][1] == "efa"
