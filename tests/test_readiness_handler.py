@@ -1338,40 +1338,6 @@ def test_unknown_serving_mode_is_rejected(kube_api: FakeKubeApi) -> None:
         handler.on_event(cfn_event(kube_api, ServingMode="disaggregated"), None)
 
 
-def test_nixl_log_files_are_read_stdout_first_replica_then_its_engine_workers() -> None:
-    """NIXL prints to stdout: the replica's .out, then the .out files of its job (the vLLM GPU
-    worker actors), then other .out files, and only then .err and the replica log."""
-    replica, gpu, other = "1f" * 28, "e1" * 28, "9a" * 28
-    files = [
-        "raylet.out",
-        *(f"worker-{i:02x}{'77' * 27}-ffffffff-{3000 + i}.err" for i in range(20)),
-        f"worker-{replica}-01000000-4242.err",
-        f"worker-{other}-02000000-6000.out",
-        f"worker-{gpu}-01000000-5151.err",
-        f"worker-{gpu}-01000000-5151.out",
-        f"worker-{replica}-01000000-4242.out",
-        "serve/replica_qwen_Prefill_1.log",
-        "gcs_server.out",
-    ]
-    target = nixl_logs.NixlTarget(
-        label="prefill@10.0.1.20",
-        node_id=fake.RAY_NODE_A,
-        worker_ids=(replica,),
-        role="prefill",
-        replica_log="serve/replica_qwen_Prefill_1.log",
-    )
-    chosen = nixl_logs.log_files_to_read(files, target, 5)
-    assert chosen == [
-        f"worker-{replica}-01000000-4242.out",
-        f"worker-{gpu}-01000000-5151.out",
-        f"worker-{other}-02000000-6000.out",
-        f"worker-{replica}-01000000-4242.err",
-        # NIXL's C++ plugins log to stderr: the engine job's .err before the replica log.
-        f"worker-{gpu}-01000000-5151.err",
-    ]
-    assert all(not name.startswith(("raylet", "gcs_server")) for name in chosen)
-
-
 def test_nixl_line_in_an_engine_worker_stdout_is_found_behind_many_idle_workers(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:

@@ -399,6 +399,45 @@ def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
     assert nixl_logs.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
 
 
+def replica_target(replica: str, replica_log: str, label: str = "prefill") -> Any:
+    """The logs to read for a prefill replica on node A: its worker id and Serve log."""
+    return nixl_logs.NixlTarget(
+        label=label,
+        node_id=fake.RAY_NODE_A,
+        worker_ids=(replica,),
+        role="prefill",
+        replica_log=replica_log,
+    )
+
+
+def test_nixl_log_files_are_read_stdout_first_replica_then_its_engine_workers() -> None:
+    """NIXL prints to stdout: the replica's .out, then the .out files of its job (the vLLM GPU
+    worker actors), then other .out files, and only then .err and the replica log."""
+    replica, gpu, other = "1f" * 28, "e1" * 28, "9a" * 28
+    files = [
+        "raylet.out",
+        *(f"worker-{i:02x}{'77' * 27}-ffffffff-{3000 + i}.err" for i in range(20)),
+        f"worker-{replica}-01000000-4242.err",
+        f"worker-{other}-02000000-6000.out",
+        f"worker-{gpu}-01000000-5151.err",
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{replica}-01000000-4242.out",
+        "serve/replica_qwen_Prefill_1.log",
+        "gcs_server.out",
+    ]
+    target = replica_target(replica, "serve/replica_qwen_Prefill_1.log", "prefill@10.0.1.20")
+    chosen = nixl_logs.log_files_to_read(files, target, 5)
+    assert chosen == [
+        f"worker-{replica}-01000000-4242.out",
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{other}-02000000-6000.out",
+        f"worker-{replica}-01000000-4242.err",
+        # NIXL's C++ plugins log to stderr: the engine job's .err before the replica log.
+        f"worker-{gpu}-01000000-5151.err",
+    ]
+    assert all(not name.startswith(("raylet", "gcs_server")) for name in chosen)
+
+
 def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
     """The whole order in one table: each rank (the replica's .out; its job's .out, newest job
     and pid first; other .out files; the replica's .err; its job's .err and the replica's own
@@ -432,12 +471,8 @@ def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
     for name in ("worker-zz.out", "worker-aa.out"):  # listed z before a
         listed.remove(name)
     listed[:0] = ["worker-zz.out", "worker-aa.out"]
-    target = nixl_logs.NixlTarget(
-        label="prefill",
-        node_id=fake.RAY_NODE_A,
-        worker_ids=(replica,),
-        role="prefill",
-        replica_log="/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log",
+    target = replica_target(
+        replica, "/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log"
     )
     assert nixl_logs.log_files_to_read(listed, target, 50) == expected
 
