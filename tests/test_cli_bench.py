@@ -168,13 +168,6 @@ def _pod_appears(kube_api: FakeKubeApi, **pod: Any) -> Callable[[], None]:
     return appears
 
 
-def _bench_fails(cli: Harness, tmp_path: Path) -> str:
-    """``bench --out <tmp>/x``, which must exit 1: what it said on stderr."""
-    result = cli.run("bench", "--out", str(tmp_path / "x"))
-    assert result.code == 1
-    return result.err
-
-
 def test_sweep_runs_as_a_job_is_collected_and_deleted(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
@@ -277,7 +270,7 @@ def test_pod_that_cannot_pull_its_image_fails_with_the_reason(
         message='Back-off pulling image "ray:serve-llm-cuda-v1.0"',
     )
     _run_through(kube_api, cli, stuck)
-    err = _bench_fails(cli, tmp_path)
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
     assert "the benchmark Job cannot run: pod ray-llm-bench-" in err
     assert 'is ImagePullBackOff: Back-off pulling image "ray:serve-llm-cuda-v1.0"' in err
     assert kube_api.requests_to(JOBS, "DELETE") and kube_api.jobs == {}
@@ -291,7 +284,7 @@ def test_unschedulable_pod_waits_out_the_grace_then_fails(
         kube_api, state="pending", message="0/3 nodes are available: Insufficient cpu."
     )
     _run_through(kube_api, cli, pending)
-    err = _bench_fails(cli, tmp_path)
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
     assert "cannot be scheduled on the system node: 0/3 nodes are available" in err
 
 
@@ -311,7 +304,7 @@ def test_a_job_that_cannot_create_its_pod_fails_with_the_controllers_reason(
 
     # No pod for six polls (60 s): then the controller's event is the answer.
     _run_through(kube_api, cli, rejected, *([lambda: None] * 6))
-    err = _bench_fails(cli, tmp_path)
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
     assert "the Job controller cannot create its pod: Error creating: pods" in err
     assert 'violates PodSecurity "restricted:latest"' in err
     assert cli.clock.sleeps.count(10.0) == 6
@@ -329,7 +322,7 @@ def test_job_killed_without_results_reports_the_pods_ending(
         exit_code=137,
     )
     _run_through(kube_api, cli, killed)
-    err = _bench_fails(cli, tmp_path)
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
     assert "ended Failed with no results: BackoffLimitExceeded" in err
     assert "ended OOMKilled with exit code 137" in err
     assert kube_api.jobs == {}

@@ -30,20 +30,6 @@ def cli(kube_api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     return cli_harness(kube_api, tmp_path)
 
 
-def drill_out(cli: Harness, *args: str) -> str:
-    """``drill`` with ``args``, which must succeed: what it said on stdout."""
-    result = cli.run("drill", *args)
-    assert result.code == 0, result.out + result.err
-    return result.out
-
-
-def drill_err(cli: Harness, *args: str, code: int) -> str:
-    """``drill`` with ``args``, which must fail with ``code``: what it said on stderr."""
-    result = cli.run("drill", *args)
-    assert result.code == code, result.out + result.err
-    return result.err
-
-
 def replace_decode_pod(server: FakeKubeApi) -> None:
     """KubeRay's replacement on the same node and IP, with fresh counters."""
     server.pods.append(fake.make_pod(NEW_DECODE_POD, node=fake.GPU_NODE_B, ip=fake.WORKER_IP_B))
@@ -70,7 +56,7 @@ def test_decode_restart_measures_the_downtime(kube_api: FakeKubeApi, cli: Harnes
         lambda: app_down(kube_api),
         lambda: recovered(kube_api),
     ]
-    out = drill_out(cli, "decode-restart", "--yes", "--interval", "10")
+    out = cli.succeeds("drill", "decode-restart", "--yes", "--interval", "10")
     (deleted,) = kube_api.requests_to("/pods/", "DELETE")
     assert deleted.path == f"/api/v1/namespaces/inference/pods/{fake.WORKER_POD_B}"
     assert "deleting pod inference/" + fake.WORKER_POD_B + " (the decode engine)" in out
@@ -95,7 +81,7 @@ def test_a_stale_peer_fails_with_reason_event_and_recover_command(
         kube_api,
         fake.make_event(fake.WORKER_POD_B, "NixlError", "transfer to stale agent failed", ago=5),
     )
-    err = drill_err(cli, "prefill-restart", "--yes", "--timeout-minutes", "1", code=1)
+    err = cli.fails("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
     assert f"not recovered 1 min after deleting {fake.WORKER_POD_A}" in err
     assert "decode holds a stale peer (1 NIXL transfer(s) failed during the probe" in err
     assert "transfer to stale agent failed" in err
@@ -109,7 +95,7 @@ def test_a_500_from_the_running_endpoint_is_a_stale_peer(
     it for "not judged yet", so its stale-peer verdict could never appear."""
     kube_api.set_stage("serving")
     kube_api.fail_chat(500, {"object": "error", "message": "Internal server error", "code": 500})
-    err = drill_err(cli, "prefill-restart", "--yes", "--timeout-minutes", "1", code=1)
+    err = cli.fails("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
     assert "decode holds a stale peer (KV transfer failed: POST /v1/chat/completions" in err
     assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in err
 
@@ -121,7 +107,7 @@ def test_the_kv_load_sign_is_the_handlers_message() -> None:
 def test_never_running_again_says_so(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
     cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
-    err = drill_err(cli, "decode-restart", "--yes", "--timeout-minutes", "1", code=1)
+    err = cli.fails("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
     assert "the RayService did not return to RUNNING" in err
     assert "recover with: python -m ray_pd_eks status" in err
 
@@ -140,7 +126,7 @@ def test_without_yes_nothing_is_deleted_or_submitted(
     kube_api: FakeKubeApi, cli: Harness, which: str, says: str
 ) -> None:
     kube_api.set_stage("serving")
-    err = drill_err(cli, which, code=2)
+    err = cli.fails("drill", which, code=2)
     assert says in err
     assert kube_api.requests_to("/pods/", "DELETE") == []
     assert kube_api.ray_jobs == {}
@@ -185,7 +171,7 @@ def test_decode_replica_restart_kills_the_replica_and_keeps_the_pod(
         lambda: app_up(kube_api),  # RUNNING, with the killed replica still listed
         lambda: restart_replica(kube_api, fake.DECODE_DEPLOYMENT),
     ]
-    out = drill_out(cli, "decode-replica-restart", "--yes", "--interval", "10")
+    out = cli.succeeds("drill", "decode-replica-restart", "--yes", "--interval", "10")
     assert kube_api.requests_to("/pods/", "DELETE") == []
     ((sid, job),) = kube_api.ray_jobs.items()
     assert sid.startswith("ray-pd-eks-drill-")
@@ -228,7 +214,7 @@ def test_a_kill_job_that_does_not_succeed_fails_the_drill(
     kube_api.set_stage("serving")
     for attribute, value in job.items():
         setattr(kube_api, attribute, value)
-    err = drill_err(cli, "prefill-replica-restart", "--yes", *args, code=1)
+    err = cli.fails("drill", "prefill-replica-restart", "--yes", *args)
     assert "that kills SERVE_REPLICA::qwen#" in err
     assert says in err
 
@@ -335,7 +321,7 @@ def test_interval_and_timeout_at_one_are_accepted_below_refused(
 
 def test_an_aggregated_app_has_no_drill(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
-    err = drill_err(cli, "decode-restart", "--yes", "-c", "servingMode=aggregated", code=2)
+    err = cli.fails("drill", "decode-restart", "--yes", "-c", "servingMode=aggregated", code=2)
     assert "drill needs servingMode=pd: an aggregated app has no prefill/decode" in err
 
 
@@ -360,7 +346,7 @@ def test_a_failed_probe_is_retried_until_one_passes(kube_api: FakeKubeApi, cli: 
         kube_api.kv_failed_per_chat = 0
 
     cli.clock.on_sleep = [lambda: replace_decode_pod(kube_api), heal]
-    out = drill_out(cli, "decode-restart", "--yes", "--interval", "10")
+    out = cli.succeeds("drill", "decode-restart", "--yes", "--interval", "10")
     assert "probe: 1 NIXL transfer(s) failed" in out
     assert "OK: the endpoint served again after 20s (downtime)" in out
 
@@ -373,7 +359,7 @@ def test_the_last_warning_is_the_newest_warning_event_as_kind_name_reason_messag
         fake.make_event(fake.WORKER_POD_B, "NixlError", "newer failure", ago=5),
         fake.make_event(fake.WORKER_POD_A, "BackOff", "older failure", ago=500),
     )
-    err = drill_err(cli, "prefill-restart", "--yes", "--timeout-minutes", "1", code=1)
+    err = cli.fails("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
     assert f"last warning event: Pod/{fake.WORKER_POD_B} NixlError: newer failure;" in err
     (listed,) = kube_api.requests_to("/namespaces/inference/events", "GET")
     assert listed.query.get("fieldSelector") == "type=Warning"
