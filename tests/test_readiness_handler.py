@@ -86,6 +86,19 @@ def poll(event: dict[str, Any]) -> dict[str, Any]:
     return dict(handler.is_complete(event, None))
 
 
+def completes(event: dict[str, Any]) -> dict[str, Any]:
+    """A poll that must complete: its answer."""
+    result = poll(event)
+    assert result["IsComplete"] is True, result
+    return result
+
+
+def serving_completes(server: FakeKubeApi) -> dict[str, Any]:
+    """The first poll of a deploy whose cluster serves, which must complete: its answer."""
+    server.set_stage("serving")
+    return completes(started(cfn_event(server)))
+
+
 def probe_code(request: Any) -> str:
     """The random code a recorded integrity-probe request carried."""
     content = json.loads(request.body)["messages"][0]["content"]
@@ -245,24 +258,77 @@ def test_nodes_not_ready_status_names_the_missing_device_plugin(
     assert "Insufficient nvidia.com/gpu" in line
 
 
-def test_gpu_nodes_without_an_efa_device_keep_the_wait_pending(
-    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
-) -> None:
-    kube_api.set_stage("serving")
-    kube_api.nodes = [
+def _gpu_node_without_efa(server: FakeKubeApi) -> None:
+    server.nodes = [
         fake.make_node(fake.GPU_NODE_A, efa=0),
         fake.make_node(fake.GPU_NODE_B),
     ]
+
+
+def _unschedulable_just_after_nodes_turned_ready(server: FakeKubeApi) -> None:
+    server.nodes = [
+        fake.make_node(fake.GPU_NODE_A, ready_ago=60),
+        fake.make_node(fake.GPU_NODE_B, ready_ago=60),
+    ]
+    scheduler = f"0/3 nodes are available: {EFA_RESOURCE_TEXT}."
+    server.pods[2] = make_pod(fake.WORKER_POD_B, unschedulable_message=scheduler)
+    server.events = [make_event(fake.WORKER_POD_B, "FailedScheduling", scheduler, ago=10)]
+
+
+def _chat_answers(status: int) -> Callable[[FakeKubeApi], None]:
+    return lambda server: server.fail_chat(status, {"object": "error", "message": "busy"})
+
+
+@pytest.mark.parametrize(
+    ("stage", "arrange", "check", "logged"),
+    [
+        pytest.param(
+            "serving",
+            _gpu_node_without_efa,
+            "gpu-nodes",
+            "1/2 GPU nodes Ready",
+            id="gpu-nodes-without-an-efa-device",
+        ),
+        pytest.param(
+            "deploying",
+            _unschedulable_just_after_nodes_turned_ready,
+            "rayservice",
+            "",
+            id="unschedulable-just-after-nodes-turned-ready",
+        ),
+        # The API server's proxy and Serve answer these while no replica is reachable or free.
+        *(
+            pytest.param(
+                "serving",
+                _chat_answers(status),
+                "chat-completion",
+                "",
+                id=f"a-proxy-or-serve-{status}-other-than-500",
+            )
+            for status in (502, 503, 504)
+        ),
+    ],
+)
+def test_a_poll_that_must_wait_names_the_check_it_waits_on(
+    kube_api: FakeKubeApi,
+    sleeps: list[float],
+    caplog: pytest.LogCaptureFixture,
+    stage: str,
+    arrange: Callable[[FakeKubeApi], None],
+    check: str,
+    logged: str,
+) -> None:
+    kube_api.set_stage(stage)
+    arrange(kube_api)
     assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
-    assert pending_check(caplog) == "gpu-nodes"
-    assert "1/2 GPU nodes Ready" in caplog.text
+    assert pending_check(caplog) == check
+    assert logged in caplog.text
 
 
 def test_requests_use_the_service_proxy_with_the_specified_completion(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
-    kube_api.set_stage("serving")
-    assert poll(started(cfn_event(kube_api)))["IsComplete"] is True
+    serving_completes(kube_api)
 
     models = kube_api.requests_to("/services/ray-llm-serve-svc:8000/proxy/v1/models", "GET")
     chats = kube_api.requests_to(
@@ -655,21 +721,6 @@ def test_unschedulable_after_gpu_nodes_are_ready_fails_quoting_the_scheduler(
     assert shortage in message
 
 
-def test_unschedulable_just_after_nodes_turned_ready_is_pending(
-    kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
-) -> None:
-    kube_api.set_stage("deploying")
-    kube_api.nodes = [
-        fake.make_node(fake.GPU_NODE_A, ready_ago=60),
-        fake.make_node(fake.GPU_NODE_B, ready_ago=60),
-    ]
-    scheduler = f"0/3 nodes are available: {EFA_RESOURCE_TEXT}."
-    kube_api.pods[2] = make_pod(fake.WORKER_POD_B, unschedulable_message=scheduler)
-    kube_api.events = [make_event(fake.WORKER_POD_B, "FailedScheduling", scheduler, ago=10)]
-    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
-    assert pending_check(caplog) == "rayservice"
-
-
 def setting(**attributes: Any) -> Callable[[FakeKubeApi], None]:
     """An arrangement that sets the fake API server's attributes."""
 
@@ -930,17 +981,6 @@ def test_a_500_from_the_serving_pd_endpoint_fails_at_once_as_a_kv_failure(
     assert len(kube_api.requests_to("v1/chat/completions", "POST")) == 1  # no retry
 
 
-@pytest.mark.parametrize("status", [502, 503, 504])
-def test_a_proxy_or_serve_5xx_other_than_500_stays_pending(
-    kube_api: FakeKubeApi, sleeps: list[float], status: int, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The API server's proxy and Serve answer these while no replica is reachable or free."""
-    kube_api.set_stage("serving")
-    kube_api.fail_chat(status, {"object": "error", "message": "busy"})
-    assert poll(started(cfn_event(kube_api))) == {"IsComplete": False}
-    assert pending_check(caplog) == "chat-completion"
-
-
 def test_a_500_from_an_aggregated_endpoint_is_not_a_kv_failure(
     kube_api: FakeKubeApi, sleeps: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -983,8 +1023,7 @@ def test_libfabric_with_fi_provider_efa_proves_efa_without_nixls_info_line(
     kube_api.set_stage("serving")
     kube_api.set_nixl_backend("LIBFABRIC", provider=None)
     set_worker_env(kube_api, FI_PROVIDER="efa", NIXL_LOG_LEVEL="INFO")
-    result = poll(started(cfn_event(kube_api)))
-    assert result["IsComplete"] is True
+    result = completes(started(cfn_event(kube_api)))
     assert result["Data"]["KvProvider"] == "efa,efa"
     # The backend line in the .out tail sufficed: no file's beginning was read for the
     # provider line.
@@ -1007,8 +1046,7 @@ def test_libfabric_without_fi_provider_efa_is_no_provider_evidence(
 def test_the_counters_are_read_from_the_decode_pod_through_the_pod_proxy(
     kube_api: FakeKubeApi, sleeps: list[float]
 ) -> None:
-    kube_api.set_stage("serving")
-    assert poll(started(cfn_event(kube_api)))["IsComplete"] is True
+    serving_completes(kube_api)
     reads = kube_api.requests_to("/proxy/metrics", "GET")
     assert [r.path for r in reads] == [
         f"/api/v1/namespaces/inference/pods/{fake.WORKER_POD_B}:8080/proxy/metrics"
@@ -1044,7 +1082,7 @@ def test_transient_errors_are_retried_within_the_poll(
 ) -> None:
     kube_api.set_stage("serving")
     kube_api.inject_fault(fault, times=2, path_contains="/api/v1/nodes")  # type: ignore[arg-type]
-    assert poll(started(cfn_event(kube_api)))["IsComplete"] is True
+    completes(started(cfn_event(kube_api)))
     assert len(kube_api.requests_to("/api/v1/nodes")) == 3
     assert sleeps == backoff  # 429 honours the server's Retry-After: 0
 
@@ -1343,8 +1381,7 @@ def test_nixl_line_in_an_engine_worker_stdout_is_found_behind_many_idle_workers(
 ) -> None:
     """The fake node has 14 idle workers' .err files: a reader that opened .err files first
     and stopped at a dozen would never reach the GPU worker's .out and report unknown."""
-    kube_api.set_stage("serving")
-    result = poll(started(cfn_event(kube_api)))
+    result = serving_completes(kube_api)
     assert result["Data"]["KvBackend"] == "LIBFABRIC,LIBFABRIC"
     reads = [r.query["filename"] for r in kube_api.requests_to("api/v0/logs/file")]
     assert reads[0] == f"worker-{fake.PREFILL_WORKER_ID}-01000000-4242.out"
