@@ -90,6 +90,19 @@ def boto3_makes(monkeypatch: pytest.MonkeyPatch, handler: ModuleType, **clients:
     return made
 
 
+def positive_whole_number_check(
+    handler: ModuleType, properties: dict[str, str], key: str, ok: bool
+) -> None:
+    """``handler.on_event`` of a Create with ``properties``: taken when ``ok``, else refused
+    because ``key`` is not a positive whole number."""
+    event = {"RequestType": "Create", "ResourceProperties": properties}
+    if ok:
+        handler.on_event(event, None)
+    else:
+        with pytest.raises(RuntimeError, match=f"{key} must be a positive whole number"):
+            handler.on_event(event, None)
+
+
 def stack_status_client(
     monkeypatch: pytest.MonkeyPatch, module: ModuleType, status: str
 ) -> list[str]:

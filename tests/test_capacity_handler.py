@@ -18,6 +18,7 @@ from tests.lambda_handlers import (
     boto3_makes,
     clock_fixture,
     load,
+    positive_whole_number_check,
     stack_status_client,
     stubbed_client,
     stubbed_stack,
@@ -575,12 +576,7 @@ def test_judge_order(kinds: tuple[str, ...], verdict: str | None) -> None:
 
 @pytest.mark.parametrize(("value", "ok"), [("1", True), ("0", False), ("-5", False)])
 def test_positive_int_properties_edge(value: str, ok: bool) -> None:
-    event = {"RequestType": "Create", "ResourceProperties": _props(DesiredSize=value)}
-    if ok:
-        handler.on_event(event, None)
-    else:
-        with pytest.raises(RuntimeError, match="DesiredSize must be a positive whole number"):
-            handler.on_event(event, None)
+    positive_whole_number_check(handler, _props(DesiredSize=value), "DesiredSize", ok)
 
 
 # --- rollbacks -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tests.lambda_handlers import (
     boto3_makes,
     clock_fixture,
     load,
+    positive_whole_number_check,
     stack_status_client,
     stubbed_client,
 )
@@ -466,11 +467,6 @@ def test_decide_names_what_it_waits_for() -> None:
     assert _decide(handler.Nodegroup("a", "ACTIVE"), elapsed=GRACE - 1) is not None
 
 
-def test_positive_int_properties_edge() -> None:
-    for value, ok in (("1", True), ("0", False)):
-        event = {"RequestType": "Create", "ResourceProperties": _props(WaitSeconds=value)}
-        if ok:
-            handler.on_event(event, None)
-        else:
-            with pytest.raises(RuntimeError, match="WaitSeconds must be a positive whole number"):
-                handler.on_event(event, None)
+@pytest.mark.parametrize(("value", "ok"), [("1", True), ("0", False)])
+def test_positive_int_properties_edge(value: str, ok: bool) -> None:
+    positive_whole_number_check(handler, _props(WaitSeconds=value), "WaitSeconds", ok)
