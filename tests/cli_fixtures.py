@@ -207,6 +207,18 @@ class Harness:
         code = main(["--cdk-json", str(self.cdk_json), *argv], runtime)
         return Run(code, out.getvalue(), err.getvalue())
 
+    def succeeds(self, *argv: str) -> str:
+        """Runs the command, which must exit 0: what it wrote to stdout."""
+        result = self.run(*argv)
+        assert result.code == 0, result.out + result.err
+        return result.out
+
+    def fails(self, *argv: str, code: int = 1) -> str:
+        """Runs the command, which must exit ``code``: what it wrote to stderr."""
+        result = self.run(*argv)
+        assert result.code == code, result.out + result.err
+        return result.err
+
 
 def stub_cluster(
     session: StubbedSession,

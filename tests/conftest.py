@@ -195,6 +195,14 @@ def public_cognito_app() -> Synthesized:
 _CDK_JSON = (ROOT / "cdk.json").read_bytes()
 
 
+@pytest.fixture
+def app(request: pytest.FixtureRequest) -> Synthesized:
+    """The session app a test over several names, one at a time:
+    ``@pytest.mark.parametrize("app", ("default_app", "token_app"), indirect=True)``."""
+    named: Synthesized = request.getfixturevalue(request.param)
+    return named
+
+
 @pytest.fixture(scope="session")
 def _bare_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = tmp_path_factory.mktemp("project")

@@ -9,6 +9,7 @@ file already imported under that name.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
@@ -89,6 +90,49 @@ def boto3_makes(monkeypatch: pytest.MonkeyPatch, handler: ModuleType, **clients:
     return made
 
 
+def positive_whole_number_check(
+    handler: ModuleType, properties: dict[str, str], key: str, ok: bool
+) -> None:
+    """``handler.on_event`` of a Create with ``properties``: taken when ``ok``, else refused
+    because ``key`` is not a positive whole number."""
+    event = {"RequestType": "Create", "ResourceProperties": properties}
+    if ok:
+        handler.on_event(event, None)
+    else:
+        with pytest.raises(RuntimeError, match=f"{key} must be a positive whole number"):
+            handler.on_event(event, None)
+
+
+def stack_status_client(
+    monkeypatch: pytest.MonkeyPatch, module: ModuleType, status: str
+) -> list[str]:
+    """Replaces ``module._client``: each client it makes stands in for CloudFormation, whose
+    ``DescribeStacks`` answers one stack in ``status``; returns the names asked for, in
+    order."""
+    asked: list[str] = []
+
+    class Cfn:
+        def describe_stacks(self, **_: Any) -> dict[str, Any]:
+            return {"Stacks": [{"StackStatus": status}]}
+
+    def client(name: str) -> Any:
+        asked.append(name)
+        return Cfn()
+
+    monkeypatch.setattr(module, "_client", client)
+    return asked
+
+
+class LambdaContext:
+    """The Lambda context's part the handlers read: ``seconds`` left in this run."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
 def clock_at(
     monkeypatch: pytest.MonkeyPatch, handler: ModuleType, started: float
 ) -> Callable[[float], None]:
@@ -100,3 +144,19 @@ def clock_at(
 
     set_elapsed(60)
     return set_elapsed
+
+
+def clock_fixture(handler: ModuleType, started: float) -> Any:
+    """A test module's ``at`` fixture: ``at(seconds)`` sets ``handler``'s clock to that many
+    seconds after ``started`` (``clock_at``)."""
+
+    @pytest.fixture
+    def at(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
+        return clock_at(monkeypatch, handler, started)
+
+    return at
+
+
+def after(started: float, seconds: float) -> datetime:
+    """The moment ``seconds`` after ``started`` (epoch seconds), as boto3 parses API times."""
+    return datetime.fromtimestamp(started + seconds, tz=UTC)

@@ -40,6 +40,8 @@ _RULE_KEYS = {"from", "to", "ports"}
 _PEER_KEYS = {"podSelector", "namespaceSelector", "ipBlock"}
 _PORT_KEYS = {"port", "endPort", "protocol"}
 _SELECTOR_KEYS = {"matchLabels", "matchExpressions"}
+# Per policy type: the spec's list of rules, and each rule's list of peers.
+_DIRECTION_KEYS = {"Ingress": ("ingress", "from"), "Egress": ("egress", "to")}
 
 
 class PolicyError(ValueError):
@@ -111,28 +113,25 @@ class Cluster:
             return True
         if isinstance(source, External) and source.node and source.node == destination.node:
             return True
-        if isinstance(source, Pod) and not self._egress_allows(source, destination, port, protocol):
+        if isinstance(source, Pod) and not self._direction_allows(
+            "Egress", source, destination, destination, port, protocol
+        ):
             return False
-        return self._ingress_allows(source, destination, port, protocol)
+        return self._direction_allows("Ingress", destination, source, destination, port, protocol)
 
-    def _ingress_allows(self, source: Source, dst: Pod, port: int, protocol: str) -> bool:
-        policies = self.selecting(dst, "Ingress")
+    def _direction_allows(
+        self, direction: str, isolated: Pod, peer: Source, dst: Pod, port: int, protocol: str
+    ) -> bool:
+        """Whether the ``direction`` policies that isolate ``isolated`` let ``peer`` reach
+        ``dst``; a pod no such policy selects is not isolated that way."""
+        rules_key, peers_key = _DIRECTION_KEYS[direction]
+        policies = self.selecting(isolated, direction)
         if not policies:
             return True
         return any(
-            self._rule_matches(rule, "from", policy, source, dst, port, protocol)
+            self._rule_matches(rule, peers_key, policy, peer, dst, port, protocol)
             for policy in policies
-            for rule in policy["spec"].get("ingress") or []
-        )
-
-    def _egress_allows(self, src: Pod, dst: Pod, port: int, protocol: str) -> bool:
-        policies = self.selecting(src, "Egress")
-        if not policies:
-            return True
-        return any(
-            self._rule_matches(rule, "to", policy, dst, dst, port, protocol)
-            for policy in policies
-            for rule in policy["spec"].get("egress") or []
+            for rule in policy["spec"].get(rules_key) or []
         )
 
     def _rule_matches(

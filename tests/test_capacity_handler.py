@@ -6,13 +6,23 @@ the watch started at ``STARTED`` and the poll runs at ``STARTED + elapsed``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
 from botocore.stub import Stubber
 
-from tests.lambda_handlers import boto3_makes, clock_at, load, stubbed_client, stubbed_stack
+from tests.lambda_handlers import (
+    LambdaContext,
+    after,
+    boto3_makes,
+    clock_fixture,
+    load,
+    positive_whole_number_check,
+    stack_status_client,
+    stubbed_client,
+    stubbed_stack,
+)
 
 handler = load("capacity", "capacity_handler")
 
@@ -60,14 +70,11 @@ def _event(request: str = "Create", **overrides: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def at(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``at(seconds)`` sets the handler's clock to that many seconds after the start."""
-    return clock_at(monkeypatch, handler, STARTED)
+at = clock_fixture(handler, STARTED)  # at(seconds): the handler's clock, after the start
 
 
 def _when(seconds_after_start: float) -> datetime:
-    return datetime.fromtimestamp(STARTED + seconds_after_start, tz=UTC)
+    return after(STARTED, seconds_after_start)
 
 
 NODEGROUP_PARAMS = {"clusterName": "pd-cluster", "nodegroupName": "gpu-workers"}
@@ -569,12 +576,7 @@ def test_judge_order(kinds: tuple[str, ...], verdict: str | None) -> None:
 
 @pytest.mark.parametrize(("value", "ok"), [("1", True), ("0", False), ("-5", False)])
 def test_positive_int_properties_edge(value: str, ok: bool) -> None:
-    event = {"RequestType": "Create", "ResourceProperties": _props(DesiredSize=value)}
-    if ok:
-        handler.on_event(event, None)
-    else:
-        with pytest.raises(RuntimeError, match="DesiredSize must be a positive whole number"):
-            handler.on_event(event, None)
+    positive_whole_number_check(handler, _props(DesiredSize=value), "DesiredSize", ok)
 
 
 # --- rollbacks -------------------------------------------------------------------------------
@@ -786,17 +788,7 @@ def test_a_failure_without_any_message_says_so() -> None:
 
 
 def test_the_rollback_check_asks_cloudformation(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[str] = []
-
-    class Cfn:
-        def describe_stacks(self, **_: Any) -> dict[str, Any]:
-            return {"Stacks": [{"StackStatus": "UPDATE_ROLLBACK_IN_PROGRESS"}]}
-
-    def client(name: str) -> Any:
-        asked.append(name)
-        return Cfn()
-
-    monkeypatch.setattr(handler, "_client", client)
+    asked = stack_status_client(monkeypatch, handler, "UPDATE_ROLLBACK_IN_PROGRESS")
     assert handler.stack_rolling_back({"StackId": "arn:stack"}) is True
     assert asked == ["cloudformation"]
 
@@ -1006,14 +998,6 @@ def test_a_watched_create_makes_its_clients(monkeypatch: pytest.MonkeyPatch, at:
     assert made == ["cloudformation", "eks", "autoscaling"]
 
 
-class _Context:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int(self.seconds * 1000)
-
-
 @pytest.mark.parametrize(("left", "read"), [(35.0, True), (34.9, False)])
 def test_the_lambdas_remaining_time_reaches_the_poll(at: Any, left: float, read: bool) -> None:
     """With less than the slowest call left in this Lambda run, the activities are not read,
@@ -1028,7 +1012,7 @@ def test_the_lambdas_remaining_time_reaches_the_poll(at: Any, left: float, read:
             {"AutoScalingGroupName": ASG, "MaxRecords": 20},
         )
     with pytest.raises(handler.CapacityError) as raised:
-        handler.is_complete(_event(), _Context(left), eks=eks, autoscaling=autoscaling)
+        handler.is_complete(_event(), LambdaContext(left), eks=eks, autoscaling=autoscaling)
     not_read = "status CREATING; activities not read: this poll ran out of time; "
     assert (not_read in str(raised.value)) is not read
     stub.assert_no_pending_responses()

@@ -157,6 +157,17 @@ def _job_ends(
     return ends
 
 
+def _pod_appears(kube_api: FakeKubeApi, **pod: Any) -> Callable[[], None]:
+    """A poll's callback: the Job's pod appears, not running (``pod``: its ``state``,
+    ``reason`` and ``message``, as make_job_pod takes them)."""
+
+    def appears() -> None:
+        job = next(iter(kube_api.jobs.values()))
+        kube_api.pods.append(make_job_pod(job, **pod))
+
+    return appears
+
+
 def test_sweep_runs_as_a_job_is_collected_and_deleted(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
@@ -252,22 +263,16 @@ def test_sweep_runs_as_a_job_is_collected_and_deleted(
 def test_pod_that_cannot_pull_its_image_fails_with_the_reason(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
-    def stuck() -> None:
-        job = kube_api.jobs[next(iter(kube_api.jobs))]
-        kube_api.pods.append(
-            make_job_pod(
-                job,
-                state="waiting",
-                reason="ImagePullBackOff",
-                message='Back-off pulling image "ray:serve-llm-cuda-v1.0"',
-            )
-        )
-
+    stuck = _pod_appears(
+        kube_api,
+        state="waiting",
+        reason="ImagePullBackOff",
+        message='Back-off pulling image "ray:serve-llm-cuda-v1.0"',
+    )
     _run_through(kube_api, cli, stuck)
-    result = cli.run("bench", "--out", str(tmp_path / "x"))
-    assert result.code == 1
-    assert "the benchmark Job cannot run: pod ray-llm-bench-" in result.err
-    assert 'is ImagePullBackOff: Back-off pulling image "ray:serve-llm-cuda-v1.0"' in result.err
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
+    assert "the benchmark Job cannot run: pod ray-llm-bench-" in err
+    assert 'is ImagePullBackOff: Back-off pulling image "ray:serve-llm-cuda-v1.0"' in err
     assert kube_api.requests_to(JOBS, "DELETE") and kube_api.jobs == {}
     assert not (tmp_path / "x").exists()
 
@@ -275,16 +280,12 @@ def test_pod_that_cannot_pull_its_image_fails_with_the_reason(
 def test_unschedulable_pod_waits_out_the_grace_then_fails(
     kube_api: FakeKubeApi, cli: Harness, tmp_path: Path
 ) -> None:
-    def pending() -> None:
-        job = kube_api.jobs[next(iter(kube_api.jobs))]
-        kube_api.pods.append(
-            make_job_pod(job, state="pending", message="0/3 nodes are available: Insufficient cpu.")
-        )
-
+    pending = _pod_appears(
+        kube_api, state="pending", message="0/3 nodes are available: Insufficient cpu."
+    )
     _run_through(kube_api, cli, pending)
-    result = cli.run("bench", "--out", str(tmp_path / "x"))
-    assert result.code == 1
-    assert "cannot be scheduled on the system node: 0/3 nodes are available" in result.err
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
+    assert "cannot be scheduled on the system node: 0/3 nodes are available" in err
 
 
 def test_a_job_that_cannot_create_its_pod_fails_with_the_controllers_reason(
@@ -303,10 +304,9 @@ def test_a_job_that_cannot_create_its_pod_fails_with_the_controllers_reason(
 
     # No pod for six polls (60 s): then the controller's event is the answer.
     _run_through(kube_api, cli, rejected, *([lambda: None] * 6))
-    result = cli.run("bench", "--out", str(tmp_path / "x"))
-    assert result.code == 1
-    assert "the Job controller cannot create its pod: Error creating: pods" in result.err
-    assert 'violates PodSecurity "restricted:latest"' in result.err
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
+    assert "the Job controller cannot create its pod: Error creating: pods" in err
+    assert 'violates PodSecurity "restricted:latest"' in err
     assert cli.clock.sleeps.count(10.0) == 6
     assert kube_api.jobs == {}
 
@@ -322,10 +322,9 @@ def test_job_killed_without_results_reports_the_pods_ending(
         exit_code=137,
     )
     _run_through(kube_api, cli, killed)
-    result = cli.run("bench", "--out", str(tmp_path / "x"))
-    assert result.code == 1
-    assert "ended Failed with no results: BackoffLimitExceeded" in result.err
-    assert "ended OOMKilled with exit code 137" in result.err
+    err = cli.fails("bench", "--out", str(tmp_path / "x"))
+    assert "ended Failed with no results: BackoffLimitExceeded" in err
+    assert "ended OOMKilled with exit code 137" in err
     assert kube_api.jobs == {}
 
 

@@ -7,6 +7,7 @@ polls with the harness clock's ``on_sleep`` hooks."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,32 +56,36 @@ def test_decode_restart_measures_the_downtime(kube_api: FakeKubeApi, cli: Harnes
         lambda: app_down(kube_api),
         lambda: recovered(kube_api),
     ]
-    result = cli.run("drill", "decode-restart", "--yes", "--interval", "10")
-    assert result.code == 0, result.out + result.err
+    out = cli.succeeds("drill", "decode-restart", "--yes", "--interval", "10")
     (deleted,) = kube_api.requests_to("/pods/", "DELETE")
     assert deleted.path == f"/api/v1/namespaces/inference/pods/{fake.WORKER_POD_B}"
-    assert "deleting pod inference/" + fake.WORKER_POD_B + " (the decode engine)" in result.out
-    assert "waiting: RayService: " in result.out
-    assert "OK: the endpoint served again after 20s (downtime)" in result.out
-    assert "OK    integrity     code " in result.out
-    assert "OK    transfer      1 transfer(s)" in result.out
+    assert "deleting pod inference/" + fake.WORKER_POD_B + " (the decode engine)" in out
+    assert "waiting: RayService: " in out
+    assert "OK: the endpoint served again after 20s (downtime)" in out
+    assert "OK    integrity     code " in out
+    assert "OK    transfer      1 transfer(s)" in out
+
+
+def stale_peer(server: FakeKubeApi, *events: dict[str, Any]) -> None:
+    """Serving, but every probe's KV pull fails (a stale peer), with these warning events."""
+    server.set_stage("serving")
+    server.kv_failed_per_chat = 1
+    server.events = list(events)
 
 
 def test_a_stale_peer_fails_with_reason_event_and_recover_command(
     kube_api: FakeKubeApi, cli: Harness
 ) -> None:
     """Prefill came back RUNNING, but decode's pulls keep failing: a stale peer."""
-    kube_api.set_stage("serving")
-    kube_api.kv_failed_per_chat = 1
-    kube_api.events = [
-        fake.make_event(fake.WORKER_POD_B, "NixlError", "transfer to stale agent failed", ago=5)
-    ]
-    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
-    assert result.code == 1
-    assert f"not recovered 1 min after deleting {fake.WORKER_POD_A}" in result.err
-    assert "decode holds a stale peer (1 NIXL transfer(s) failed during the probe" in result.err
-    assert "transfer to stale agent failed" in result.err
-    assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in result.err
+    stale_peer(
+        kube_api,
+        fake.make_event(fake.WORKER_POD_B, "NixlError", "transfer to stale agent failed", ago=5),
+    )
+    err = cli.fails("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert f"not recovered 1 min after deleting {fake.WORKER_POD_A}" in err
+    assert "decode holds a stale peer (1 NIXL transfer(s) failed during the probe" in err
+    assert "transfer to stale agent failed" in err
+    assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in err
 
 
 def test_a_500_from_the_running_endpoint_is_a_stale_peer(
@@ -90,10 +95,9 @@ def test_a_500_from_the_running_endpoint_is_a_stale_peer(
     it for "not judged yet", so its stale-peer verdict could never appear."""
     kube_api.set_stage("serving")
     kube_api.fail_chat(500, {"object": "error", "message": "Internal server error", "code": 500})
-    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
-    assert result.code == 1
-    assert "decode holds a stale peer (KV transfer failed: POST /v1/chat/completions" in result.err
-    assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in result.err
+    err = cli.fails("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert "decode holds a stale peer (KV transfer failed: POST /v1/chat/completions" in err
+    assert f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}" in err
 
 
 def test_the_kv_load_sign_is_the_handlers_message() -> None:
@@ -103,18 +107,29 @@ def test_the_kv_load_sign_is_the_handlers_message() -> None:
 def test_never_running_again_says_so(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
     cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
-    result = cli.run("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
-    assert result.code == 1
-    assert "the RayService did not return to RUNNING" in result.err
-    assert "recover with: python -m ray_pd_eks status" in result.err
+    err = cli.fails("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
+    assert "the RayService did not return to RUNNING" in err
+    assert "recover with: python -m ray_pd_eks status" in err
 
 
-def test_without_yes_nothing_is_deleted(kube_api: FakeKubeApi, cli: Harness) -> None:
+@pytest.mark.parametrize(
+    ("which", "says"),
+    [
+        ("prefill-restart", f"deletes pod inference/{fake.WORKER_POD_A} (the prefill engine)"),
+        (
+            "prefill-replica-restart",
+            f"and keeps pod inference/{fake.WORKER_POD_A} (the prefill engine)",
+        ),
+    ],
+)
+def test_without_yes_nothing_is_deleted_or_submitted(
+    kube_api: FakeKubeApi, cli: Harness, which: str, says: str
+) -> None:
     kube_api.set_stage("serving")
-    result = cli.run("drill", "prefill-restart")
-    assert result.code == 2
-    assert f"deletes pod inference/{fake.WORKER_POD_A} (the prefill engine)" in result.err
+    err = cli.fails("drill", which, code=2)
+    assert says in err
     assert kube_api.requests_to("/pods/", "DELETE") == []
+    assert kube_api.ray_jobs == {}
 
 
 @pytest.mark.parametrize(
@@ -156,8 +171,7 @@ def test_decode_replica_restart_kills_the_replica_and_keeps_the_pod(
         lambda: app_up(kube_api),  # RUNNING, with the killed replica still listed
         lambda: restart_replica(kube_api, fake.DECODE_DEPLOYMENT),
     ]
-    result = cli.run("drill", "decode-replica-restart", "--yes", "--interval", "10")
-    assert result.code == 0, result.out + result.err
+    out = cli.succeeds("drill", "decode-replica-restart", "--yes", "--interval", "10")
     assert kube_api.requests_to("/pods/", "DELETE") == []
     ((sid, job),) = kube_api.ray_jobs.items()
     assert sid.startswith("ray-pd-eks-drill-")
@@ -166,42 +180,43 @@ def test_decode_replica_restart_kills_the_replica_and_keeps_the_pod(
     assert (
         f"killing replica {decode.actor_name} (a Ray job on the head) and keeping pod "
         f"inference/{fake.WORKER_POD_B} (the decode engine)"
-    ) in result.out
-    assert f"Ray job {sid}: {decode.actor_name} killed" in result.out
-    assert "waiting: Serve: no new decode replica RUNNING yet" in result.out
-    assert f"new decode replica n3wr3p1c in the same pod ({fake.WORKER_IP_B})" in result.out
-    assert "OK: the endpoint served again after 40s (downtime)" in result.out
+    ) in out
+    assert f"Ray job {sid}: {decode.actor_name} killed" in out
+    assert "waiting: Serve: no new decode replica RUNNING yet" in out
+    assert f"new decode replica n3wr3p1c in the same pod ({fake.WORKER_IP_B})" in out
+    assert "OK: the endpoint served again after 40s (downtime)" in out
 
 
-def test_a_failed_kill_job_fails_the_drill_with_its_message_and_log(
-    kube_api: FakeKubeApi, cli: Harness
+@pytest.mark.parametrize(
+    ("job", "args", "says"),
+    [
+        pytest.param(
+            {
+                "job_status": "FAILED",
+                "job_message": "Job entrypoint command failed",
+                "job_logs": "a\nb\nValueError: Failed to look up actor with name 'SERVE_REPLICA'",
+            },
+            (),
+            "ended FAILED: Job entrypoint command failed; its log: a | b | ValueError",
+            id="failed-with-its-message-and-log",
+        ),
+        pytest.param(
+            {"job_status": "RUNNING"},
+            ("--timeout-minutes", "1"),
+            "was still RUNNING at --timeout-minutes; its log: killed",
+            id="still-running-at-the-deadline",
+        ),
+    ],
+)
+def test_a_kill_job_that_does_not_succeed_fails_the_drill(
+    kube_api: FakeKubeApi, cli: Harness, job: dict[str, str], args: tuple[str, ...], says: str
 ) -> None:
     kube_api.set_stage("serving")
-    kube_api.job_status, kube_api.job_message = "FAILED", "Job entrypoint command failed"
-    kube_api.job_logs = "a\nb\nValueError: Failed to look up actor with name 'SERVE_REPLICA'"
-    result = cli.run("drill", "prefill-replica-restart", "--yes")
-    assert result.code == 1
-    assert "that kills SERVE_REPLICA::qwen#" in result.err
-    assert "ended FAILED: Job entrypoint command failed; its log: a | b | ValueError" in result.err
-
-
-def test_a_job_still_running_at_the_deadline_fails_the_drill(
-    kube_api: FakeKubeApi, cli: Harness
-) -> None:
-    kube_api.set_stage("serving")
-    kube_api.job_status = "RUNNING"
-    result = cli.run("drill", "prefill-replica-restart", "--yes", "--timeout-minutes", "1")
-    assert result.code == 1
-    assert "that kills SERVE_REPLICA::qwen#" in result.err
-    assert "was still RUNNING at --timeout-minutes; its log: killed" in result.err
-
-
-def test_a_replica_kill_without_yes_submits_nothing(kube_api: FakeKubeApi, cli: Harness) -> None:
-    kube_api.set_stage("serving")
-    result = cli.run("drill", "prefill-replica-restart")
-    assert result.code == 2
-    assert f"and keeps pod inference/{fake.WORKER_POD_A} (the prefill engine)" in result.err
-    assert kube_api.ray_jobs == {}
+    for attribute, value in job.items():
+        setattr(kube_api, attribute, value)
+    err = cli.fails("drill", "prefill-replica-restart", "--yes", *args)
+    assert "that kills SERVE_REPLICA::qwen#" in err
+    assert says in err
 
 
 @pytest.mark.parametrize(
@@ -306,9 +321,8 @@ def test_interval_and_timeout_at_one_are_accepted_below_refused(
 
 def test_an_aggregated_app_has_no_drill(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
-    result = cli.run("drill", "decode-restart", "--yes", "-c", "servingMode=aggregated")
-    assert result.code == 2
-    assert "drill needs servingMode=pd: an aggregated app has no prefill/decode" in result.err
+    err = cli.fails("drill", "decode-restart", "--yes", "-c", "servingMode=aggregated", code=2)
+    assert "drill needs servingMode=pd: an aggregated app has no prefill/decode" in err
 
 
 def test_the_drill_polls_until_the_timeout_and_not_past_it(
@@ -332,24 +346,21 @@ def test_a_failed_probe_is_retried_until_one_passes(kube_api: FakeKubeApi, cli: 
         kube_api.kv_failed_per_chat = 0
 
     cli.clock.on_sleep = [lambda: replace_decode_pod(kube_api), heal]
-    result = cli.run("drill", "decode-restart", "--yes", "--interval", "10")
-    assert result.code == 0, result.out + result.err
-    assert "probe: 1 NIXL transfer(s) failed" in result.out
-    assert "OK: the endpoint served again after 20s (downtime)" in result.out
+    out = cli.succeeds("drill", "decode-restart", "--yes", "--interval", "10")
+    assert "probe: 1 NIXL transfer(s) failed" in out
+    assert "OK: the endpoint served again after 20s (downtime)" in out
 
 
 def test_the_last_warning_is_the_newest_warning_event_as_kind_name_reason_message(
     kube_api: FakeKubeApi, cli: Harness
 ) -> None:
-    kube_api.set_stage("serving")
-    kube_api.kv_failed_per_chat = 1
-    kube_api.events = [
+    stale_peer(
+        kube_api,
         fake.make_event(fake.WORKER_POD_B, "NixlError", "newer failure", ago=5),
         fake.make_event(fake.WORKER_POD_A, "BackOff", "older failure", ago=500),
-    ]
-    result = cli.run("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
-    assert result.code == 1
-    assert f"last warning event: Pod/{fake.WORKER_POD_B} NixlError: newer failure;" in result.err
+    )
+    err = cli.fails("drill", "prefill-restart", "--yes", "--timeout-minutes", "1")
+    assert f"last warning event: Pod/{fake.WORKER_POD_B} NixlError: newer failure;" in err
     (listed,) = kube_api.requests_to("/namespaces/inference/events", "GET")
     assert listed.query.get("fieldSelector") == "type=Warning"
 

@@ -151,9 +151,8 @@ def test_smoke_reports_a_rejected_token(alb: FakeEndpoint, tmp_path: Path) -> No
     h = harness(tmp_path, **IDP)
     stub_stack(h, {"EndpointUrl": alb.url, "EndpointAuth": "jwt", "EndpointJwtIssuer": "x"})
     h.env["TOKEN"] = "eyJ.not-accepted.sig"
-    result = h.run("smoke")
-    assert result.code == 1
-    assert result.err.startswith("error: /v1/models: 401 from the load balancer: the token was")
+    err = h.fails("smoke")
+    assert err.startswith("error: /v1/models: 401 from the load balancer: the token was")
 
 
 def test_smoke_uses_token_from_the_environment_for_an_existing_idp(
@@ -163,10 +162,9 @@ def test_smoke_uses_token_from_the_environment_for_an_existing_idp(
     h = harness(tmp_path, **IDP)
     stub_stack(h, {"EndpointUrl": alb.url, "EndpointAuth": "jwt", "EndpointJwtIssuer": "x"})
     h.env["TOKEN"] = "eyJ.from-my-idp.sig"
-    result = h.run("smoke")
-    assert result.code == 0, result.err
-    assert "  token       from $TOKEN (issuer x)" in result.out
-    assert "eyJ.from-my-idp.sig" not in result.out
+    out = h.succeeds("smoke")
+    assert "  token       from $TOKEN (issuer x)" in out
+    assert "eyJ.from-my-idp.sig" not in out
     assert h.session.stubbers.get("cognito-idp") is None  # no Cognito call at all
 
 
@@ -177,9 +175,8 @@ def test_smoke_without_a_token_for_an_existing_idp_is_a_usage_error(
     stub_stack(
         h, {"EndpointUrl": alb.url, "EndpointAuth": "jwt", "EndpointJwtIssuer": "https://idp"}
     )
-    result = h.run("smoke")
-    assert result.code == 2
-    assert "get one from it and `export TOKEN=...`, or use --via-api-server" in result.err
+    err = h.fails("smoke", code=2)
+    assert "get one from it and `export TOKEN=...`, or use --via-api-server" in err
     assert alb.requests == []
 
 
@@ -187,8 +184,7 @@ def test_smoke_without_auth_sends_no_authorization(alb: FakeEndpoint, tmp_path: 
     alb.auth = "none"
     h = harness(tmp_path, **{**INTERNAL, "endpointAuth": "none"})
     stub_stack(h, {"EndpointUrl": alb.url, "EndpointAuth": "none"})
-    result = h.run("smoke")
-    assert result.code == 0, result.err
+    h.succeeds("smoke")
     assert all("authorization" not in r.headers for r in alb.requests)
 
 
@@ -199,29 +195,26 @@ def test_smoke_with_no_healthy_target_points_at_the_binding(
     h = harness(tmp_path, **INTERNAL)
     stub_stack(h, cognito_outputs(alb.url))
     stub_secret(h)
-    result = h.run("smoke")
-    assert result.code == 1
-    assert "503: the load balancer has no healthy target" in result.err
-    assert "kubectl get targetgroupbinding -A" in result.err
+    err = h.fails("smoke")
+    assert "503: the load balancer has no healthy target" in err
+    assert "kubectl get targetgroupbinding -A" in err
 
 
 def test_token_endpoint_rejecting_the_client_is_exit_3(alb: FakeEndpoint, tmp_path: Path) -> None:
     h = harness(tmp_path, **INTERNAL)
     stub_stack(h, cognito_outputs(alb.url))
     stub_secret(h, secret="rotated-elsewhere-0123456789abcdef")
-    result = h.run("smoke")
-    assert result.code == 3
-    assert f"the token endpoint {alb.url}/oauth2/token answered 401 invalid_client" in result.err
-    assert "rotated-elsewhere-0123456789abcdef" not in result.err
+    err = h.fails("smoke", code=3)
+    assert f"the token endpoint {alb.url}/oauth2/token answered 401 invalid_client" in err
+    assert "rotated-elsewhere-0123456789abcdef" not in err
     assert [r.path for r in alb.requests] == ["/oauth2/token"]
 
 
 def test_undeployed_stack_is_exit_3_with_the_fix(tmp_path: Path) -> None:
     h = harness(tmp_path, **INTERNAL)
     stub_stack(h, None)
-    result = h.run("smoke")
-    assert result.code == 3
-    assert result.err == (
+    err = h.fails("smoke", code=3)
+    assert err == (
         f"error: stack {STACK} not found in {REGION}: deploy it (`npx cdk deploy "
         "'RayPdEks/*' --concurrency 4`) or name yours with --stack\n"
     )
@@ -254,9 +247,8 @@ def test_smoke_via_api_server_flag_skips_the_load_balancer(tmp_path: Path) -> No
     h.session.stub("eks").add_client_error(
         "describe_cluster", "ResourceNotFoundException", "no", http_status_code=404
     )
-    result = h.run("smoke", "--via-api-server")
-    assert result.code == 3
-    assert "EKS cluster 'ray-llm-multinode' not found" in result.err
+    err = h.fails("smoke", "--via-api-server", code=3)
+    assert "EKS cluster 'ray-llm-multinode' not found" in err
     assert "cloudformation" not in h.session.stubbers
 
 
@@ -267,9 +259,8 @@ def test_endpoint_prints_url_token_and_calls_with_the_deployed_ids(tmp_path: Pat
     h = harness(tmp_path, **INTERNAL)
     url = "https://llm.example.com"
     stub_stack(h, {**cognito_outputs(url), "EndpointTokenUrl": "https://t.example/oauth2/token"})
-    result = h.run("endpoint")
-    assert result.code == 0, result.err
-    lines = result.out.splitlines()
+    out = h.succeeds("endpoint")
+    lines = out.splitlines()
     assert lines[0] == f"Application endpoint of RayService ray-llm: {url}"
     token_line = next(line.strip() for line in lines if line.strip().startswith("export TOKEN="))
     assert token_line == (
@@ -290,8 +281,8 @@ def test_endpoint_prints_url_token_and_calls_with_the_deployed_ids(tmp_path: Pat
         "Authorization: Bearer $TOKEN",
     ]
     assert json.loads(argv[-1])["model"] == "qwen3.5-9b"
-    assert f"base_url='{url}/v1', api_key=os.environ['TOKEN']" in result.out
-    assert CLIENT_SECRET not in result.out
+    assert f"base_url='{url}/v1', api_key=os.environ['TOKEN']" in out
+    assert CLIENT_SECRET not in out
     assert h.processes == []
 
 
@@ -306,24 +297,22 @@ def test_endpoint_for_an_existing_idp_says_where_tokens_come_from(tmp_path: Path
             "EndpointScope": "llm.invoke",
         },
     )
-    result = h.run("endpoint")
-    assert result.code == 0, result.err
+    out = h.succeeds("endpoint")
     assert (
         "1. Get an access token from https://login.example.com/realms/apps (audience ray-llm, "
-        "scope llm.invoke) and:" in result.out
+        "scope llm.invoke) and:" in out
     )
-    assert "   export TOKEN=<the access token>" in result.out
-    assert "cognito" not in result.out
+    assert "   export TOKEN=<the access token>" in out
+    assert "cognito" not in out
 
 
 def test_endpoint_without_exposure_points_to_the_docs_and_makes_no_call(tmp_path: Path) -> None:
     h = harness(tmp_path, region=REGION)
-    result = h.run("endpoint")
-    assert result.code == 0
-    assert "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000" in result.out
+    out = h.succeeds("endpoint")
+    assert "kubectl port-forward -n inference svc/ray-llm-serve-svc 8000:8000" in out
     assert (
         "(`ray-pd-eks settings --set endpointExposure=internal|internet-facing`): docs/endpoint.md"
-        in result.out
+        in out
     )
     assert h.profiles == []
 

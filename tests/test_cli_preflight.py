@@ -24,6 +24,7 @@ from tests.cli_fixtures import (
     SSO_SESSION_ARN,
     USER_ARN,
     Harness,
+    Run,
     stub_get_role,
     write_cdk_json,
 )
@@ -313,10 +314,25 @@ def lines_of(out: str, check: str) -> list[str]:
     return [line.strip() for line in out.splitlines() if f"  {check}  " in line]
 
 
-def test_happy_path_is_all_ok_and_recommends_a_pinned_az(harness: Harness) -> None:
+def check_line(harness: Harness, check: str, *args: str, code: int) -> str:
+    """``preflight`` with ``args``, which must exit ``code``: the one line of ``check``."""
+    result = harness.run("preflight", *args)
+    assert result.code == code, result.out
+    (line,) = lines_of(result.out, check)
+    return line
+
+
+def all_in_place(harness: Harness) -> Run:
+    """``preflight`` against an account where everything the deploy needs is in place (and
+    nothing runs): it must exit 0."""
     stub_all(harness, running=[])
     result = harness.run("preflight")
-    assert result.code == 0, result.err
+    assert result.code == 0, result.out + result.err
+    return result
+
+
+def test_happy_path_is_all_ok_and_recommends_a_pinned_az(harness: Harness) -> None:
+    result = all_in_place(harness)
     assert lines_of(result.out, "credentials") == [
         f"OK    credentials   {USER_ARN} (account {ACCOUNT})"
     ]
@@ -371,12 +387,10 @@ def test_quota_used_by_other_instances_warns_but_not_this_clusters_nodes(
     stub_all(
         harness, quota=96.0, running=[instance(32, "ray-llm-multinode"), instance(48, "other")]
     )
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "vCPU quota")
+    line = check_line(harness, "vCPU quota", code=0)
     assert line.startswith("WARN  vCPU quota")
     assert "other instances already use 48" in line
     assert "--desired-value 112" in line
-    assert result.code == 0
 
 
 def test_quota_that_fits_beside_other_instances_says_what_they_use(harness: Harness) -> None:
@@ -400,13 +414,11 @@ def test_quota_with_nothing_else_running_says_only_what_it_needs(harness: Harnes
 
 def test_quota_unreadable_warns_and_names_the_quota(harness: Harness) -> None:
     stub_all(harness, quota="AccessDeniedException")  # no instances queued: none may be listed
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "vCPU quota")
+    line = check_line(harness, "vCPU quota", code=0)
     assert line.startswith(
         "WARN  vCPU quota    cannot read 'Running On-Demand G and VT instances' (access denied "
         "for servicequotas:GetServiceQuota"
     ), line
-    assert result.code == 0
     harness.session.assert_no_pending_responses()
 
 
@@ -414,10 +426,8 @@ def test_quota_without_live_vcpus_sizes_from_the_offline_table(harness: Harness)
     # DescribeInstanceTypes without VCpuInfo: the table's 32 vCPUs of a g6.8xlarge count.
     spec = {k: v for k, v in G6.items() if k != "VCpuInfo"}
     stub_all(harness, itype=spec, quota=63.0)
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "vCPU quota")
+    line = check_line(harness, "vCPU quota", code=1)
     assert "is 63 vCPUs, below 2 x g6.8xlarge = 64 vCPUs" in line
-    assert result.code == 1
 
 
 def test_quota_of_a_family_without_a_known_quota_warns() -> None:
@@ -447,11 +457,9 @@ def test_p_family_uses_the_p_instance_quota(tmp_path: Path) -> None:
         "InstanceStorageInfo": {"TotalSizeInGB": 8000},
     }
     stub_all(harness, itype=p4d, quota_code="L-417A185B", quota=96.0)
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "vCPU quota")
+    line = check_line(harness, "vCPU quota", code=1)
     assert "'Running On-Demand P instances' is 96 vCPUs, below 2 x p4d.24xlarge = 192" in line
     assert "--quota-code L-417A185B --desired-value 192" in line
-    assert result.code == 1
     harness.session.assert_no_pending_responses()  # the P quota code was the one asked for
 
 
@@ -767,14 +775,12 @@ def test_no_region_anywhere_is_a_usage_error(tmp_path: Path) -> None:
 def test_live_nvme_size_differing_from_the_table_warns_with_both_sizes(harness: Harness) -> None:
     bigger = {**G6, "InstanceStorageInfo": {"TotalSizeInGB": 1000}}
     stub_all(harness, itype=bigger, running=[])
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "gpu storage")
+    line = check_line(harness, "gpu storage", code=0)
     assert line.startswith(
         "WARN  gpu storage   EC2 reports 1000 GB of instance store for g6.8xlarge"
     )
     assert "the offline table (ray_pd_eks/instance_types.py) 900 GB" in line
     assert "still go to its RAID0" in line
-    assert result.code == 0
 
 
 def test_auto_storage_without_live_nvme_fails_pointing_at_the_root_volume(
@@ -782,20 +788,16 @@ def test_auto_storage_without_live_nvme_fails_pointing_at_the_root_volume(
 ) -> None:
     no_store = {k: v for k, v in G6.items() if k != "InstanceStorageInfo"}
     stub_all(harness, itype=no_store, running=[])
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "gpu storage")
+    line = check_line(harness, "gpu storage", code=1)
     assert line.startswith("FAIL  gpu storage   EC2 reports 0 GB of instance store for g6.8xlarge")
     assert "900 GB" in line
     assert "50 GiB root volume: set ray-pd-eks settings --set gpuLocalStorage=none" in line
-    assert result.code == 1
 
 
 def test_raid0_without_live_instance_store_fails(harness: Harness) -> None:
     no_store = {k: v for k, v in G6.items() if k != "InstanceStorageInfo"}
     stub_all(harness, itype=no_store, running=[])
-    result = harness.run("preflight", "-c", "gpuLocalStorage=raid0")
-    assert result.code == 1
-    (line,) = lines_of(result.out, "gpu storage")
+    line = check_line(harness, "gpu storage", "-c", "gpuLocalStorage=raid0", code=1)
     assert line == (
         "FAIL  gpu storage   gpuLocalStorage=raid0 but EC2 reports no instance store for "
         f"g6.8xlarge in {REGION} (the offline table says 900 GB): use ray-pd-eks settings --set "
@@ -806,10 +808,8 @@ def test_raid0_without_live_instance_store_fails(harness: Harness) -> None:
 
 def test_raid0_with_the_tables_nvme_passes(harness: Harness) -> None:
     stub_all(harness, running=[])
-    result = harness.run("preflight", "-c", "gpuLocalStorage=raid0")
-    (line,) = lines_of(result.out, "gpu storage")
+    line = check_line(harness, "gpu storage", "-c", "gpuLocalStorage=raid0", code=0)
     assert line.startswith("OK    gpu storage   g6.8xlarge: 900 GB of instance-store NVMe")
-    assert result.code == 0
 
 
 def test_no_local_storage_names_the_root_volume_settings(harness: Harness) -> None:
@@ -875,11 +875,9 @@ def test_fitting_reservation_passes_and_sets_the_gpu_az(tmp_path: Path) -> None:
 def test_reservation_in_the_configured_placement_group_passes(tmp_path: Path) -> None:
     harness = reserved_harness(tmp_path, gpuPlacementGroupName="gpu-pg")
     stub_all(harness, reservation=reservation(PlacementGroupArn=PG_ARN + "gpu-pg"), running=[])
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "capacity reservation")
+    line = check_line(harness, "capacity reservation", code=0)
     assert line.startswith("OK    capacity reservation")
     assert "in us-west-2c in placement group gpu-pg, 2 of 4 instances free" in line
-    assert result.code == 0
 
 
 @pytest.mark.parametrize(
@@ -980,11 +978,9 @@ def test_unknown_reservation_fails(tmp_path: Path) -> None:
 def test_denied_reservation_lookup_warns(tmp_path: Path) -> None:
     harness = reserved_harness(tmp_path)
     stub_all(harness, reservation="UnauthorizedOperation", running=[])
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "capacity reservation")
+    line = check_line(harness, "capacity reservation", code=0)
     assert line.startswith(f"WARN  capacity reservation  cannot check {RESERVATION_ID} (")
     assert "ec2:DescribeCapacityReservations" in line
-    assert result.code == 0
 
 
 # model in S3 -------------------------------------------------------------------------------
@@ -1082,9 +1078,7 @@ def test_bucket_in_another_region_fails_naming_both(
 ) -> None:
     stub_all(harness, running=[])
     stub_s3(harness, location=location)
-    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
-    assert result.code == 1
-    (line,) = lines_of(result.out, "model in S3")
+    line = check_line(harness, "model in S3", "-c", f"modelS3Uri={MODEL_URI}", code=1)
     assert line.startswith(
         f"FAIL  model in S3   bucket models-bucket is in {region}, the deployment in {REGION}: "
         "staging must be same-region"
@@ -1096,9 +1090,7 @@ def test_prefix_without_config_json_fails_saying_what_is_there(harness: Harness)
     stub_all(harness, running=[])
     nested = [s3_object("Qwen3.5-9B/config.json", 1_000), s3_object("Qwen3.5-9B/m.safetensors", 9)]
     stub_s3(harness, objects=nested)
-    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
-    assert result.code == 1
-    (line,) = lines_of(result.out, "model in S3")
+    line = check_line(harness, "model in S3", "-c", f"modelS3Uri={MODEL_URI}", code=1)
     assert line.startswith(
         f"FAIL  model in S3   {MODEL_URI}/ has no config.json and no *.safetensors directly "
         "under it (found 2 objects: Qwen3.5-9B/config.json, Qwen3.5-9B/m.safetensors)"
@@ -1108,10 +1100,8 @@ def test_prefix_without_config_json_fails_saying_what_is_there(harness: Harness)
 def test_prefix_without_safetensors_fails(harness: Harness) -> None:
     stub_all(harness, running=[])
     stub_s3(harness, objects=[s3_object("config.json", 1), s3_object("pytorch_model.bin", 9)])
-    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
-    (line,) = lines_of(result.out, "model in S3")
+    line = check_line(harness, "model in S3", "-c", f"modelS3Uri={MODEL_URI}", code=1)
     assert "has no *.safetensors directly under it (found 2 objects: config.json, " in line
-    assert result.code == 1
 
 
 def test_empty_prefix_fails(harness: Harness) -> None:
@@ -1140,12 +1130,10 @@ def test_denied_s3_access_warns(harness: Harness, where: str, action: str) -> No
         stub_s3(harness, location_error="AccessDenied")
     else:
         stub_s3(harness, list_error="AccessDenied")
-    result = harness.run("preflight", "-c", f"modelS3Uri={MODEL_URI}")
-    (line,) = lines_of(result.out, "model in S3")
+    line = check_line(harness, "model in S3", "-c", f"modelS3Uri={MODEL_URI}", code=0)
     assert line.startswith(f"WARN  model in S3   cannot verify {MODEL_URI}/ (access denied")
     assert action in line
     assert "the deploy's role is read-only on that prefix anyway" in line
-    assert result.code == 0
 
 
 # hugging face token ------------------------------------------------------------------------
@@ -1500,9 +1488,7 @@ def test_nodes_that_cannot_be_listed_count_as_none(tmp_path: Path) -> None:
 
 
 def test_addon_version_offered_and_schema_accepts_the_values(harness: Harness) -> None:
-    stub_all(harness, running=[])
-    result = harness.run("preflight")
-    assert result.code == 0, result.out
+    result = all_in_place(harness)
     assert lines_of(result.out, "observability") == [
         f"OK    observability  {ADDON} {ADDON_VERSION} offered for Kubernetes 1.36"
     ]
@@ -1518,9 +1504,7 @@ def test_addon_version_offered_and_schema_accepts_the_values(harness: Harness) -
 def test_addon_identity_for_another_service_account_fails(harness: Harness) -> None:
     stub_all(harness, running=[], addon=False)
     stub_addon(harness, identity=[{"serviceAccount": "cw-agent-v9"}])
-    result = harness.run("preflight")
-    assert result.code == 1
-    (line,) = lines_of(result.out, "addon identity")
+    line = check_line(harness, "addon identity", code=1)
     assert line == (
         f"FAIL  addon identity  {ADDON_VERSION} expects Pod Identity for cw-agent-v9, not "
         "cloudwatch-agent: pick a version that uses it"
@@ -1534,9 +1518,7 @@ def test_addon_identity_other_policy_warns(harness: Harness) -> None:
         harness,
         identity=[{"serviceAccount": "cloudwatch-agent", "recommendedManagedPolicies": [other]}],
     )
-    result = harness.run("preflight")
-    assert result.code == 0
-    (line,) = lines_of(result.out, "addon identity")
+    line = check_line(harness, "addon identity", code=0)
     assert line.startswith(f"WARN  addon identity  EKS recommends {other} for cloudwatch-agent")
 
 
@@ -1562,13 +1544,11 @@ def test_addon_version_not_offered_names_the_newest_usable_one(harness: Harness)
 def test_no_addon_version_8_here_suggests_turning_observability_off(harness: Harness) -> None:
     stub_all(harness, running=[], addon=False)
     stub_addon(harness, versions=("v7.9.0-eksbuild.1",), schema=None)
-    result = harness.run("preflight")
-    (line,) = lines_of(result.out, "observability")
+    line = check_line(harness, "observability", code=1)
     assert line.endswith(
         "none >= v8 is offered here; set ray-pd-eks settings --set observability=none or use "
         "another region"
     )
-    assert result.code == 1
 
 
 def test_addon_versions_are_read_across_pages(harness: Harness) -> None:
@@ -1598,9 +1578,7 @@ def test_schema_without_a_key_the_stack_sets_fails_naming_it(harness: Harness) -
     del schema["properties"]["dcgmExporter"]
     stub_all(harness, running=[], addon=False)
     stub_addon(harness, schema=schema)
-    result = harness.run("preflight")
-    assert result.code == 1
-    (line,) = lines_of(result.out, "addon config")
+    line = check_line(harness, "addon config", code=1)
     assert line.startswith(
         f"FAIL  addon config  {ADDON_VERSION} does not accept otelContainerInsights.logs, "
         "dcgmExporter (assets/addons/cloudwatch-observability.yaml)"
@@ -1612,9 +1590,7 @@ def test_addon_lookup_denied_is_a_warning(harness: Harness) -> None:
     harness.session.stub("eks").add_client_error(
         "describe_addon_versions", "AccessDeniedException", "no", http_status_code=403
     )
-    result = harness.run("preflight")
-    assert result.code == 0
-    (line,) = lines_of(result.out, "observability")
+    line = check_line(harness, "observability", code=0)
     assert line.startswith(
         "WARN  observability  cannot tell (access denied for eks:DescribeAddonVersions"
     )

@@ -46,16 +46,15 @@ def serve(kube_api: FakeKubeApi, body: str | dict[str, object]) -> None:
 def test_models_and_a_streamed_completion(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse("KV cache ", "moves ", "fast.", usage_tokens=12))
     cli.clock.tick = 0.25
-    result = cli.run("smoke", "--max-tokens", "16", "--prompt", "hi", "--no-probe")
-    assert result.code == 0, result.err
-    assert re.search(r"^  models      qwen3\.5-9b  \(\d+\.\d\d s\)$", result.out, re.M)
-    assert "  answer      'KV cache moves fast.'" in result.out
-    assert "(upper bound: the proxy delivered all 3 chunks at once)" in result.out
+    out = cli.succeeds("smoke", "--max-tokens", "16", "--prompt", "hi", "--no-probe")
+    assert re.search(r"^  models      qwen3\.5-9b  \(\d+\.\d\d s\)$", out, re.M)
+    assert "  answer      'KV cache moves fast.'" in out
+    assert "(upper bound: the proxy delivered all 3 chunks at once)" in out
     rate = re.search(
-        r"tokens/s    (\S+)  \(12 tokens from usage\.completion_tokens in (\d+\.\d\d) s", result.out
+        r"tokens/s    (\S+)  \(12 tokens from usage\.completion_tokens in (\d+\.\d\d) s", out
     )
-    assert rate is not None, result.out
-    assert result.out.rstrip().endswith("OK: the endpoint answers")
+    assert rate is not None, out
+    assert out.rstrip().endswith("OK: the endpoint answers")
     (post,) = kube_api.requests_to(f"/services/{SERVE}:8000/proxy/v1/chat/completions", "POST")
     sent = json.loads(post.body)
     assert sent == {
@@ -71,22 +70,20 @@ def test_models_and_a_streamed_completion(kube_api: FakeKubeApi, cli: Harness) -
 def test_token_rate_uses_measured_time(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse("a", "b", "c", "d"))  # no usage: counts the chunks
     cli.clock.tick = 0.5
-    result = cli.run("smoke", "--no-probe")
-    assert result.code == 0, result.err
-    match = re.search(r"tokens/s    (\S+)  \(4 tokens from streamed chunks in (\S+) s", result.out)
-    assert match is not None, result.out
+    out = cli.succeeds("smoke", "--no-probe")
+    match = re.search(r"tokens/s    (\S+)  \(4 tokens from streamed chunks in (\S+) s", out)
+    assert match is not None, out
     seconds = float(match.group(2))
     assert seconds >= 0.5
     assert match.group(1) == f"{4 / seconds:.1f}"
-    assert f"first token <= {seconds:.2f} s" in result.out
+    assert f"first token <= {seconds:.2f} s" in out
 
 
 def test_model_not_listed_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse("x"))
     kube_api.set_proxy(SERVE, 8000, "v1/models", body={"data": [{"id": "llama-3"}]})
-    result = cli.run("smoke")
-    assert result.code == 1
-    assert result.err == (
+    err = cli.fails("smoke")
+    assert err == (
         "error: /v1/models does not list 'qwen3.5-9b' (it lists: llama-3): the app may still "
         "be deploying, or modelId differs from the deployed one\n"
     )
@@ -95,54 +92,48 @@ def test_model_not_listed_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
 
 def test_no_text_fails(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse(usage_tokens=0))
-    result = cli.run("smoke")
-    assert result.code == 1
-    assert result.err.startswith("error: the chat completion returned no text (")
+    err = cli.fails("smoke")
+    assert err.startswith("error: the chat completion returned no text (")
 
 
 def test_serve_service_without_endpoints_fails_with_a_hint(
     kube_api: FakeKubeApi, cli: Harness
 ) -> None:
     kube_api.set_stage("running")  # Serve app RUNNING but serve-svc has no endpoints yet
-    result = cli.run("smoke")
-    assert result.code == 1
-    assert result.err.startswith(f"error: /v1/models through svc/{SERVE}:8000 failed:")
-    assert 'no endpoints available for service "ray-llm-serve-svc"' in result.err
-    assert result.err.rstrip().endswith("Check with `ray-pd-eks status`")
+    err = cli.fails("smoke")
+    assert err.startswith(f"error: /v1/models through svc/{SERVE}:8000 failed:")
+    assert 'no endpoints available for service "ray-llm-serve-svc"' in err
+    assert err.rstrip().endswith("Check with `ray-pd-eks status`")
 
 
 def test_completion_is_never_retried(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, sse("x"))
     kube_api.inject_fault(502, path_contains="chat/completions")
-    result = cli.run("smoke")
-    assert result.code == 1
+    cli.fails("smoke")
     assert len(kube_api.requests_to("chat/completions")) == 1
 
 
 def test_a_server_that_does_not_stream_is_reported(kube_api: FakeKubeApi, cli: Harness) -> None:
     serve(kube_api, chat_completion_body("Plain answer."))
-    result = cli.run("smoke", "--no-probe")
-    assert result.code == 0
-    assert "  answer      'Plain answer.'" in result.out
-    assert "(the server did not stream)" in result.out
-    assert "  latency     " in result.out
-    assert "  tokens/s    n/a  (no token count or no measurable time)" in result.out
+    out = cli.succeeds("smoke", "--no-probe")
+    assert "  answer      'Plain answer.'" in out
+    assert "(the server did not stream)" in out
+    assert "  latency     " in out
+    assert "  tokens/s    n/a  (no token count or no measurable time)" in out
 
 
 def test_rayservice_missing_is_exit_3(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
     kube_api.rayservice = None
-    result = cli.run("smoke")
-    assert result.code == 3
-    assert result.err.startswith("error: RayService 'ray-llm' not found in namespace 'inference'")
+    err = cli.fails("smoke", code=3)
+    assert err.startswith("error: RayService 'ray-llm' not found in namespace 'inference'")
 
 
 def test_the_kv_integrity_probe_prints_what_it_saw(kube_api: FakeKubeApi, cli: Harness) -> None:
     """The readiness check's probe: the answer holds the random code from the prompt's start."""
     kube_api.set_stage("serving")  # the fake's chat world answers with the probe's code
-    result = cli.run("smoke")
-    assert result.code == 0, result.out + result.err
-    line = next(x for x in result.out.splitlines() if x.startswith("  integrity"))
+    out = cli.succeeds("smoke")
+    line = next(x for x in out.splitlines() if x.startswith("  integrity"))
     assert re.match(r"^  integrity   code [A-Z0-9]{8} returned \(\d+ prompt tokens; answer", line)
     probe, *_ = [
         json.loads(r.body)

@@ -17,6 +17,7 @@ from tests.cli_fixtures import (
     REGION,
     USER_ARN,
     Harness,
+    Run,
     StubbedSession,
     cli_harness,
     stub_cluster,
@@ -77,6 +78,14 @@ def row(out: str, first_cell: str) -> list[str]:
         if cells and cells[0] == first_cell:
             return cells
     raise AssertionError(f"no row {first_cell!r} in:\n{out}")
+
+
+def watch_to_the_end(cli: Harness) -> tuple[Run, list[str]]:
+    """``status --watch --interval 30``, which must end 0, and its progress lines ("[   30s]
+    ...")."""
+    result = cli.run("status", "--watch", "--interval", "30")
+    assert result.code == 0, result.err
+    return result, [line for line in result.out.splitlines() if line.startswith("[")]
 
 
 def test_running_shows_tables_and_exits_0(kube_api: FakeKubeApi, cli: Harness) -> None:
@@ -175,9 +184,7 @@ def test_events_flag_limits_the_list(kube_api: FakeKubeApi, cli: Harness) -> Non
 def test_watch_ends_on_running(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("deploying")
     cli.clock.on_sleep = [lambda: kube_api.set_stage("running")]
-    result = cli.run("status", "--watch", "--interval", "30")
-    assert result.code == 0, result.err
-    progress = [line for line in result.out.splitlines() if line.startswith("[")]
+    result, progress = watch_to_the_end(cli)
     assert progress == [
         "[    0s] app DEPLOYING | Ready=False | GPU nodes 2/2 | Ray pods 3/3 Running",
         "[   30s] app RUNNING | Ready=True | GPU nodes 2/2 | Ray pods 3/3 Running",
@@ -654,9 +661,7 @@ def test_watch_shows_warmup_progress_and_does_not_wait_for_it(
         )
 
     cli.clock.on_sleep = [running_with_a_failed_prefetch]
-    result = cli.run("status", "--watch", "--interval", "30")
-    assert result.code == 0, result.err
-    progress = [line for line in result.out.splitlines() if line.startswith("[")]
+    result, progress = watch_to_the_end(cli)
     assert progress == [
         "[    0s] app DEPLOYING | Ready=False | GPU nodes 2/2 | Ray pods 3/3 Running | warm-up 3/5",
         "[   30s] app RUNNING | Ready=True | GPU nodes 2/2 | Ray pods 3/3 Running | warm-up 4/5",
@@ -909,8 +914,6 @@ def test_watch_counts_spares_in_its_progress_line(kube_api: FakeKubeApi, cli: Ha
         spare_placeholder("gpu-warm-spare-7d9f-a", SPARE_NODE),
         spare_placeholder("gpu-warm-spare-7d9f-b", GPU_NODE_B),
     )
-    result = cli.run("status", "--watch", "--interval", "30")
-    assert result.code == 0, result.err
-    (progress,) = [line for line in result.out.splitlines() if line.startswith("[")]
+    result, (progress,) = watch_to_the_end(cli)
     assert "| GPU nodes 3/2 (2 spare) |" in progress
     assert "3/2 usable, 2 of them warm spares (" in result.out

@@ -115,11 +115,21 @@ def test_creating_keeps_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result == {"IsComplete": False}
 
 
-def test_a_cluster_that_does_not_exist_yet_keeps_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Cluster stack creates the KMS key and the log group before the cluster."""
+@pytest.mark.parametrize(
+    "stack_status",
+    [
+        # The Cluster stack creates the KMS key and the log group before the cluster.
+        pytest.param("CREATE_IN_PROGRESS", id="cluster-not-created-yet"),
+        # The CDK CLI deletes a Cluster stack left in ROLLBACK_COMPLETE before creating it again.
+        pytest.param("DELETE_IN_PROGRESS", id="stack-being-deleted"),
+    ],
+)
+def test_a_cluster_that_does_not_exist_keeps_waiting(
+    stack_status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = _poll(
         None,
-        _stack("CREATE_IN_PROGRESS"),
+        _stack(stack_status),
         eks_error="ResourceNotFoundException",
         monkeypatch=monkeypatch,
     )
@@ -229,17 +239,6 @@ def test_an_earlier_deploys_failure_is_waited_out(monkeypatch: pytest.MonkeyPatc
     result = _poll(
         _cluster("ACTIVE", "1.35"),
         _stack("UPDATE_ROLLBACK_COMPLETE", at=at),
-        monkeypatch=monkeypatch,
-    )
-    assert result == {"IsComplete": False}
-
-
-def test_a_stack_being_deleted_is_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CDK CLI deletes a Cluster stack left in ROLLBACK_COMPLETE before creating it again."""
-    result = _poll(
-        None,
-        _stack("DELETE_IN_PROGRESS"),
-        eks_error="ResourceNotFoundException",
         monkeypatch=monkeypatch,
     )
     assert result == {"IsComplete": False}

@@ -75,11 +75,10 @@ def always(
     return per_app[0]
 
 
-@pytest.mark.parametrize("name", APPS)
+@pytest.mark.parametrize("app", APPS, indirect=True)
 def test_every_export_is_a_row_that_applies_or_made_always(
-    name: str, request: pytest.FixtureRequest, always: set[tuple[str, str]]
+    app: Synthesized, always: set[tuple[str, str]]
 ) -> None:
-    app: Synthesized = request.getfixturevalue(name)
     problems = []
     for key, importers in _exports(app).items():
         rows = _rows_of(key)
@@ -94,11 +93,8 @@ def test_every_export_is_a_row_that_applies_or_made_always(
     assert not problems, problems
 
 
-@pytest.mark.parametrize("name", APPS)
-def test_every_row_that_applies_is_exported_and_imported(
-    name: str, request: pytest.FixtureRequest
-) -> None:
-    app: Synthesized = request.getfixturevalue(name)
+@pytest.mark.parametrize("app", APPS, indirect=True)
+def test_every_row_that_applies_is_exported_and_imported(app: Synthesized) -> None:
     exports = _exports(app)
     for row in REFERENCES:
         found = [k for k in exports if row in _rows_of(k)]
@@ -279,11 +275,10 @@ PREVIOUS_GPU_NODES_IMPORTS = {
 }
 
 
-@pytest.mark.parametrize("name", APPS)
+@pytest.mark.parametrize("app", APPS, indirect=True)
 def test_the_cluster_stack_keeps_every_export_the_old_gpu_nodes_stack_imported(
-    name: str, request: pytest.FixtureRequest
+    app: Synthesized,
 ) -> None:
-    app: Synthesized = request.getfixturevalue(name)
     prefix = f"{app.stage.cluster.stack_name}:"
     exported = {
         o["Export"]["Name"].removeprefix(prefix)

@@ -171,42 +171,44 @@ def test_certificate_must_be_an_acm_arn(arn: str) -> None:
     rejected({**INTERNAL, "endpointCertificateArn": arn}, "endpointCertificateArn", "ACM")
 
 
-@pytest.mark.parametrize(
-    ("domain", "ok"),
-    [
-        ("llm.example.com", True),
-        ("a.io", True),
-        ("https://llm.example.com", False),
-        ("llm.example.com:443", False),
-        ("LLM.example.com", False),
-        ("localhost", False),
-        (("a" * 63 + ".") * 3 + "a" * 59 + ".io", False),  # 254 characters: past 253
-        (("a" * 63 + ".") * 3 + "a" * 58 + ".io", True),  # 253: at the limit
-    ],
-)
-def test_domain_name(domain: str, ok: bool) -> None:
-    context = {**INTERNAL, "endpointDomainName": domain}
-    if ok:
-        assert config(**context).endpoint_domain_name == domain
-    else:
-        rejected(context, "endpointDomainName", "lowercase DNS name")
+# Per setting judged alone: the context it is judged in, its attribute, and what its rejection
+# says.
+_ALONE = {
+    "endpointDomainName": (INTERNAL, "endpoint_domain_name", "lowercase DNS name"),
+    "endpointIdleTimeoutSeconds": (
+        {},
+        "endpoint_idle_timeout_seconds",
+        "must be 300..4000 seconds",
+    ),
+}
 
 
 @pytest.mark.parametrize(
-    ("seconds", "ok"),
+    ("key", "value", "ok"),
     [
-        (MIN_IDLE_TIMEOUT_SECONDS, True),
-        (MIN_IDLE_TIMEOUT_SECONDS - 1, False),
-        (MAX_IDLE_TIMEOUT_SECONDS, True),
-        (MAX_IDLE_TIMEOUT_SECONDS + 1, False),
+        ("endpointDomainName", "llm.example.com", True),
+        ("endpointDomainName", "a.io", True),
+        ("endpointDomainName", "https://llm.example.com", False),
+        ("endpointDomainName", "llm.example.com:443", False),
+        ("endpointDomainName", "LLM.example.com", False),
+        ("endpointDomainName", "localhost", False),
+        ("endpointDomainName", ("a" * 63 + ".") * 3 + "a" * 59 + ".io", False),  # 254: past 253
+        ("endpointDomainName", ("a" * 63 + ".") * 3 + "a" * 58 + ".io", True),  # 253: the limit
+        ("endpointIdleTimeoutSeconds", MIN_IDLE_TIMEOUT_SECONDS, True),
+        ("endpointIdleTimeoutSeconds", MIN_IDLE_TIMEOUT_SECONDS - 1, False),
+        ("endpointIdleTimeoutSeconds", MAX_IDLE_TIMEOUT_SECONDS, True),
+        ("endpointIdleTimeoutSeconds", MAX_IDLE_TIMEOUT_SECONDS + 1, False),
     ],
 )
-def test_idle_timeout_limits(seconds: int, ok: bool) -> None:
-    context = {"endpointIdleTimeoutSeconds": seconds}
+def test_a_setting_within_its_rule_is_taken_and_one_outside_rejected(
+    key: str, value: Any, ok: bool
+) -> None:
+    base, attribute, why = _ALONE[key]
+    context = {**base, key: value}
     if ok:
-        assert config(**context).endpoint_idle_timeout_seconds == seconds
+        assert getattr(config(**context), attribute) == value
     else:
-        rejected(context, "endpointIdleTimeoutSeconds", "must be 300..4000 seconds")
+        rejected(context, key, why)
 
 
 @pytest.mark.parametrize(

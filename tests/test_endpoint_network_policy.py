@@ -52,21 +52,6 @@ def _alb_subnet_cidrs(app: Synthesized) -> set[str]:
     return cidrs
 
 
-@pytest.fixture(scope="module")
-def public_world(token_app: Synthesized) -> World:
-    return World(token_app)
-
-
-@pytest.fixture(scope="module")
-def internal_world(variant_app: Synthesized) -> World:
-    return World(variant_app)
-
-
-@pytest.fixture(scope="module")
-def plain_world(default_app: Synthesized) -> World:
-    return World(default_app)
-
-
 @pytest.mark.parametrize("app_name", ["variant_app", "token_app"])
 def test_peers_are_exactly_the_albs_subnets(app_name: str, request: pytest.FixtureRequest) -> None:
     app: Synthesized = request.getfixturevalue(app_name)
@@ -106,7 +91,8 @@ def test_cidrs_follow_the_vpc_cidr() -> None:
     assert load_balancer_cidrs(internal) == ["10.8.32.160/27", "10.8.32.192/27"]
 
 
-def test_internet_facing_alb_reaches_serve_on_every_ray_pod(public_world: World) -> None:
+def test_internet_facing_alb_reaches_serve_on_every_ray_pod(token_app: Synthesized) -> None:
+    public_world = World(token_app)
     assert ipaddress.ip_address(PUBLIC_SUBNET_HOST.ip) in ipaddress.ip_network("10.0.128.0/24")
     for pod in public_world.ray_pods:
         assert public_world.allowed(PUBLIC_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
@@ -117,12 +103,14 @@ def test_internet_facing_alb_reaches_serve_on_every_ray_pod(public_world: World)
     assert not public_world.allowed(INTERNET, public_world.head, RAY_PORTS.serve)
 
 
-def test_without_an_endpoint_the_public_subnets_reach_nothing(plain_world: World) -> None:
+def test_without_an_endpoint_the_public_subnets_reach_nothing(default_app: Synthesized) -> None:
+    plain_world = World(default_app)
     for pod in plain_world.ray_pods:
         assert not plain_world.allowed(PUBLIC_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
 
 
-def test_internal_alb_reaches_serve_on_every_ray_pod(internal_world: World) -> None:
+def test_internal_alb_reaches_serve_on_every_ray_pod(variant_app: Synthesized) -> None:
+    internal_world = World(variant_app)
     for pod in internal_world.ray_pods:
         assert internal_world.allowed(ALB_SUBNET_HOST, pod, RAY_PORTS.serve), pod.name
         assert not internal_world.allowed(ALB_SUBNET_HOST, pod, RAY_PORTS.gcs), pod.name

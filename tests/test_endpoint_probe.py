@@ -17,7 +17,7 @@ from pd_constructs.readiness.endpoint_probe import (
 from ray_pd_eks.config import DEFAULTS
 from tests.conftest import CERTIFICATE, IDP_ISSUER, IDP_JWKS
 from tests.fakes.endpoint_api import CLIENT_ID, CLIENT_SECRET, SCOPE, FakeEndpoint
-from tests.lambda_handlers import load
+from tests.lambda_handlers import load, stack_status_client
 from tests.synth import Synthesized
 
 pytest_plugins = ["tests.fakes.fixtures"]  # alb
@@ -188,14 +188,6 @@ def test_without_auth_no_token_is_asked_for_or_sent(alb: FakeEndpoint) -> None:
     assert "without a token (endpointAuth=none)" in summary
 
 
-class _Cfn:
-    def __init__(self, status: str) -> None:
-        self.status = status
-
-    def describe_stacks(self, **_: str) -> dict[str, Any]:
-        return {"Stacks": [{"StackStatus": self.status}]}
-
-
 def test_delete_and_rollback_answer_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def never(*_: Any, **__: Any) -> str:
         raise AssertionError("probed")
@@ -204,9 +196,7 @@ def test_delete_and_rollback_answer_at_once(monkeypatch: pytest.MonkeyPatch) -> 
     assert probe_handler.on_event(
         {"RequestType": "Delete", "PhysicalResourceId": "endpoint-probe"}, None
     ) == {"PhysicalResourceId": "endpoint-probe"}
-    monkeypatch.setattr(
-        probe_handler.rollback, "_client", lambda _: _Cfn("UPDATE_ROLLBACK_IN_PROGRESS")
-    )
+    stack_status_client(monkeypatch, probe_handler.rollback, "UPDATE_ROLLBACK_IN_PROGRESS")
     answer = probe_handler.on_event(
         {"RequestType": "Update", "PhysicalResourceId": "endpoint-probe", "StackId": "arn:s"},
         None,

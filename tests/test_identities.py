@@ -52,22 +52,16 @@ def _by_row(app: Synthesized) -> tuple[dict[str, list[RoleFacts]], list[str]]:
     return grouped, problems
 
 
-@pytest.mark.parametrize("name", APPS)
-def test_every_role_is_one_row_and_every_row_a_role(
-    name: str, request: pytest.FixtureRequest
-) -> None:
-    app: Synthesized = request.getfixturevalue(name)
+@pytest.mark.parametrize("app", APPS, indirect=True)
+def test_every_role_is_one_row_and_every_row_a_role(app: Synthesized) -> None:
     grouped, problems = _by_row(app)
     problems += [f"row {row} matches no role" for row, found in grouped.items() if not found]
     assert not problems, problems
 
 
-@pytest.mark.parametrize("name", APPS)
-def test_each_row_states_exactly_what_its_roles_may_do(
-    name: str, request: pytest.FixtureRequest
-) -> None:
+@pytest.mark.parametrize("app", APPS, indirect=True)
+def test_each_row_states_exactly_what_its_roles_may_do(app: Synthesized) -> None:
     """Per row: the union over its roles equals the row, and each role holds no more."""
-    app: Synthesized = request.getfixturevalue(name)
     grouped, _ = _by_row(app)
     rows = {r.id: r for r in ROLES}
     problems = []
@@ -97,9 +91,8 @@ def test_each_row_states_exactly_what_its_roles_may_do(
     assert not problems, problems
 
 
-@pytest.mark.parametrize("name", APPS)
-def test_rbac_subjects_are_exactly_the_table(name: str, request: pytest.FixtureRequest) -> None:
-    app: Synthesized = request.getfixturevalue(name)
+@pytest.mark.parametrize("app", APPS, indirect=True)
+def test_rbac_subjects_are_exactly_the_table(app: Synthesized) -> None:
     bound = rbac_facts(app)
     rows = {s.subject: s for s in RBAC if s.applies(app.config)}
     problems = [

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from pd_constructs.readiness import kv_probe
 from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
@@ -110,24 +112,30 @@ def test_a_healthy_world_publishes_ok_metrics(
     assert "returned" in line["Detail"] and "provider efa,efa" in line["Detail"]
 
 
-def test_kv_that_stops_moving_is_a_stall(
-    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
+@pytest.mark.parametrize(
+    ("attribute", "value", "stalled", "reason"),
+    [
+        pytest.param("kv_transfers_per_chat", 0, 1, "did not rise", id="kv-stops-moving-stalls"),
+        pytest.param(
+            "chat_answer", "no idea", 0, "does not contain the code", id="answer-without-the-code"
+        ),
+    ],
+)
+def test_a_failed_probe_says_why(
+    kube_api: FakeKubeApi,
+    probe_env: list[dict[str, Any]],
+    attribute: str,
+    value: Any,
+    stalled: int,
+    reason: str,
 ) -> None:
+    """KV that stops moving is a stall; an answer without the code fails the probe but is not
+    one."""
     kube_api.set_stage("serving")
-    kube_api.kv_transfers_per_chat = 0
+    setattr(kube_api, attribute, value)
     outcome = handler.scheduled_probe({}, None)
-    assert (outcome["ProbeOk"], outcome["KvTransferStalled"]) == (0, 1)
-    assert "did not rise" in outcome["Reason"]
-
-
-def test_an_answer_without_the_code_fails_the_probe(
-    kube_api: FakeKubeApi, probe_env: list[dict[str, Any]]
-) -> None:
-    kube_api.set_stage("serving")
-    kube_api.chat_answer = "no idea"
-    outcome = handler.scheduled_probe({}, None)
-    assert (outcome["ProbeOk"], outcome["KvTransferStalled"]) == (0, 0)
-    assert "does not contain the code" in outcome["Reason"]
+    assert (outcome["ProbeOk"], outcome["KvTransferStalled"]) == (0, stalled)
+    assert reason in outcome["Reason"]
 
 
 def test_the_tcp_provider_publishes_provider_efa_zero(

@@ -107,11 +107,6 @@ def world(default_app: Synthesized) -> World:
     return World(default_app)
 
 
-@pytest.fixture(scope="module")
-def ucx_world(variant_app: Synthesized) -> World:
-    return World(variant_app)
-
-
 def _start_ports(spec: dict[str, Any]) -> list[int]:
     return [int(v) for k, v in spec["rayStartParams"].items() if k.endswith("port")]
 
@@ -263,7 +258,10 @@ def test_kv_transfer_side_channel_only_between_gpu_workers(world: World) -> None
     assert not world.allowed(a, b, RAY_PORTS.ucx_tcp_first)
 
 
-def test_ucx_variant_opens_exactly_ucx_tcp_range_between_workers(ucx_world: World) -> None:
+def test_ucx_variant_opens_exactly_ucx_tcp_range_between_workers(
+    variant_app: Synthesized,
+) -> None:
+    ucx_world = World(variant_app)
     (container,) = ucx_world.worker_spec["template"]["spec"]["containers"]
     first, last = (int(p) for p in _env(container)["UCX_TCP_PORT_RANGE"].split("-"))
     a, b = ucx_world.workers

@@ -4,15 +4,23 @@ clock: the Delete started at ``STARTED`` and the poll runs at ``STARTED + elapse
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 
-from tests.lambda_handlers import clock_at, load, stubbed_client
+from tests.lambda_handlers import (
+    LambdaContext,
+    after,
+    boto3_makes,
+    clock_fixture,
+    load,
+    positive_whole_number_check,
+    stack_status_client,
+    stubbed_client,
+)
 
 handler = load("nodegroups_gone", "nodegroups_gone_handler")
 
@@ -48,14 +56,11 @@ def _delete(**overrides: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def at(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``at(seconds)`` sets the handler's clock to that many seconds after the start."""
-    return clock_at(monkeypatch, handler, STARTED)
+at = clock_fixture(handler, STARTED)  # at(seconds): the handler's clock, after the start
 
 
 def _when(seconds_after_start: float) -> datetime:
-    return datetime.fromtimestamp(STARTED + seconds_after_start, tz=UTC)
+    return after(STARTED, seconds_after_start)
 
 
 LIST_PARAMS = {"clusterName": CLUSTER, "maxResults": 100}
@@ -178,17 +183,7 @@ def test_delete_without_a_stack_id_guards(at: Any) -> None:
 
 
 def test_the_delete_check_asks_cloudformation(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[str] = []
-
-    class Cfn:
-        def describe_stacks(self, **_: Any) -> dict[str, Any]:
-            return {"Stacks": [{"StackStatus": "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS"}]}
-
-    def client(name: str) -> Any:
-        asked.append(name)
-        return Cfn()
-
-    monkeypatch.setattr(handler, "_client", client)
+    asked = stack_status_client(monkeypatch, handler, "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS")
     assert handler.guards_this_delete({"StackId": STACK_ID}) is False
     assert asked == ["cloudformation"]
 
@@ -409,14 +404,6 @@ def test_every_page_of_names_is_read() -> None:
     ]
 
 
-class Context:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int(self.seconds * 1000)
-
-
 @pytest.mark.parametrize(("left", "read"), [(35.0, True), (34.9, False)])
 def test_a_poll_without_time_for_the_slowest_call_describes_nothing(
     at: Any, left: float, read: bool
@@ -424,7 +411,7 @@ def test_a_poll_without_time_for_the_slowest_call_describes_nothing(
     """The Lambda context's remaining time reaches the reads: with less than the slowest call
     left, no group is described, and each (both) counts as unknown."""
     eks = FakeEks(["gpu", "system"])
-    assert _poll(eks, context=Context(left)) == PENDING
+    assert _poll(eks, context=LambdaContext(left)) == PENDING
     assert eks.described() == (["gpu", "system"] if read else [])
     props = handler.Props.from_properties(_props())
     seen, _note = handler.look(props, FakeEks(["gpu", "system"]), time_left=lambda: left)
@@ -443,15 +430,8 @@ def test_a_first_poll_without_its_start_time_counts_from_now(at: Any) -> None:
 
 
 def test_a_poll_makes_its_eks_client(monkeypatch: pytest.MonkeyPatch, at: Any) -> None:
-    made: list[str] = []
     eks = FakeEks(["gpu"])
-
-    def client(name: str, *, config: Any = None) -> Any:
-        assert config is handler.CLIENT_CONFIG, f"{name} client without CLIENT_CONFIG"
-        made.append(name)
-        return eks
-
-    monkeypatch.setattr(boto3, "client", client)
+    made = boto3_makes(monkeypatch, handler, eks=eks)
     assert handler.is_complete(_delete(), None) == PENDING
     assert made == ["eks"] and eks.described() == ["gpu"]
 
@@ -487,11 +467,6 @@ def test_decide_names_what_it_waits_for() -> None:
     assert _decide(handler.Nodegroup("a", "ACTIVE"), elapsed=GRACE - 1) is not None
 
 
-def test_positive_int_properties_edge() -> None:
-    for value, ok in (("1", True), ("0", False)):
-        event = {"RequestType": "Create", "ResourceProperties": _props(WaitSeconds=value)}
-        if ok:
-            handler.on_event(event, None)
-        else:
-            with pytest.raises(RuntimeError, match="WaitSeconds must be a positive whole number"):
-                handler.on_event(event, None)
+@pytest.mark.parametrize(("value", "ok"), [("1", True), ("0", False)])
+def test_positive_int_properties_edge(value: str, ok: bool) -> None:
+    positive_whole_number_check(handler, _props(WaitSeconds=value), "WaitSeconds", ok)

@@ -131,14 +131,13 @@ def test_unprivileged_efa_workers_add_only_ipc_lock() -> None:
     ]
 
 
-@pytest.mark.parametrize("app_name", VARIANTS)
+@pytest.mark.parametrize("app", VARIANTS, indirect=True)
 def test_head_and_warmup_pods_run_under_runtime_default_seccomp_without_capabilities(
-    app_name: str, request: pytest.FixtureRequest
+    app: Synthesized,
 ) -> None:
     """The Ray head (with KubeRay's autoscaler sidecar when decode scales, and the fetch init
     containers with model access) and both warm-up DaemonSets pass `restricted`'s seccomp
     and capability checks (what is left is hostPath and root, which their jobs need)."""
-    app: Synthesized = request.getfixturevalue(app_name)
     for _, name, template in _pods(app):
         if name == "gpu-workers":
             continue
@@ -159,11 +158,8 @@ def test_warmup_pods_would_even_pass_restricted_but_for_the_cache_and_root(
 # -- who holds AWS credentials and Kubernetes API tokens ------------------------------------
 
 
-@pytest.mark.parametrize("app_name", VARIANTS)
-def test_no_pod_mounts_a_kubernetes_api_token(
-    app_name: str, request: pytest.FixtureRequest
-) -> None:
-    app: Synthesized = request.getfixturevalue(app_name)
+@pytest.mark.parametrize("app", VARIANTS, indirect=True)
+def test_no_pod_mounts_a_kubernetes_api_token(app: Synthesized) -> None:
     pods = _pods(app)
     for _, name, template in pods:
         # The kubelet mounts no token anywhere; with decode autoscaling only KubeRay's

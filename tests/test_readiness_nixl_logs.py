@@ -327,9 +327,16 @@ DEAD = f"worker-{'3c' * 28}-02000000-4100"  # an engine that ran before this one
 CURRENT = f"worker-{'4d' * 28}-03000000-5200"  # the engine that serves now
 
 
-def _engines(kube_api: FakeKubeApi, dead: tuple[str, str], current: tuple[str, str]) -> None:
+def _engines(
+    kube_api: FakeKubeApi,
+    dead: tuple[str, str] | None = None,
+    current: tuple[str, str] | None = None,
+) -> None:
     """The prefill node with a dead engine's files (listed first) and the current one's; the
-    actor list names only the current engine (and the replica) alive."""
+    actor list names only the current engine (and the replica) alive. By default both engines
+    chose LIBFABRIC, the dead one on provider tcp and the current one on efa."""
+    dead = dead or (nixl_log("LIBFABRIC"), provider_log("tcp"))
+    current = current or (nixl_log("LIBFABRIC"), provider_log("efa"))
     logs = prefill_logs(kube_api)
     for name in (OUT, ERR):
         logs.pop(name)
@@ -346,11 +353,7 @@ def _engines(kube_api: FakeKubeApi, dead: tuple[str, str], current: tuple[str, s
 def test_the_current_engines_evidence_wins_over_a_dead_engines(
     kube_api: FakeKubeApi, dashboard: Any
 ) -> None:
-    _engines(
-        kube_api,
-        dead=(nixl_log("LIBFABRIC"), provider_log("tcp")),
-        current=(nixl_log("LIBFABRIC"), provider_log("efa")),
-    )
+    _engines(kube_api)
     report = read(kube_api, dashboard)
     assert report.providers[0][1] == "efa"
     assert not any(DEAD in name for name, _ in reads(kube_api))
@@ -376,11 +379,7 @@ def test_a_dead_engines_evidence_never_stands_in_for_the_current_engine(
 def test_without_the_actor_list_the_newest_engine_is_read_first(
     kube_api: FakeKubeApi, dashboard: Any
 ) -> None:
-    _engines(
-        kube_api,
-        dead=(nixl_log("LIBFABRIC"), provider_log("tcp")),
-        current=(nixl_log("LIBFABRIC"), provider_log("efa")),
-    )
+    _engines(kube_api)
     kube_api.set_proxy(kube_api.head_service, 8265, "api/v0/actors", status=500, body=b"{}")
     report = read(kube_api, dashboard)
     assert report.providers[0][1] == "efa"
@@ -398,6 +397,45 @@ def test_files_of_a_job_older_than_the_replicas_are_never_read() -> None:
     ]
     target = nixl_logs.NixlTarget(label="prefill", node_id=fake.RAY_NODE_A, worker_ids=(replica,))
     assert nixl_logs.log_files_to_read(files, target, 10) == [files[2], files[3], files[1]]
+
+
+def replica_target(replica: str, replica_log: str, label: str = "prefill") -> Any:
+    """The logs to read for a prefill replica on node A: its worker id and Serve log."""
+    return nixl_logs.NixlTarget(
+        label=label,
+        node_id=fake.RAY_NODE_A,
+        worker_ids=(replica,),
+        role="prefill",
+        replica_log=replica_log,
+    )
+
+
+def test_nixl_log_files_are_read_stdout_first_replica_then_its_engine_workers() -> None:
+    """NIXL prints to stdout: the replica's .out, then the .out files of its job (the vLLM GPU
+    worker actors), then other .out files, and only then .err and the replica log."""
+    replica, gpu, other = "1f" * 28, "e1" * 28, "9a" * 28
+    files = [
+        "raylet.out",
+        *(f"worker-{i:02x}{'77' * 27}-ffffffff-{3000 + i}.err" for i in range(20)),
+        f"worker-{replica}-01000000-4242.err",
+        f"worker-{other}-02000000-6000.out",
+        f"worker-{gpu}-01000000-5151.err",
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{replica}-01000000-4242.out",
+        "serve/replica_qwen_Prefill_1.log",
+        "gcs_server.out",
+    ]
+    target = replica_target(replica, "serve/replica_qwen_Prefill_1.log", "prefill@10.0.1.20")
+    chosen = nixl_logs.log_files_to_read(files, target, 5)
+    assert chosen == [
+        f"worker-{replica}-01000000-4242.out",
+        f"worker-{gpu}-01000000-5151.out",
+        f"worker-{other}-02000000-6000.out",
+        f"worker-{replica}-01000000-4242.err",
+        # NIXL's C++ plugins log to stderr: the engine job's .err before the replica log.
+        f"worker-{gpu}-01000000-5151.err",
+    ]
+    assert all(not name.startswith(("raylet", "gcs_server")) for name in chosen)
 
 
 def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
@@ -433,12 +471,8 @@ def test_every_kind_of_log_file_has_its_rank_and_order() -> None:
     for name in ("worker-zz.out", "worker-aa.out"):  # listed z before a
         listed.remove(name)
     listed[:0] = ["worker-zz.out", "worker-aa.out"]
-    target = nixl_logs.NixlTarget(
-        label="prefill",
-        node_id=fake.RAY_NODE_A,
-        worker_ids=(replica,),
-        role="prefill",
-        replica_log="/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log",
+    target = replica_target(
+        replica, "/tmp/ray/session_latest/logs/serve/replica_qwen_PDPrefill_r1.log"
     )
     assert nixl_logs.log_files_to_read(listed, target, 50) == expected
 

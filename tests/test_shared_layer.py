@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.lambda_handlers import LambdaContext
 from tests.synth import ROOT, Synthesized
 
 LAMBDA = ROOT / "assets" / "lambda"
@@ -131,11 +132,7 @@ def test_the_layer_answers_like_the_handlers_did() -> None:
 def test_time_left_is_the_contexts_in_seconds() -> None:
     from pd_lambda import props
 
-    class Context:
-        def get_remaining_time_in_millis(self) -> int:
-            return 12_500
-
-    time_left = props.time_left(Context())
+    time_left = props.time_left(LambdaContext(12.5))
     assert time_left is not None and time_left() == 12.5
     assert props.time_left(None) is None  # a direct call: no budget
 

@@ -21,12 +21,11 @@ import http.server
 import json
 import re
 import ssl
-import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.kube_api import _shared_ca
+from tests.fakes.kube_api import KeepAliveHandler, _shared_ca, serve_tls
 
 CLIENT_ID = "4example0client0id0abcdefgh"
 CLIENT_SECRET = "s3cr3t-client-secret-value-for-tests-only-0123456789"
@@ -62,13 +61,7 @@ class FakeEndpoint:
         ca, cert = _shared_ca()
         if self.cert_names:
             cert = ca.issue_cert(*self.cert_names)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        cert.configure_cert(context)
-        self._httpd = _Server(("127.0.0.1", 0), _Handler, context, self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
+        self._httpd, self._thread = serve_tls(_Server, _Handler, self, cert)
         return self
 
     def close(self) -> None:
@@ -133,18 +126,8 @@ class _Server(http.server.ThreadingHTTPServer):
         pass
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(KeepAliveHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)

@@ -71,15 +71,16 @@ import http.server
 import json
 import re
 import socket
+import socketserver
 import ssl
 import struct
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import trustme
 
@@ -999,6 +1000,25 @@ def _shared_ca() -> tuple[trustme.CA, trustme.LeafCert]:
     return _CA, _CERT
 
 
+_Server = TypeVar("_Server", bound=socketserver.BaseServer)
+
+
+def serve_tls(
+    server_class: Callable[..., _Server], handler: type, owner: Any, cert: trustme.LeafCert
+) -> tuple[_Server, threading.Thread]:
+    """``server_class(address, handler, context, owner)`` on 127.0.0.1 (a free port), with a
+    TLS context that presents ``cert``, serving on a daemon thread."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    httpd = server_class(("127.0.0.1", 0), handler, context, owner)
+    # A short poll interval keeps shutdown() (hence fixture teardown) near-instant.
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
+    thread.start()
+    return httpd, thread
+
+
 class FakeKubeApi:
     """The fake API server and its mutable state. Thread-safe for one test at a time."""
 
@@ -1072,15 +1092,7 @@ class FakeKubeApi:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> FakeKubeApi:
-        _, cert = _shared_ca()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        cert.configure_cert(context)
-        self._httpd = _TlsServer(("127.0.0.1", 0), _Handler, context, self)
-        # A short poll interval keeps shutdown() (hence fixture teardown) near-instant.
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
+        self._httpd, self._thread = serve_tls(_TlsServer, _Handler, self, _shared_ca()[1])
         return self
 
     def close(self) -> None:
@@ -1953,14 +1965,12 @@ class _TlsServer(http.server.ThreadingHTTPServer):
         pass  # resets and aborted handshakes are the point of some tests
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _TlsServer
-    # Keep-alive, as the API server answers: a client may send its next request on the same
-    # connection (every response has a Content-Length). Without Nagle's algorithm, as Go's
-    # net/http: the body, written after the headers, would otherwise wait out the client's
-    # delayed ACK (40 ms a request).
+class KeepAliveHandler(http.server.BaseHTTPRequestHandler):
+    """A fake server's handler: HTTP/1.1 (a client may send its next request on the same
+    connection; every response has a Content-Length or is chunked), no access log, and each
+    request method it answers handed to ``_serve``."""
+
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -1970,6 +1980,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._serve()
+
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+
+class _Handler(KeepAliveHandler):
+    server: _TlsServer
+    # Keep-alive, as the API server answers. Without Nagle's algorithm, as Go's net/http: the
+    # body, written after the headers, would otherwise wait out the client's delayed ACK (40 ms
+    # a request).
+    disable_nagle_algorithm = True
 
     def do_DELETE(self) -> None:
         self._serve()
