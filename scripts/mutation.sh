@@ -67,6 +67,7 @@ SCOPE=(
   'assets.lambda.readiness.checks.x_rayservice_state__*'
   'assets.lambda.readiness.checks.x_pod_problems__*'
   'assets.lambda.readiness.placement.x_placement__*'
+  'assets.lambda.readiness.placement.x__by_replicas__*'
   'assets.lambda.readiness.checks.x_pod_gpus__*'
   'assets.lambda.readiness.checks.x__is_pull_failure__*'
   'assets.lambda.readiness.checks.x_quantity__*'
