@@ -87,6 +87,7 @@ SCOPE=(
   # the Ray dashboard's head read and actor list, and the KV probe's provider metrics
   'assets.lambda.readiness.nixl_logs.x_read_nixl_backends__*'
   'assets.lambda.readiness.nixl_logs.x__evidence_complete__*'
+  'assets.lambda.readiness.nixl_logs.x__with_evidence__*'
   'assets.lambda.readiness.nixl_logs.x__completes__*'
   'assets.lambda.readiness.handler.x_provider_metrics__*'
   'assets.lambda.readiness.handler.x_scheduled_probe__*'
