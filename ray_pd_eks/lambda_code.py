@@ -54,77 +54,84 @@ def _load(name: str, module_name: str | None = None, folder: Path = READINESS_DI
     return module
 
 
+# The siblings each readiness module imports, which must be loaded before it (under their own
+# names, as in the Lambda).
+SIBLINGS: dict[str, tuple[str, ...]] = {
+    "placement": ("checks",),
+    "nixl_logs": ("kube", "kvproof", "placement"),
+    "terminal": ("checks", "properties"),
+    "kv_probe": ("kube", "kvproof", "placement", "terminal"),
+    "report": ("nixl_logs", "properties"),
+    "steps": ("kv_probe", "report"),
+    "handler": ("steps",),
+    "ray_token": ("kube",),
+    "recreate": ("kube", "properties"),
+}
+
+
+def _readiness(name: str, module_name: str | None = None) -> ModuleType:
+    """``assets/lambda/readiness/<name>.py``, after the siblings it imports (``SIBLINGS``)."""
+    for sibling in SIBLINGS.get(name, ()):
+        _readiness(sibling)
+    return _load(name, module_name)
+
+
 def kube() -> ModuleType:
     """``assets/lambda/readiness/kube.py``: KubeClient, eks_token, RayDashboard, errors."""
-    return _load("kube")
+    return _readiness("kube")
 
 
 def checks() -> ModuleType:
     """``assets/lambda/readiness/checks.py``: pure verdicts on Kubernetes and Ray JSON."""
-    return _load("checks")
+    return _readiness("checks")
 
 
 def kvproof() -> ModuleType:
     """``assets/lambda/readiness/kvproof.py``: the KV integrity probe and the NIXL counters."""
-    return _load("kvproof")
+    return _readiness("kvproof")
 
 
 def placement() -> ModuleType:
     """``assets/lambda/readiness/placement.py``: where the engines run (Serve replicas, pods)."""
-    checks()
-    return _load("placement")
+    return _readiness("placement")
 
 
 def nixl_logs() -> ModuleType:
     """``assets/lambda/readiness/nixl_logs.py``: the NIXL backend and libfabric provider from
     the engines' logs (which files, the reader, the verdict)."""
-    kube()
-    kvproof()
-    placement()
-    return _load("nixl_logs")
+    return _readiness("nixl_logs")
 
 
 def properties() -> ModuleType:
     """``assets/lambda/readiness/properties.py``: the check's ``Props`` and ``ReadinessError``."""
-    return _load("properties")
+    return _readiness("properties")
 
 
 def terminal() -> ModuleType:
     """``assets/lambda/readiness/terminal.py``: the states that waiting cannot fix."""
-    checks()
-    properties()
-    return _load("terminal")
+    return _readiness("terminal")
 
 
 def kv_probe() -> ModuleType:
     """``assets/lambda/readiness/kv_probe.py``: one KV integrity probe with the NIXL counters
     around it."""
-    kube()
-    kvproof()
-    placement()
-    terminal()
-    return _load("kv_probe")
+    return _readiness("kv_probe")
 
 
 def report() -> ModuleType:
     """``assets/lambda/readiness/report.py``: the check's Data and the rollback answer."""
-    nixl_logs()
-    properties()
-    return _load("report")
+    return _readiness("report")
 
 
 def steps() -> ModuleType:
     """``assets/lambda/readiness/steps.py``: one poll's checks, in order."""
-    kv_probe()
-    report()
-    return _load("steps")
+    return _readiness("steps")
 
 
 def handler() -> ModuleType:
     """``assets/lambda/readiness/handler.py``: the readiness check's entry points (the Provider
     contract and the scheduled KV probe)."""
-    steps()
-    return _load("handler", "ray_pd_eks_readiness_handler")
+    return _readiness("handler", "ray_pd_eks_readiness_handler")
 
 
 def gpu_az_handler() -> ModuleType:
@@ -135,11 +142,9 @@ def gpu_az_handler() -> ModuleType:
 
 def ray_token() -> ModuleType:
     """``assets/lambda/readiness/ray_token.py``: the Ray token writer (custom resource)."""
-    kube()
-    return _load("ray_token", "ray_pd_eks_ray_token")
+    return _readiness("ray_token", "ray_pd_eks_ray_token")
 
 
 def recreate() -> ModuleType:
     """``assets/lambda/readiness/recreate.py``: the RayService recreate on a cluster change."""
-    kube()
-    return _load("recreate", "ray_pd_eks_recreate_handler")
+    return _readiness("recreate", "ray_pd_eks_recreate_handler")

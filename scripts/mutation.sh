@@ -67,6 +67,7 @@ SCOPE=(
   'assets.lambda.readiness.checks.x_rayservice_state__*'
   'assets.lambda.readiness.checks.x_pod_problems__*'
   'assets.lambda.readiness.placement.x_placement__*'
+  'assets.lambda.readiness.placement.x__by_replicas__*'
   'assets.lambda.readiness.checks.x_pod_gpus__*'
   'assets.lambda.readiness.checks.x__is_pull_failure__*'
   'assets.lambda.readiness.checks.x_quantity__*'
@@ -86,6 +87,7 @@ SCOPE=(
   # the Ray dashboard's head read and actor list, and the KV probe's provider metrics
   'assets.lambda.readiness.nixl_logs.x_read_nixl_backends__*'
   'assets.lambda.readiness.nixl_logs.x__evidence_complete__*'
+  'assets.lambda.readiness.nixl_logs.x__with_evidence__*'
   'assets.lambda.readiness.nixl_logs.x__completes__*'
   'assets.lambda.readiness.handler.x_provider_metrics__*'
   'assets.lambda.readiness.handler.x_scheduled_probe__*'

@@ -210,6 +210,21 @@ def test_token_endpoint_rejecting_the_client_is_exit_3(alb: FakeEndpoint, tmp_pa
     assert [r.path for r in alb.requests] == ["/oauth2/token"]
 
 
+def test_a_missing_app_client_is_exit_3_with_the_fix(alb: FakeEndpoint, tmp_path: Path) -> None:
+    h = harness(tmp_path, **INTERNAL)
+    stub_stack(h, cognito_outputs(alb.url))
+    h.session.stub("cognito-idp").add_client_error(
+        "describe_user_pool_client", "ResourceNotFoundException", "no client", 400
+    )
+    result = h.run("smoke")
+    assert result.code == 3
+    assert result.err == (
+        f"error: app client {CLIENT_ID} of user pool {POOL_ID} not found: the stack {STACK} "
+        "may be out of date; redeploy it\n"
+    )
+    assert alb.requests == []
+
+
 def test_undeployed_stack_is_exit_3_with_the_fix(tmp_path: Path) -> None:
     h = harness(tmp_path, **INTERNAL)
     stub_stack(h, None)

@@ -94,18 +94,17 @@ def describe(app: App, stack: str | None) -> Endpoint:
 
 def _client_secret(app: App, endpoint: Endpoint) -> str:
     aws = app.aws
-    with aws.errors("cognito-idp:DescribeUserPoolClient"):
-        try:
-            client = aws.client("cognito-idp").describe_user_pool_client(
-                UserPoolId=endpoint.user_pool_id, ClientId=endpoint.client_id
-            )["UserPoolClient"]
-        except bce.ClientError as err:
-            if error_code(err) != "ResourceNotFoundException":
-                raise
-            raise AccessError(
-                f"app client {endpoint.client_id} of user pool {endpoint.user_pool_id} not "
-                f"found: the stack {endpoint.stack} may be out of date; redeploy it"
-            ) from None
+    client = aws.unless_missing(
+        "cognito-idp:DescribeUserPoolClient",
+        lambda: aws.client("cognito-idp").describe_user_pool_client(
+            UserPoolId=endpoint.user_pool_id, ClientId=endpoint.client_id
+        )["UserPoolClient"],
+    )
+    if client is None:
+        raise AccessError(
+            f"app client {endpoint.client_id} of user pool {endpoint.user_pool_id} not "
+            f"found: the stack {endpoint.stack} may be out of date; redeploy it"
+        )
     secret = client.get("ClientSecret")
     if not secret:
         raise AccessError(f"app client {endpoint.client_id} has no secret: redeploy the stack")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore import exceptions as bce
 
@@ -56,6 +56,9 @@ def error_code(err: bce.ClientError) -> str:
 
 def _error_text(err: bce.ClientError) -> str:
     return str(err.response.get("Error", {}).get("Message", "")) or error_code(err)
+
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -145,6 +148,17 @@ class Aws:
         with aws_errors(action, self.profile):
             yield
 
+    def unless_missing(self, action: str, call: Callable[[], T]) -> T | None:
+        """``call()`` (``action``), with :meth:`errors`' translation; None when AWS answers
+        ``ResourceNotFoundException``: the thing does not exist."""
+        with self.errors(action):
+            try:
+                return call()
+            except bce.ClientError as err:
+                if error_code(err) != "ResourceNotFoundException":
+                    raise
+        return None
+
     def identity(self) -> dict[str, Any]:
         """``sts:GetCallerIdentity``; the one call that proves credentials work."""
         if self._identity is None:
@@ -191,12 +205,12 @@ class Aws:
 
     def describe_cluster(self, name: str) -> dict[str, Any]:
         self.identity()
-        with self.errors("eks:DescribeCluster"):
-            try:
-                return dict(self.client("eks").describe_cluster(name=name)["cluster"])
-            except bce.ClientError as err:
-                if error_code(err) != "ResourceNotFoundException":
-                    raise
+        cluster = self.unless_missing(
+            "eks:DescribeCluster",
+            lambda: dict(self.client("eks").describe_cluster(name=name)["cluster"]),
+        )
+        if cluster is not None:
+            return cluster
         raise AccessError(
             f"EKS cluster '{name}' not found in {self.region}: deploy it first "
             f"(`{DEPLOY_COMMAND}`), or point the tool at it: {set_hint('clusterName')}, or --region"

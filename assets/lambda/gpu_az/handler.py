@@ -187,24 +187,10 @@ def reservation_problems(
     return out
 
 
-def check_reservation(
-    reservation: dict[str, Any],
-    *,
-    instance_type: str,
-    requested_az: str,
-    placement_group: str,
-    instance_count: int,
-    creating: bool,
-) -> str:
-    """The reservation's AZ once every check passes; otherwise raise with the settings to fix."""
-    problems = reservation_problems(
-        reservation,
-        instance_type=instance_type,
-        requested_az=requested_az,
-        placement_group=placement_group,
-        instance_count=instance_count,
-        creating=creating,
-    )
+def check_reservation(reservation: dict[str, Any], **needs: Any) -> str:
+    """The reservation's AZ once every check passes; otherwise raise with the settings to fix.
+    ``needs`` are :func:`reservation_problems`' keywords."""
+    problems = reservation_problems(reservation, **needs)
     if problems:
         raise RuntimeError("; ".join(problems))
     rid = reservation.get("CapacityReservationId", "")

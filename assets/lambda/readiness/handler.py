@@ -151,10 +151,8 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     replacement, so a later rollback keeps the previous resource with its previous Data, and a
     rollback Update can still read the previous Data back from the id it is sent.
     """
-    if event.get("RequestType") == "Delete":
-        return {"IsComplete": True}
-    if event.get(ROLLBACK_KEY) == "true":
-        return {"IsComplete": True, "Data": dict(event.get("Data") or {})}
+    if settled := rollback.settled(event, ROLLBACK_KEY):
+        return settled
     settings = read_settings()
     LOG.setLevel(settings.log_level)
     props = Props.from_properties(event.get("ResourceProperties") or {})
@@ -172,14 +170,12 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
             budget_ends=time.monotonic() + max(0.0, budget),
             started=started,
         )
-    except ReadinessError as exc:
-        message = _one_line(f"Readiness check failed for {props.physical_id}: {exc}")
-        LOG.error("poll: FAILED: %s", message)
-        raise ReadinessError(message) from None
-    except (kube.KubeAuthError, kube.KubeTlsError) as exc:
-        message = _one_line(f"Readiness check failed for {props.physical_id}: {exc}")
-        LOG.error("poll: FAILED: %s", message)
-        raise ReadinessError(message) from None
+    except (ReadinessError, kube.KubeAuthError, kube.KubeTlsError) as exc:
+        raise props_helpers.poll_failed(
+            ReadinessError,
+            f"Readiness check failed for {props.physical_id}: {exc}",
+            MAX_REASON_CHARS,
+        ) from None
 
     if outcome.complete:
         LOG.info("poll: COMPLETE: %s", json.dumps(outcome.data, sort_keys=True))
@@ -201,12 +197,12 @@ def is_complete(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         outcome.status,
     )
     if elapsed >= give_up_after:
-        message = _one_line(
+        raise props_helpers.poll_failed(
+            ReadinessError,
             f"Readiness check timed out for {props.physical_id} after {elapsed / 60:.0f} min: "
-            f"still failing: {outcome.pending_check}; last status: {outcome.status}"
+            f"still failing: {outcome.pending_check}; last status: {outcome.status}",
+            MAX_REASON_CHARS,
         )
-        LOG.error("poll: FAILED: %s", message)
-        raise ReadinessError(message)
     return {"IsComplete": False}
 
 

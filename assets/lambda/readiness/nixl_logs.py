@@ -377,8 +377,7 @@ def read_nixl_backends(
                 partial.append(f"{filename} unreadable ({exc.reason or exc})")
                 continue
             read_count += 1
-            found = found or nixl_backend(text)
-            provider = provider or kvproof.libfabric_provider(text)
+            found, provider = _with_evidence(text, found, provider)
             head = oldest_piece(files, filename)
             # A tail of fewer lines than asked for is the whole file (one fewer when the file
             # does not end in a newline: log_agent counts that last line too).
@@ -400,8 +399,7 @@ def read_nixl_backends(
                     partial.append(f"{head} unreadable ({exc.reason or exc})")
                     continue
                 read_count += 1
-                found = found or nixl_backend(start)
-                provider = provider or kvproof.libfabric_provider(start)
+                found, provider = _with_evidence(start, found, provider)
                 if not _evidence_complete(found, provider, fi_provider):
                     if head != filename:
                         partial.append(f"{filename} rotated: its oldest piece {head} starts later")
@@ -430,6 +428,13 @@ def read_nixl_backends(
         out_of_budget=late,
         unseen=tuple(unseen),
     )
+
+
+def _with_evidence(
+    text: str, found: str | None, provider: str | None
+) -> tuple[str | None, str | None]:
+    """The backend and provider found so far, each taken from ``text`` where none was yet."""
+    return found or nixl_backend(text), provider or kvproof.libfabric_provider(text)
 
 
 def _evidence_complete(backend: str | None, provider: str | None, fi_provider: str = "") -> bool:

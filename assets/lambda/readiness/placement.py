@@ -169,27 +169,17 @@ def placement(
             )
         else:
             shared = sorted(set(prefill) & set(decode))
-            if shared:
-                return Placement(
-                    method="serve-replicas",
-                    pods=tuple(pods),
-                    prefill_nodes=prefill,
-                    decode_nodes=decode,
-                    ok=False,
-                    conflict=True,
-                    why=(
-                        f"prefill and decode replicas share node(s) {', '.join(shared)}; give "
-                        "each worker pod exactly one replica's GPUs (tensorParallelSize) so "
-                        "Serve must place them apart"
-                    ),
-                )
-            return Placement(
-                method="serve-replicas",
-                pods=tuple(pods),
-                prefill_nodes=prefill,
-                decode_nodes=decode,
-                ok=True,
-                why=f"prefill on {', '.join(prefill)}, decode on {', '.join(decode)}",
+            return _by_replicas(
+                pods,
+                shared,
+                prefill=prefill,
+                decode=decode,
+                conflict_why=(
+                    f"prefill and decode replicas share node(s) {', '.join(shared)}; give "
+                    "each worker pod exactly one replica's GPUs (tensorParallelSize) so "
+                    "Serve must place them apart"
+                ),
+                ok_why=f"prefill on {', '.join(prefill)}, decode on {', '.join(decode)}",
             )
     workers = [p for p in pods if p.role == "worker" and p.phase == "Running" and p.node]
     nodes = {p.node for p in workers}
@@ -234,26 +224,37 @@ def _engine_placement(
         per_node[node] = per_node.get(node, 0) + 1
     nodes = tuple(sorted(per_node))
     shared = [n for n, count in sorted(per_node.items()) if count > 1]
-    if shared:
-        return Placement(
-            method="serve-replicas",
-            pods=tuple(pods),
-            prefill_nodes=(),
-            decode_nodes=(),
-            engine_nodes=nodes,
-            ok=False,
-            conflict=True,
-            why=(
-                f"several engine replicas share node(s) {', '.join(shared)}; give each worker "
-                "pod exactly one GPU so each engine gets a GPU node of its own"
-            ),
-        )
+    return _by_replicas(
+        pods,
+        shared,
+        engines=nodes,
+        conflict_why=(
+            f"several engine replicas share node(s) {', '.join(shared)}; give each worker "
+            "pod exactly one GPU so each engine gets a GPU node of its own"
+        ),
+        ok_why=f"aggregated: {len(replicas)} engine(s), each on its own node: {', '.join(nodes)}",
+    )
+
+
+def _by_replicas(
+    pods: list[PodPlacement],
+    shared: list[str],
+    *,
+    conflict_why: str,
+    ok_why: str,
+    prefill: tuple[str, ...] = (),
+    decode: tuple[str, ...] = (),
+    engines: tuple[str, ...] = (),
+) -> Placement:
+    """The placement read from the Serve replicas' nodes: a conflict (``conflict_why``) when
+    replicas that must run apart share the nodes ``shared``, else proven (``ok_why``)."""
     return Placement(
         method="serve-replicas",
         pods=tuple(pods),
-        prefill_nodes=(),
-        decode_nodes=(),
-        engine_nodes=nodes,
-        ok=True,
-        why=f"aggregated: {len(replicas)} engine(s), each on its own node: {', '.join(nodes)}",
+        prefill_nodes=prefill,
+        decode_nodes=decode,
+        engine_nodes=engines,
+        ok=not shared,
+        conflict=bool(shared),
+        why=conflict_why if shared else ok_why,
     )

@@ -19,12 +19,17 @@ METRICS_PORT = 8080  # RAY_PORTS.metrics_export; the construct passes it as Metr
 KV_BACKENDS = ("LIBFABRIC", "UCX")
 SERVING_MODES = ("pd", "aggregated")
 
-REQUIRED_PROPERTIES = (
+# The RayService and the cluster it runs in: what every custom resource of this folder that
+# talks to the cluster is given first (the readiness check, the RayService recreate).
+RAYSERVICE_PROPERTIES = (
     "ClusterName",
     "ClusterEndpoint",
     "ClusterCertificateAuthorityData",
     "Namespace",
     "RayServiceName",
+)
+REQUIRED_PROPERTIES = (
+    *RAYSERVICE_PROPERTIES,
     "ApplicationName",
     "ModelId",
     "KvBackend",
@@ -37,15 +42,37 @@ class ReadinessError(Exception):
 
 
 @dataclass(frozen=True)
-class Props:
-    """The custom resource's ``ResourceProperties``: everything the check needs, nothing looked
-    up elsewhere. ``ConfigHash`` and ``ServiceToken`` are accepted and ignored."""
+class RayServiceProps:
+    """The RayService and the cluster it runs in (``RAYSERVICE_PROPERTIES``), which names the
+    custom resource: ``<cluster>/<namespace>/<rayservice>``."""
 
     cluster_name: str
     endpoint: str
     ca_data: str
     namespace: str
     rayservice: str
+
+    @property
+    def physical_id(self) -> str:
+        return f"{self.cluster_name}/{self.namespace}/{self.rayservice}"
+
+    @staticmethod
+    def rayservice_fields(properties: Mapping[str, Any]) -> dict[str, str]:
+        """The fields above, from properties that have every one of ``RAYSERVICE_PROPERTIES``."""
+        return {
+            "cluster_name": str(properties["ClusterName"]),
+            "endpoint": str(properties["ClusterEndpoint"]),
+            "ca_data": str(properties["ClusterCertificateAuthorityData"]),
+            "namespace": str(properties["Namespace"]),
+            "rayservice": str(properties["RayServiceName"]),
+        }
+
+
+@dataclass(frozen=True)
+class Props(RayServiceProps):
+    """The custom resource's ``ResourceProperties``: everything the check needs, nothing looked
+    up elsewhere. ``ConfigHash`` and ``ServiceToken`` are accepted and ignored."""
+
     app_name: str
     model_id: str
     kv_backend: str
@@ -69,21 +96,14 @@ class Props:
     query_interval_seconds: int = DEFAULT_QUERY_INTERVAL_SECONDS
 
     @property
-    def physical_id(self) -> str:
-        return f"{self.cluster_name}/{self.namespace}/{self.rayservice}"
-
-    @property
     def serve_service(self) -> str:
         return f"{self.rayservice}-serve-svc"
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
-        missing = [key for key in REQUIRED_PROPERTIES if properties.get(key) in (None, "")]
-        if missing:
-            raise ReadinessError(
-                "ResourceProperties missing " + ", ".join(missing) + "; the readiness construct "
-                "must pass all of " + ", ".join(REQUIRED_PROPERTIES)
-            )
+        props_helpers.require(
+            properties, REQUIRED_PROPERTIES, construct="readiness", error=ReadinessError
+        )
         endpoint = str(properties["ClusterEndpoint"])
         if not endpoint.startswith("https://"):
             raise ReadinessError(
@@ -101,11 +121,7 @@ class Props:
                 f"ServingMode must be one of {', '.join(SERVING_MODES)}, got {serving_mode!r}"
             )
         return cls(
-            cluster_name=str(properties["ClusterName"]),
-            endpoint=endpoint,
-            ca_data=str(properties["ClusterCertificateAuthorityData"]),
-            namespace=str(properties["Namespace"]),
-            rayservice=str(properties["RayServiceName"]),
+            **cls.rayservice_fields(properties),
             app_name=str(properties["ApplicationName"]),
             model_id=str(properties["ModelId"]),
             kv_backend=kv_backend,

@@ -42,6 +42,7 @@ from typing import Any
 import kube
 from pd_lambda import props as props_helpers
 from pd_lambda import rollback
+from properties import RAYSERVICE_PROPERTIES, RayServiceProps
 
 LOG = logging.getLogger("recreate")
 LOG.setLevel(logging.INFO)
@@ -54,14 +55,7 @@ QUERY_INTERVAL_SECONDS = 15
 LAMBDA_TIMEOUT_SECONDS = 120
 MAX_REASON_CHARS = 1500
 DATA_KEYS = ("Action", "ClusterSpecHash", "Summary")
-REQUIRED_PROPERTIES = (
-    "ClusterName",
-    "ClusterEndpoint",
-    "ClusterCertificateAuthorityData",
-    "Namespace",
-    "RayServiceName",
-    "ClusterSpecHash",
-)
+REQUIRED_PROPERTIES = (*RAYSERVICE_PROPERTIES, "ClusterSpecHash")
 
 
 class RecreateError(Exception):
@@ -69,18 +63,9 @@ class RecreateError(Exception):
 
 
 @dataclass(frozen=True)
-class Props:
-    cluster_name: str
-    endpoint: str
-    ca_data: str
-    namespace: str
-    rayservice: str
+class Props(RayServiceProps):
     spec_hash: str
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
-
-    @property
-    def physical_id(self) -> str:
-        return f"{self.cluster_name}/{self.namespace}/{self.rayservice}"
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Props:
@@ -93,11 +78,7 @@ class Props:
                 f"TimeoutSeconds must be a positive whole number, got {raw_timeout!r}"
             )
         return cls(
-            cluster_name=str(properties["ClusterName"]),
-            endpoint=str(properties["ClusterEndpoint"]),
-            ca_data=str(properties["ClusterCertificateAuthorityData"]),
-            namespace=str(properties["Namespace"]),
-            rayservice=str(properties["RayServiceName"]),
+            **cls.rayservice_fields(properties),
             spec_hash=str(properties["ClusterSpecHash"]),
             timeout_seconds=int(raw_timeout),
         )

@@ -117,13 +117,9 @@ class ModelChecks(Checks):
             return
         sm = self.aws.client("secretsmanager")
         try:
-            with self.aws.errors("secretsmanager:DescribeSecret"):
-                try:
-                    secret = sm.describe_secret(SecretId=arn)
-                except bce.ClientError as err:
-                    if error_code(err) != "ResourceNotFoundException":
-                        raise
-                    secret = None
+            secret = self.aws.unless_missing(
+                "secretsmanager:DescribeSecret", lambda: sm.describe_secret(SecretId=arn)
+            )
         except AccessError as err:
             yield Finding(WARN, "hugging face token", f"cannot check {arn} ({err.message})")
             return
