@@ -7,6 +7,7 @@ polls with the harness clock's ``on_sleep`` hooks."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -363,6 +364,48 @@ def test_the_last_warning_is_the_newest_warning_event_as_kind_name_reason_messag
     assert f"last warning event: Pod/{fake.WORKER_POD_B} NixlError: newer failure;" in err
     (listed,) = kube_api.requests_to("/namespaces/inference/events", "GET")
     assert listed.query.get("fieldSelector") == "type=Warning"
+
+
+class _EventsOnly:
+    """What ``drill.last_warning`` reads of a cluster: its namespace and its Warning events."""
+
+    def __init__(self, *events: dict[str, Any]) -> None:
+        self.events = list(events)
+        self.app = SimpleNamespace(config=SimpleNamespace(namespace=fake.NAMESPACE))
+
+    def get(self, path: str, query: dict[str, str]) -> dict[str, Any]:
+        assert path == f"/api/v1/namespaces/{fake.NAMESPACE}/events"
+        return {"items": self.events}
+
+
+def _untimed(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with none of the times an Event may carry."""
+    for key in ("series", "lastTimestamp", "eventTime", "firstTimestamp"):
+        event.pop(key, None)
+    event.get("metadata", {}).pop("creationTimestamp", None)
+    return event
+
+
+def test_an_event_without_a_time_is_never_the_last_warning() -> None:
+    timed = fake.make_event(fake.WORKER_POD_A, "BackOff", "old but timed", ago=500)
+    untimed = _untimed(fake.make_event(fake.WORKER_POD_B, "NixlError", "no time"))
+    for events in ((timed, untimed), (untimed, timed)):
+        got = drill.last_warning(_EventsOnly(*events))  # type: ignore[arg-type]
+        assert got == f"Pod/{fake.WORKER_POD_A} BackOff: old but timed"
+
+
+def test_a_warning_without_object_reason_or_message_reads_as_question_marks_and_blanks() -> None:
+    bare = {"type": "Warning", "lastTimestamp": fake.ts(ago=5)}
+    assert drill.last_warning(_EventsOnly(bare)) == "?/? : "  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["at-300", "one-past"])
+def test_the_last_warning_is_cut_at_300_characters(extra: int) -> None:
+    head = f"Pod/{fake.WORKER_POD_A} BackOff: "
+    message = "m" * (300 - len(head) + extra)
+    event = fake.make_event(fake.WORKER_POD_A, "BackOff", message)
+    got = drill.last_warning(_EventsOnly(event))  # type: ignore[arg-type]
+    assert got == (head + message)[:300] and len(got) == 300
 
 
 def test_without_warning_events_the_last_warning_is_none(
