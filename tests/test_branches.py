@@ -539,6 +539,22 @@ def test_a_stuck_pod_quotes_its_latest_event_whatever_else_is_listed() -> None:
     ]
 
 
+def test_a_stuck_pod_quotes_only_events_about_a_pod() -> None:
+    """Names are unique per kind only: a newer Warning with one of the pod's reasons about
+    another kind of object of the same name is not the pod's event, nor its date."""
+    pod, event = unschedulable(WORKER_POD_A, since_ago=300, seen_ago=30)
+    namesake = make_object_event(
+        "RayCluster", WORKER_POD_A, "FailedScheduling", "not the pod's", now=NOW_DT, ago=5
+    )
+    (problem,) = checks.pod_problems({"items": [pod]}, {"items": [event, namesake]})
+    assert (problem.event, problem.observed_at) == (
+        f"FailedScheduling: {NO_ROOM}",
+        NOW_DT - timedelta(seconds=30),
+    )
+    (alone,) = checks.pod_problems({"items": [pod]}, {"items": [namesake]})
+    assert (alone.event, alone.observed_at) == ("", NOW_DT - timedelta(seconds=300))
+
+
 def test_an_unschedulable_pod_without_an_event_is_dated_by_its_condition() -> None:
     pod, _event = unschedulable(WORKER_POD_A, head=True, since_ago=300, seen_ago=30)
     (problem,) = checks.pod_problems({"items": [pod]}, {"items": []})
