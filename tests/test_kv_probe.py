@@ -158,3 +158,38 @@ def test_an_endpoint_that_is_down_fails_without_raising(
     # A failure is no stall, and says nothing of the provider.
     assert outcome == {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": outcome["Reason"]}
     assert [line["ProbeOk"] for line in probe_env] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"KvBackend": "UCX"}, id="ucx"),
+        pytest.param({"ServingMode": "aggregated"}, id="aggregated"),
+    ],
+)
+def test_without_libfabric_between_engines_no_provider_is_published(
+    kube_api: FakeKubeApi,
+    probe_env: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    overrides: dict[str, str],
+) -> None:
+    """The provider is libfabric's: with UCX, or aggregated (no KV transfer), a pass and a
+    failure both publish the probe and the stall only, and the probe never raises."""
+    kube_api.set_stage("serving")
+    if overrides.get("ServingMode") == "aggregated":
+        kube_api.set_aggregated()
+    else:
+        kube_api.set_nixl_backend("UCX")
+    monkeypatch.setenv("PROBE_PROPERTIES", json.dumps(kube_api.props(**overrides)))
+    outcome = handler.scheduled_probe({}, None)
+    assert (outcome["ProbeOk"], outcome["KvTransferStalled"], outcome["Reason"]) == (1, 0, "")
+    assert set(outcome) == {"ProbeOk", "KvTransferStalled", "Reason", "Detail"}
+    kube_api.set_stage("deploying")
+    outcome = handler.scheduled_probe({}, None)
+    assert outcome == {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": outcome["Reason"]}
+    assert "app qwen=DEPLOYING" in outcome["Reason"]
+    published = [
+        [m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]] for line in probe_env
+    ]
+    assert published == [["ProbeOk", "KvTransferStalled"]] * 2
+    assert [line["ProbeOk"] for line in probe_env] == [1, 0]
