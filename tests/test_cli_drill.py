@@ -148,12 +148,18 @@ def test_drill_verdicts(last: str, ran: bool, says: str) -> None:
     assert says in drill.drill_verdict(last, ran)
 
 
-def restart_replica(server: FakeKubeApi, deployment: str) -> None:
-    """Serve's new replica of ``deployment`` on the same node (the pod stays)."""
+def restart_replica(server: FakeKubeApi, deployment: str, **placed: str) -> None:
+    """Serve's new replica of ``deployment`` on the same node (the pod stays), or where
+    ``placed`` says (``node_id``, ``node_ip``)."""
     assert server.serve_applications is not None
     deployments = server.serve_applications["applications"][fake.APP_NAME]["deployments"]
     (old,) = deployments[deployment]["replicas"]
-    new = {**old, "replica_id": "n3wr3p1c", "actor_name": old["actor_name"][:-8] + "n3wr3p1c"}
+    new = {
+        **old,
+        "replica_id": "n3wr3p1c",
+        "actor_name": old["actor_name"][:-8] + "n3wr3p1c",
+        **placed,
+    }
     deployments[deployment]["replicas"] = [new]
 
 
@@ -313,7 +319,7 @@ def test_interval_and_timeout_at_one_are_accepted_below_refused(
     result = cli.run("drill", "decode-restart", "--yes", *args)
     assert result.code == code, result.out + result.err
     if code == 2:
-        assert "--timeout-minutes and --interval must be at least 1" in result.err
+        assert result.err == "error: --timeout-minutes and --interval must be at least 1\n"
         assert kube_api.requests_to("/pods/", "DELETE") == []
     else:
         assert "not recovered 1 min after deleting" in result.err
@@ -323,7 +329,7 @@ def test_interval_and_timeout_at_one_are_accepted_below_refused(
 def test_an_aggregated_app_has_no_drill(kube_api: FakeKubeApi, cli: Harness) -> None:
     kube_api.set_stage("serving")
     err = cli.fails("drill", "decode-restart", "--yes", "-c", "servingMode=aggregated", code=2)
-    assert "drill needs servingMode=pd: an aggregated app has no prefill/decode" in err
+    assert err == "error: drill needs servingMode=pd: an aggregated app has no prefill/decode\n"
 
 
 def test_the_drill_polls_until_the_timeout_and_not_past_it(
@@ -416,3 +422,157 @@ def test_without_warning_events_the_last_warning_is_none(
     cli.clock.on_sleep = [lambda: app_down(kube_api)] * 10
     result = cli.run("drill", "decode-restart", "--yes", "--timeout-minutes", "1")
     assert result.code == 1 and "last warning event: none;" in result.err
+
+
+def _replica(server: FakeKubeApi, role: str) -> Any:
+    """The ``role`` replica Serve lists now."""
+    (found,) = [
+        r
+        for r in lambda_code.placement().serve_replicas(server.serve_applications, fake.APP_NAME)
+        if r.role == role
+    ]
+    return found
+
+
+def serve_unreadable(server: FakeKubeApi) -> None:
+    """The head's dashboard answers no Serve details (its Service has no ready endpoint)."""
+    server.serve_applications = None
+
+
+def test_serve_details_unreadable_for_a_poll_are_read_again_at_the_next(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    serve = kube_api.serve_applications
+
+    def recovered_but_unreadable() -> None:
+        recovered(kube_api)
+        serve_unreadable(kube_api)
+
+    def readable() -> None:
+        kube_api.serve_applications = serve
+
+    cli.clock.on_sleep = [recovered_but_unreadable, readable]
+    out = cli.succeeds("drill", "decode-restart", "--yes", "--interval", "10")
+    # The first poll's read is retried after 1 and 2 s (the client's backoff); the next poll
+    # reads the details and the probe passes.
+    assert cli.clock.sleeps == [10, 1.0, 2.0, 10]
+    assert "OK: the endpoint served again after 23s (downtime)" in out
+    assert "OK    transfer      1 transfer(s)" in out
+
+
+def test_serve_details_unreadable_after_the_probe_ran_are_the_reason_given(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """The replacement ran and the probe failed once; then Serve's details stay unreadable until
+    the deadline: the last thing seen is that, with the API server's reason."""
+    stale_peer(kube_api)
+    cli.clock.on_sleep = [lambda: None, lambda: serve_unreadable(kube_api)]
+    err = cli.fails(
+        "drill", "prefill-restart", "--yes", "--timeout-minutes", "1", "--interval", "20"
+    )
+    assert (
+        "the RayService is RUNNING but the probe never passed (Serve details unreadable: no "
+        f'endpoints available for service "{fake.RAYSERVICE}-head-svc"); last warning event: '
+        "none; "
+    ) in err
+    assert err.endswith(f"recover with: kubectl delete pod -n inference {fake.WORKER_POD_B}\n")
+
+
+def test_a_denied_read_of_serve_details_stops_the_drill_with_the_access_fix(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [
+        lambda: kube_api.inject_fault(403, path_contains="api/serve/applications/"),
+    ]
+    result = cli.run("drill", "decode-restart", "--yes", "--interval", "10")
+    assert result.code == 3, result.out + result.err
+    assert "denied" in result.err and "settings --add-admin-me" in result.err
+    assert cli.clock.sleeps == [10]  # no second poll
+    assert kube_api.requests_to("/v1/chat/completions") == []
+
+
+@pytest.mark.parametrize(
+    ("which", "other", "recover"),
+    [
+        pytest.param("decode-restart", None, fake.WORKER_POD_A, id="decode-names-prefills-pod"),
+        pytest.param(
+            "decode-restart", fake.PREFILL_DEPLOYMENT, "<prefill pod>", id="no-prefill-pod"
+        ),
+        pytest.param("prefill-restart", fake.DECODE_DEPLOYMENT, "<decode pod>", id="no-decode-pod"),
+    ],
+)
+def test_the_recover_command_names_the_other_engines_pod_or_a_placeholder(
+    kube_api: FakeKubeApi, cli: Harness, which: str, other: str | None, recover: str
+) -> None:
+    """A stale peer is recovered by restarting the other engine's pod; when the drill found no
+    RUNNING replica of the other engine (its ``other`` deployment's replica still STARTING),
+    the command says which pod to fill in."""
+    stale_peer(kube_api)
+    if other is not None:
+        assert kube_api.serve_applications is not None
+        deployments = kube_api.serve_applications["applications"][fake.APP_NAME]["deployments"]
+        deployments[other]["replicas"][0]["state"] = "STARTING"
+    err = cli.fails("drill", which, "--yes", "--timeout-minutes", "1")
+    assert "decode holds a stale peer" in err
+    assert err.endswith(f"; recover with: kubectl delete pod -n inference {recover}\n")
+
+
+def test_the_probe_reads_the_counters_of_the_decode_engines_pod_alone(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    """Serve's details read at that poll name decode's pod: the prefill pod's metrics are never
+    read (its engine counts no pulls)."""
+    kube_api.set_stage("serving")
+    cli.clock.on_sleep = [lambda: recovered(kube_api)]
+    cli.succeeds("drill", "decode-restart", "--yes", "--interval", "10")
+    read = {r.path for r in kube_api.requests_to(":8080/proxy/metrics", "GET")}
+    assert read == {f"/api/v1/namespaces/inference/pods/{NEW_DECODE_POD}:8080/proxy/metrics"}
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["at-160", "one-past"])
+def test_a_probe_line_shows_the_first_160_characters(
+    kube_api: FakeKubeApi, cli: Harness, extra: int
+) -> None:
+    """The poll's line is cut at 160 characters; the verdict keeps the whole reason."""
+    kube_api.set_stage("serving")
+    head = f"POST /v1/chat/completions via {fake.RAYSERVICE}-serve-svc:8000: "
+    reason = head + "r" * (160 - len(head) + extra)
+    kube_api.fail_chat(503, reason[len(head) :])
+    result = cli.run(
+        "drill", "decode-restart", "--yes", "--timeout-minutes", "1", "--interval", "60"
+    )
+    assert result.code == 1, result.out + result.err
+    (line,) = [x for x in result.out.splitlines() if "probe:" in x]
+    assert line == f"     1m00s  probe: {reason[:160]}"
+    assert f"the probe never passed ({reason});" in result.err
+
+
+def test_a_new_replica_on_another_node_is_named_there(kube_api: FakeKubeApi, cli: Harness) -> None:
+    """Serve may start the new replica in another worker pod with a free GPU."""
+    kube_api.set_stage("serving")
+    other_pod, other_ip = f"{fake.RAY_CLUSTER}-gpu-workers-worker-0th3r", "10.0.1.22"
+
+    def elsewhere() -> None:
+        kube_api.pods.append(fake.make_pod(other_pod, node="ip-10-0-1-12.node", ip=other_ip))
+        kube_api.nixl_metrics[other_pod] = {"xfer": 0.0, "bytes": 0.0, "failed": 0.0}
+        kube_api.kv_decode_pod = other_pod
+        restart_replica(kube_api, fake.DECODE_DEPLOYMENT, node_ip=other_ip, node_id="d" * 56)
+
+    cli.clock.on_sleep = [elsewhere]
+    out = cli.succeeds("drill", "decode-replica-restart", "--yes", "--interval", "10")
+    assert f"  new decode replica n3wr3p1c on another node ({other_ip})\n" in out
+    assert "OK: the endpoint served again after 10s (downtime)" in out
+
+
+def test_a_replica_drill_without_a_new_replica_names_the_killed_one(
+    kube_api: FakeKubeApi, cli: Harness
+) -> None:
+    kube_api.set_stage("serving")
+    killed = _replica(kube_api, "decode")
+    result = cli.run("drill", "decode-replica-restart", "--yes", "--timeout-minutes", "1")
+    assert result.code == 1, result.out + result.err
+    assert "waiting: Serve: no new decode replica RUNNING yet" in result.out
+    assert f"not recovered 1 min after killing {killed.actor_name}: " in result.err
+    assert kube_api.requests_to("/pods/", "DELETE") == []

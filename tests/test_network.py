@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pd_constructs.network.network import gpu_subnet_blocks, subnet_plan
-from ray_pd_eks.vpc_layout import vpc_layout
+from ray_pd_eks.vpc_layout import VpcLayout, vpc_layout
 from tests.synth import Synthesized
 
 
@@ -123,6 +123,60 @@ def test_subnet_plan_never_overlaps(cidr: str) -> None:
     assert [ipaddress.IPv4Network(b).prefixlen for b in layout.load_balancer] == [27, 27]
     assert subnet_plan(cidr)["load_balancer_mask"] == "27"
     assert gpu_subnet_blocks(cidr) == layout.gpu
+
+
+@pytest.mark.parametrize(
+    ("cidr", "expected"),
+    [
+        pytest.param(
+            "10.0.0.0/16",
+            VpcLayout(
+                vpc="10.0.0.0/16",
+                private=("10.0.0.0/18", "10.0.64.0/18"),
+                public=("10.0.128.0/24", "10.0.129.0/24"),
+                control_plane=("10.0.130.0/28", "10.0.130.16/28"),
+                load_balancer=("10.0.130.32/27", "10.0.130.64/27"),
+                gpu=("10.0.192.0/19", "10.0.224.0/19"),
+            ),
+            id="16-the-largest",
+        ),
+        pytest.param(
+            "172.16.0.0/17",
+            VpcLayout(
+                vpc="172.16.0.0/17",
+                private=("172.16.0.0/19", "172.16.32.0/19"),
+                public=("172.16.64.0/25", "172.16.64.128/25"),
+                control_plane=("172.16.65.0/28", "172.16.65.16/28"),
+                load_balancer=("172.16.65.32/27", "172.16.65.64/27"),
+                gpu=("172.16.96.0/20", "172.16.112.0/20"),
+            ),
+            id="17",
+        ),
+        pytest.param(
+            "192.168.0.0/18",
+            VpcLayout(
+                vpc="192.168.0.0/18",
+                private=("192.168.0.0/20", "192.168.16.0/20"),
+                public=("192.168.32.0/26", "192.168.32.64/26"),
+                control_plane=("192.168.32.128/28", "192.168.32.144/28"),
+                load_balancer=("192.168.32.160/27", "192.168.32.192/27"),
+                gpu=("192.168.48.0/21", "192.168.56.0/21"),
+            ),
+            id="18-the-smallest",
+        ),
+    ],
+)
+def test_subnet_plan_of_each_accepted_size(cidr: str, expected: VpcLayout) -> None:
+    """Every block, as the module docstring lays them out: private quarters 0-1, the public
+    blocks (the VPC's prefix + 8) at the start of quarter 2, the control plane's two /28s right
+    after them, the load balancer's two /27s right after those (the next /27 boundary), the GPU
+    subnet's halves of quarter 3. The template test checks the same for the default /16 only,
+    and needs a synthesized app."""
+    layout = vpc_layout(cidr)
+    assert layout == expected
+    assert layout.private_mask == ipaddress.IPv4Network(cidr).prefixlen + 2
+    assert layout.public_mask == ipaddress.IPv4Network(cidr).prefixlen + 8
+    assert layout.node_blocks == (*expected.private, *expected.gpu)
 
 
 @pytest.mark.parametrize("cidr", ["10.0.0.0/15", "10.0.0.0/19"])
