@@ -134,18 +134,27 @@ def test_without_yes_nothing_is_deleted_or_submitted(
 
 
 @pytest.mark.parametrize(
-    ("last", "ran", "says"),
+    ("last", "ran", "running", "says"),
     [
-        ("1 NIXL transfer(s) failed during the probe", True, "stale peer"),
-        ("the NIXL transfer count did not rise during the probe", True, "stale peer"),
-        ("KV integrity probe failed: the answer does not contain the code", True, "stale peer"),
-        ("KV transfer failed: POST /v1/chat/completions ... answered HTTP 500", True, "stale"),
-        ("GET /metrics of pod x: 503", True, "the probe never passed"),
-        ("RayService: Ready=False", False, "did not return to RUNNING"),
+        ("1 NIXL transfer(s) failed during the probe", True, True, "stale peer"),
+        ("the NIXL transfer count did not rise during the probe", True, True, "stale peer"),
+        ("KV integrity probe failed: the answer does not contain the code", True, True, "stale"),
+        (
+            "KV transfer failed: POST /v1/chat/completions ... answered HTTP 500",
+            True,
+            True,
+            "stale",
+        ),
+        ("GET /metrics of pod x: 503", True, True, "the probe never passed (GET /metrics"),
+        ("Serve: no new decode replica RUNNING yet", False, True, "the probe never ran (Serve:"),
+        ("RayService: Ready=False", False, False, "did not return to RUNNING"),
+        # Down again after a probe: what holds at the deadline is that it is not RUNNING.
+        ("RayService: Ready=False", True, False, "did not return to RUNNING"),
+        ("1 NIXL transfer(s) failed during the probe", True, False, "did not return to RUNNING"),
     ],
 )
-def test_drill_verdicts(last: str, ran: bool, says: str) -> None:
-    assert says in drill.drill_verdict(last, ran)
+def test_drill_verdicts(last: str, ran: bool, running: bool, says: str) -> None:
+    assert says in drill.drill_verdict(last, ran, running)
 
 
 def restart_replica(server: FakeKubeApi, deployment: str, **placed: str) -> None:
@@ -297,7 +306,10 @@ def test_the_drills_rules_name_each_object_they_allow() -> None:
 
 
 def test_the_never_running_verdict_is_that_sentence() -> None:
-    assert drill.drill_verdict("x", False) == "the RayService did not return to RUNNING"
+    assert drill.drill_verdict("x", False, False) == "the RayService did not return to RUNNING"
+    assert drill.drill_verdict("x", False, True) == (
+        "the RayService is RUNNING but the probe never ran (x)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -574,5 +586,10 @@ def test_a_replica_drill_without_a_new_replica_names_the_killed_one(
     result = cli.run("drill", "decode-replica-restart", "--yes", "--timeout-minutes", "1")
     assert result.code == 1, result.out + result.err
     assert "waiting: Serve: no new decode replica RUNNING yet" in result.out
-    assert f"not recovered 1 min after killing {killed.actor_name}: " in result.err
+    assert result.err.endswith(
+        f"not recovered 1 min after killing {killed.actor_name}: the RayService is RUNNING but "
+        "the probe never ran (Serve: no new decode replica RUNNING yet); last warning event: "
+        "none; recover with: python -m ray_pd_eks status  # then kubectl describe pod -n "
+        f"inference {fake.WORKER_POD_B}\n"
+    )
     assert kube_api.requests_to("/pods/", "DELETE") == []

@@ -181,17 +181,21 @@ def engine_pods(pods_json: Any, serve_json: Any, app_name: str, role: str) -> li
     return sorted(p.name for p in place.pods if p.role == "worker" and p.ip in ips)
 
 
-def drill_verdict(last_probe_failure: str, running_since_delete: bool) -> str:
-    """Why the endpoint did not recover: a stale peer when the replacement runs but KV does
-    not arrive, else that it never came back."""
-    if running_since_delete and any(s in last_probe_failure for s in STALE_PEER_SIGNS):
+def drill_verdict(last: str, probe_ran: bool, running: bool) -> str:
+    """Why the endpoint did not recover, from the last poll: a stale peer when the replacement
+    runs but KV does not arrive; a probe that never passed; a RayService RUNNING again whose
+    new replica (or Serve's details) the probe never got to (``last`` says which); else that
+    the RayService never came back."""
+    if not running:
+        return "the RayService did not return to RUNNING"
+    if probe_ran and any(s in last for s in STALE_PEER_SIGNS):
         return (
             "the replacement is RUNNING but the KV cache does not arrive: decode holds a stale "
-            f"peer ({last_probe_failure})"
+            f"peer ({last})"
         )
-    if running_since_delete:
-        return f"the RayService is RUNNING but the probe never passed ({last_probe_failure})"
-    return "the RayService did not return to RUNNING"
+    if probe_ran:
+        return f"the RayService is RUNNING but the probe never passed ({last})"
+    return f"the RayService is RUNNING but the probe never ran ({last})"
 
 
 def run(app: App) -> int:
@@ -242,12 +246,13 @@ def run(app: App) -> int:
         else:
             kill_replica(dashboard, replica.actor_name, app, deadline, args.interval)
     last = "not checked yet"
-    ran = False
+    ran = running = False
     while clock() < deadline:
         app.runtime.sleep(args.interval)
         elapsed = clock() - started
         state = checks.rayservice_state(cluster.find_rayservice(), config.application_name)
-        if not state.running:
+        running = state.running
+        if not running:
             last = f"RayService: {state.summary()}"
             app.print(f"  {duration(elapsed):>8}  waiting: {last}")
             continue
@@ -282,12 +287,13 @@ def run(app: App) -> int:
     recover = (
         f"kubectl delete pod -n {ns} {' '.join(others) or '<' + other_role + ' pod>'}"
         if ran
-        else f"python -m ray_pd_eks status  # then kubectl describe pod -n {ns} <new {role} pod>"
+        else f"python -m ray_pd_eks status  # then kubectl describe pod -n {ns} "
+        + (f"<new {role} pod>" if lose == "pod" else victim)
     )
     lost = f"deleting {victim}" if lose == "pod" else f"killing {replica.actor_name}"
     raise CheckFailed(
         f"drill {args.which}: not recovered {args.timeout_minutes} min after {lost}: "
-        f"{drill_verdict(last, ran)}; last warning event: {event}; recover with: {recover}"
+        f"{drill_verdict(last, ran, running)}; last warning event: {event}; recover with: {recover}"
     )
 
 
