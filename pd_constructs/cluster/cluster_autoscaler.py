@@ -98,11 +98,7 @@ class GpuClusterAutoscaler(Construct):
         stack = Stack.of(self)
         nodegroup_names = f"{nodegroup_name_prefix}-*"
         self.service_account = pod_identity_service_account(
-            self,
-            "ServiceAccount",
-            cluster=cluster,
-            name=SERVICE_ACCOUNT,
-            namespace=CLUSTER_AUTOSCALER.namespace,
+            self, cluster=cluster, name=SERVICE_ACCOUNT, namespace=CLUSTER_AUTOSCALER.namespace
         )
         auto_scaling_groups = auto_scaling_groups_arn(self)
         this_nodegroups = nodegroup_arn(self, cluster_name, nodegroup_names)

@@ -71,11 +71,17 @@ def pod_identity_principal(cluster: eks.ICluster | str) -> iam.IPrincipal:
 
 
 def pod_identity_service_account(
-    scope: Construct, construct_id: str, *, cluster: eks.Cluster, name: str, namespace: str
+    scope: Construct,
+    *,
+    cluster: eks.Cluster,
+    name: str,
+    namespace: str,
+    construct_id: str = "ServiceAccount",
 ) -> eks.ServiceAccount:
     """Service account ``namespace/name`` with an IAM role of its own through EKS Pod Identity
     (aws-cdk-lib adds the ``eks-pod-identity-agent`` add-on once per cluster), labelled part of
-    ray-pd-eks; grant the role (``.role``) what the account's pods call."""
+    ray-pd-eks; grant the role (``.role``) what the account's pods call. Its construct ID is
+    ``ServiceAccount`` unless given."""
     return eks.ServiceAccount(
         scope,
         construct_id,

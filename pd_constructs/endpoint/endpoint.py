@@ -186,7 +186,6 @@ class LoadBalancerController(Construct):
         super().__init__(scope, construct_id)
         self.service_account = pod_identity_service_account(
             self,
-            "ServiceAccount",
             cluster=cluster,
             name=CONTROLLER_SERVICE_ACCOUNT,
             namespace=LOAD_BALANCER_CONTROLLER.namespace,

@@ -284,7 +284,11 @@ class ModelFetchServiceAccount(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.service_account = pod_identity_service_account(
-            self, "Resource", cluster=cluster, name=SERVICE_ACCOUNT, namespace=namespace
+            self,
+            construct_id="Resource",
+            cluster=cluster,
+            name=SERVICE_ACCOUNT,
+            namespace=namespace,
         )
         for statement in model_access_statements(config):
             self.service_account.add_to_principal_policy(statement)
