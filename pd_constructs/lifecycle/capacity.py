@@ -17,13 +17,10 @@ from constructs import Construct
 from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import nodegroup_arn
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
-from pd_constructs.lifecycle.waiter import checked_waiter_timeout, function_waiter
+from pd_constructs.lifecycle.waiter import Polling, checked_waiter_timeout, function_waiter
 from ray_pd_eks.logs import LogPolicy
 
-# Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS, from which it
-# derives when to give up with its own message before the Provider's total timeout.
-QUERY_INTERVAL = Duration.seconds(30)
-HANDLER_TIMEOUT = Duration.minutes(1)
+POLLING = Polling(interval=Duration.seconds(30), handler_timeout=Duration.minutes(1))
 
 
 class GpuCapacityWatch(Construct):
@@ -73,8 +70,7 @@ class GpuCapacityWatch(Construct):
         timeout_s = checked_waiter_timeout(
             "GpuCapacityWatch",
             timeout,
-            query_interval=QUERY_INTERVAL,
-            handler_timeout=HANDLER_TIMEOUT,
+            polling=POLLING,
             too_short="too short to watch; use at least 3 minutes",
         )
         wait_s = int(capacity_wait.to_seconds())
@@ -160,8 +156,7 @@ def gpu_capacity_watch_provider(
         start="starts the watch",
         poll="one look at the node group and its launches",
         log_policy=log_policy,
-        query_interval=QUERY_INTERVAL,
-        poll_timeout=HANDLER_TIMEOUT,
+        polling=POLLING,
         timeout=timeout,
     )
     on_event, is_complete = waiter.on_event, waiter.is_complete

@@ -20,13 +20,12 @@ from constructs import Construct
 from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import cluster_arn
 from pd_constructs.lifecycle.rollback import grant_describe_named_stack, grant_describe_own_stack
-from pd_constructs.lifecycle.waiter import checked_waiter_timeout, function_waiter
+from pd_constructs.lifecycle.waiter import Polling, checked_waiter_timeout, function_waiter
 from ray_pd_eks.logs import LogPolicy
 
-# Must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS. A short interval:
-# the wait is on the deploy's critical path (the node group starts one poll after ACTIVE).
-QUERY_INTERVAL = Duration.seconds(15)
-HANDLER_TIMEOUT = Duration.minutes(1)
+# A short interval: the wait is on the deploy's critical path (the node group starts one poll
+# after ACTIVE).
+POLLING = Polling(interval=Duration.seconds(15), handler_timeout=Duration.minutes(1))
 # EKS creates a control plane in about 10 minutes (published averages up to 15) and a version
 # update takes as long; three times that, within CloudFormation's one hour for a custom
 # resource, before the wait fails with what it saw.
@@ -61,8 +60,7 @@ class ClusterActive(Construct):
         timeout_s = checked_waiter_timeout(
             "ClusterActive",
             timeout,
-            query_interval=QUERY_INTERVAL,
-            handler_timeout=HANDLER_TIMEOUT,
+            polling=POLLING,
             too_short="too short to wait; use at least 2 minutes",
         )
         waiter = function_waiter(
@@ -72,8 +70,7 @@ class ClusterActive(Construct):
             start="starts the wait",
             poll="one look at the cluster",
             log_policy=log_policy,
-            query_interval=QUERY_INTERVAL,
-            poll_timeout=HANDLER_TIMEOUT,
+            polling=POLLING,
             timeout=timeout,
         )
         self.resource = waiter.resource(

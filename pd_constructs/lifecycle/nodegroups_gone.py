@@ -20,13 +20,11 @@ from constructs import Construct
 from pd_constructs.common.nag import acknowledge, nag_flatten
 from pd_constructs.common.pod_identity import cluster_arn
 from pd_constructs.lifecycle.rollback import grant_describe_own_stack
-from pd_constructs.lifecycle.waiter import MAX_TIMEOUT, function_waiter
+from pd_constructs.lifecycle.waiter import MAX_TIMEOUT, Polling, function_waiter
 from ray_pd_eks.config import WAITER_DEADLINE_MINUTES
 from ray_pd_eks.logs import LogPolicy
 
-# Both must match the handler's QUERY_INTERVAL_SECONDS and LAMBDA_TIMEOUT_SECONDS.
-QUERY_INTERVAL = Duration.seconds(30)
-HANDLER_TIMEOUT = Duration.minutes(1)
+POLLING = Polling(interval=Duration.seconds(30), handler_timeout=Duration.minutes(1))
 # How long a Delete waits for node groups that are CREATING or DELETING. EKS deletes a managed
 # node group by scaling its Auto Scaling group to zero, draining each node for at most 5
 # minutes before Auto Scaling terminates it, then deleting the group (Amazon EKS User Guide,
@@ -86,10 +84,10 @@ class NodegroupsGone(Construct):
                 "inside CloudFormation's hour; use at most "
                 f"{WAITER_DEADLINE_MINUTES - int(PROVIDER_MARGIN.to_minutes())} minutes"
             )
-        if not QUERY_INTERVAL.to_seconds() <= grace_s < wait_s:
+        if not POLLING.interval.to_seconds() <= grace_s < wait_s:
             raise ValueError(
                 f"NodegroupsGone grace {grace.to_human_string()} must be at least one poll "
-                f"({QUERY_INTERVAL.to_human_string()}) and shorter than wait "
+                f"({POLLING.interval.to_human_string()}) and shorter than wait "
                 f"{wait.to_human_string()}"
             )
         waiter = function_waiter(
@@ -99,8 +97,7 @@ class NodegroupsGone(Construct):
             start="starts",
             poll="one look",
             log_policy=log_policy,
-            query_interval=QUERY_INTERVAL,
-            poll_timeout=HANDLER_TIMEOUT,
+            polling=POLLING,
             timeout=timeout,
         )
         self.resource = waiter.resource(

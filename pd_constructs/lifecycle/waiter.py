@@ -72,17 +72,24 @@ def logged_waiter_provider(
     return provider
 
 
+@dataclass(frozen=True)
+class Polling:
+    """How a waiter polls: a look every ``interval``, each look (the ``IsComplete`` function)
+    at most ``handler_timeout``. Both must match the handler's ``QUERY_INTERVAL_SECONDS`` and
+    ``LAMBDA_TIMEOUT_SECONDS``, from which it derives when to give up with its own message
+    before the Provider's total timeout."""
+
+    interval: Duration
+    handler_timeout: Duration
+
+
 def checked_waiter_timeout(
-    what: str,
-    timeout: Duration,
-    *,
-    query_interval: Duration,
-    handler_timeout: Duration,
-    too_short: str,
+    what: str, timeout: Duration, *, polling: Polling, too_short: str
 ) -> int:
     """``timeout`` in whole seconds, once it is at most :data:`MAX_TIMEOUT` and at least two
     polls and one handler run; else ``ValueError`` naming ``what`` (the construct),
     with ``too_short`` (what to use instead) when it is too short."""
+    query_interval, handler_timeout = polling.interval, polling.handler_timeout
     timeout_s = int(timeout.to_seconds())
     if timeout_s > MAX_TIMEOUT.to_seconds():
         raise ValueError(
@@ -124,16 +131,15 @@ def function_waiter(
     start: str,
     poll: str,
     log_policy: LogPolicy,
-    query_interval: Duration,
-    poll_timeout: Duration,
+    polling: Polling,
     timeout: Duration,
 ) -> FunctionWaiter:
     """A waiter's machinery in ``scope``, from ``assets/lambda/<folder>``: ``OnEvent``
     (``handler.on_event``, 30 s, described "<what>: <start>") and ``IsComplete``
-    (``handler.is_complete``, ``poll_timeout``, "<what>: <poll>"), both writing to the one log
-    group ``Logs``, and their :func:`logged_waiter_provider`, polling every ``query_interval``
-    for at most ``timeout``; the functions' basic execution roles acknowledged. The functions'
-    own permissions are the caller's."""
+    (``handler.is_complete``, ``polling.handler_timeout``, "<what>: <poll>"), both writing to
+    the one log group ``Logs``, and their :func:`logged_waiter_provider`, polling every
+    ``polling.interval`` for at most ``timeout``; the functions' basic execution roles
+    acknowledged. The functions' own permissions are the caller's."""
     on_event = handler_function(
         scope,
         folder=folder,
@@ -149,14 +155,14 @@ def function_waiter(
         handler="handler.is_complete",
         description=f"{what}: {poll}",
         log_policy=log_policy,
-        timeout=poll_timeout,
+        timeout=polling.handler_timeout,
         log_group=on_event.log_group,
     )
     provider = logged_waiter_provider(
         scope,
         on_event=on_event,
         is_complete=is_complete,
-        query_interval=query_interval,
+        query_interval=polling.interval,
         timeout=timeout,
         log_group=on_event.log_group,
         log_policy=log_policy,
