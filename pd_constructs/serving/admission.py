@@ -59,15 +59,23 @@ def worker_capabilities(config: AppConfig) -> list[str]:
     return ["IPC_LOCK"] if config.uses_efa_transport and not config.workers_privileged else []
 
 
+def _ray_policy_values(config: AppConfig) -> dict[str, str]:
+    """What both policies of the Ray namespace name: the namespace, the RayService, and the
+    KubeRay operator's user (the one exempt)."""
+    return {
+        "NAMESPACE": config.namespace,
+        "RAY_SERVICE": config.ray_service_name,
+        "OPERATOR": OPERATOR_USER,
+    }
+
+
 def render_ray_pod_policy(config: AppConfig) -> list[dict[str, Any]]:
     return list(
         render(
             "manifests/admission/ray-pods.yaml",
             {
-                "NAMESPACE": config.namespace,
-                "RAY_SERVICE": config.ray_service_name,
+                **_ray_policy_values(config),
                 "WORKER_GROUP": WORKER_GROUP,
-                "OPERATOR": OPERATOR_USER,
                 "CACHE_DIR": config.node_cache_dir,
                 "WORKER_CAPABILITIES": _cel_list(worker_capabilities(config)),
                 "PRIVILEGED_WORKERS": "true" if config.workers_privileged else "false",
@@ -89,9 +97,7 @@ def render_raycluster_policy(config: AppConfig) -> list[dict[str, Any]]:
         render(
             "manifests/admission/rayclusters.yaml",
             {
-                "NAMESPACE": config.namespace,
-                "RAY_SERVICE": config.ray_service_name,
-                "OPERATOR": OPERATOR_USER,
+                **_ray_policy_values(config),
                 "AUTOSCALED": _cel_list(list(AUTOSCALED_GROUP_FIELDS)),
                 "AUTOSCALED_TEXT": " and ".join(AUTOSCALED_GROUP_FIELDS),
             },
