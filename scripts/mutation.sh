@@ -81,7 +81,6 @@ SCOPE=(
   'assets.lambda.readiness.terminal.x__unschedulable_is_terminal__*'
   'assets.lambda.readiness.kv_probe.x__chat_completion__*'
   'assets.lambda.readiness.handler.x__give_up_after__*'
-  'assets.lambda.readiness.handler.x_stack_rolling_back__*'
   # readiness: the NIXL evidence (tail, then the file's head up to a byte cap; what is unseen),
   # the Ray dashboard's head read and actor list, and the KV probe's provider metrics
   'assets.lambda.readiness.nixl_logs.x_read_nixl_backends__*'
@@ -102,7 +101,6 @@ SCOPE=(
   'assets.lambda.capacity.handler.x_poll__*'
   'assets.lambda.capacity.handler.x_failed_launches__*'
   'assets.lambda.capacity.handler.x__give_up_after__*'
-  'assets.lambda.capacity.handler.x_stack_rolling_back__*'
   'assets.lambda.capacity.handler.x_watch_cluster_stack__*'
   'assets.lambda.capacity.handler.x_is_complete__*'
   # Cluster Autoscaler node-template tags on the GPU group's ASG
@@ -120,7 +118,6 @@ SCOPE=(
   # the control-plane waiter (ACTIVE at the version, pending, the Cluster stack failed, give up)
   'assets.lambda.cluster_active.handler.x_on_event__*'
   'assets.lambda.cluster_active.handler.x_is_complete__*'
-  'assets.lambda.cluster_active.handler.x_stack_rolling_back__*'
   'assets.lambda.cluster_active.handler.x_give_up_after__*'
   'assets.lambda.cluster_active.handler.x_version_tuple__*'
   'assets.lambda.cluster_active.handler.x_look_at_cluster__*'
@@ -133,6 +130,9 @@ SCOPE=(
   'assets.lambda.nodegroups_gone.handler.x_look__*'
   'assets.lambda.nodegroups_gone.handler.x_describe__*'
   'assets.lambda.nodegroups_gone.handler.x_decide__*'
+  # the rollback test every handler's stack_rolling_back is (the layer's pd_lambda)
+  'assets.lambda.layer.python.pd_lambda.rollback.x_stack_rolling_back__*'
+  'assets.lambda.layer.python.pd_lambda.rollback.x_stack_status__*'
   # the Cluster stack's reading both GPU-stack waiters share (the layer's pd_lambda)
   'assets.lambda.layer.python.pd_lambda.cluster_stack.*'
   # CLI verdicts

@@ -126,6 +126,11 @@ _JUDGES = {
         "tests/test_capacity_handler.py",
     ),
     "assets.lambda.nodegroups_gone.": ("tests/test_nodegroups_gone_handler.py",),
+    # The rollback test every handler's stack_rolling_back is (the layer's pd_lambda).
+    "assets.lambda.layer.python.pd_lambda.rollback.": (
+        "tests/test_shared_layer.py",
+        "tests/test_branches.py",
+    ),
 }
 
 # The session fixtures that synthesize the app (tests/conftest.py). A forked mutant session

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import boto3
@@ -49,11 +50,11 @@ def _client(name: str) -> Any:
     return boto3.client(name)
 
 
-def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
-    return rollback.stack_rolling_back(
-        event, cloudformation, make_client=lambda: _client("cloudformation")
-    )
+# Whether the event's stack is UPDATE_ROLLBACK_IN_PROGRESS (pd_lambda.rollback), asked with
+# this handler's CloudFormation client: stack_rolling_back(event, cloudformation=None).
+stack_rolling_back = partial(
+    rollback.stack_rolling_back, make_client=lambda: _client("cloudformation")
+)
 
 
 def read_tags(properties: Mapping[str, Any]) -> dict[str, str]:

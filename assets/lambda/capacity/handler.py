@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import boto3
@@ -227,11 +228,11 @@ def is_complete(
     return {"IsComplete": False}
 
 
-def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
-    return rollback.stack_rolling_back(
-        event, cloudformation, make_client=lambda: _client("cloudformation")
-    )
+# Whether the event's stack is UPDATE_ROLLBACK_IN_PROGRESS (pd_lambda.rollback), asked with
+# this handler's CloudFormation client: stack_rolling_back(event, cloudformation=None).
+stack_rolling_back = partial(
+    rollback.stack_rolling_back, make_client=lambda: _client("cloudformation")
+)
 
 
 def watch_cluster_stack(props: Props, cloudformation: Any, *, started: float) -> str:

@@ -32,6 +32,7 @@ that replaces one of another logical id keeps its AZ and block).
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import boto3
@@ -205,11 +206,11 @@ def check_reservation(reservation: dict[str, Any], **needs: Any) -> str:
 ROLLBACK_DATA_KEYS = ("AvailabilityZone", "SubnetCidr")
 
 
-def stack_rolling_back(event: dict[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
-    return rollback.stack_rolling_back(
-        event, cloudformation, make_client=lambda: boto3.client("cloudformation")
-    )
+# Whether the event's stack is UPDATE_ROLLBACK_IN_PROGRESS (pd_lambda.rollback), asked with
+# this handler's CloudFormation client: stack_rolling_back(event, cloudformation=None).
+stack_rolling_back = partial(
+    rollback.stack_rolling_back, make_client=lambda: boto3.client("cloudformation")
+)
 
 
 def rollback_response(event: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import boto3
@@ -181,11 +182,11 @@ def physical_id(resolved: dict[str, str]) -> str:
     return ";".join(f"{k}={DIGEST.match(v)['digest']}" for k, v in sorted(resolved.items()))  # type: ignore[index]
 
 
-def stack_rolling_back(event: dict[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback)."""
-    return rollback.stack_rolling_back(
-        event, cloudformation, make_client=lambda: boto3.client("cloudformation")
-    )
+# Whether the event's stack is UPDATE_ROLLBACK_IN_PROGRESS (pd_lambda.rollback), asked with
+# this handler's CloudFormation client: stack_rolling_back(event, cloudformation=None).
+stack_rolling_back = partial(
+    rollback.stack_rolling_back, make_client=lambda: boto3.client("cloudformation")
+)
 
 
 def _images(props: dict[str, Any]) -> dict[str, str]:

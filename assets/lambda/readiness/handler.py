@@ -41,6 +41,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import checks
@@ -242,16 +243,11 @@ def cloudformation_client() -> Any:
     return boto3.client("cloudformation", config=config)
 
 
-def stack_rolling_back(event: Mapping[str, Any], cloudformation: Any = None) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback: one
-    DescribeStacks on the event's own StackId, the only stack the role may describe).
-
-    CloudFormation's rollback Update looks like any other Update (old and new properties
-    swapped), so the stack's status is the only way to tell.
-    """
-    return rollback.stack_rolling_back(
-        event, cloudformation, make_client=lambda: cloudformation_client()
-    )
+# Whether the event's stack is UPDATE_ROLLBACK_IN_PROGRESS (pd_lambda.rollback), asked with
+# this handler's CloudFormation client: stack_rolling_back(event, cloudformation=None).
+stack_rolling_back = partial(
+    rollback.stack_rolling_back, make_client=lambda: cloudformation_client()
+)
 
 
 # --- the scheduled KV probe (kvProbeIntervalMinutes) ---------------------------------------

@@ -37,6 +37,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import kube
@@ -106,10 +107,11 @@ client_factory: Callable[[Props], kube.KubeClient] = make_client
 clock: Callable[[], float] = time.time
 
 
-def stack_rolling_back(event: Mapping[str, Any]) -> bool:
-    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (pd_lambda.rollback, the
-    same test as the readiness check's)."""
-    return rollback.stack_rolling_back(event, make_client=lambda: cloudformation_client())
+# Whether the event's stack is UPDATE_ROLLBACK_IN_PROGRESS (pd_lambda.rollback), asked with
+# this handler's CloudFormation client: stack_rolling_back(event, cloudformation=None).
+stack_rolling_back = partial(
+    rollback.stack_rolling_back, make_client=lambda: cloudformation_client()
+)
 
 
 # --- the Provider contract -----------------------------------------------------------------
