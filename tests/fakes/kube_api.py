@@ -78,7 +78,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -977,6 +977,19 @@ class _Fault:
 
 
 @dataclass(frozen=True)
+class ProxyRequest:
+    """A request to a Service's (or pod's) ``.../<name>:<port>/proxy/<rest>`` subresource."""
+
+    method: str
+    service: str
+    port: int
+    rest: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
 class ProxyResponse:
     status: int
     body: bytes
@@ -1431,13 +1444,15 @@ class FakeKubeApi:
         proxy = _PROXY_RE.match(path)
         if proxy and proxy.group(1) == ns:
             return self._route_proxy(
-                method,
-                proxy.group(2),
-                int(proxy.group(3)),
-                proxy.group(4),
-                query,
-                headers or {},
-                body,
+                ProxyRequest(
+                    method,
+                    proxy.group(2),
+                    int(proxy.group(3)),
+                    proxy.group(4),
+                    query,
+                    headers or {},
+                    body,
+                )
             )
         return _no_route()
 
@@ -1565,16 +1580,8 @@ class FakeKubeApi:
         answer["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8}
         return _json(200, answer)
 
-    def _route_proxy(
-        self,
-        method: str,
-        service: str,
-        port: int,
-        rest: str,
-        query: dict[str, str],
-        headers: Mapping[str, str],
-        body: bytes = b"",
-    ) -> ProxyResponse:
+    def _route_proxy(self, request: ProxyRequest) -> ProxyResponse:
+        service, port = request.service, request.port
         if self.rayservice is None and service in (self.head_service, self.serve_service):
             # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
             # is ready; without one the real API server's proxy answers 404 for the Service
@@ -1582,7 +1589,9 @@ class FakeKubeApi:
             return _not_found("services", service)
         if service == self.head_service and port == 8265 and self.ray_token is not None:
             # Ray's token middleware (http_token_authentication.py) in front of every route.
-            given = next((v for k, v in headers.items() if k.lower() == "x-ray-authorization"), "")
+            given = next(
+                (v for k, v in request.headers.items() if k.lower() == "x-ray-authorization"), ""
+            )
             if not given:
                 return ProxyResponse(
                     401, b"Unauthorized: Missing authentication token", "text/plain"
@@ -1590,21 +1599,21 @@ class FakeKubeApi:
             if given != f"Bearer {self.ray_token}":
                 return ProxyResponse(403, b"Forbidden: Invalid authentication token", "text/plain")
         with self._lock:
-            explicit = self._proxy.get((service, port, method, rest))
+            explicit = self._proxy.get((service, port, request.method, request.rest))
         if explicit is not None:
             return explicit
         if (
             self.chat_serving
             and service == self.serve_service
             and port == 8000
-            and method == "POST"
-            and rest == "v1/chat/completions"
+            and request.method == "POST"
+            and request.rest == "v1/chat/completions"
         ):
-            return self._chat(body)
-        if service == self.head_service and port == 8265 and rest.startswith("api/jobs/"):
-            return self._jobs(method, rest, body)
-        if service == self.head_service and port == 8265 and method == "GET":
-            dashboard = self._dashboard(rest, query)
+            return self._chat(request.body)
+        if service == self.head_service and port == 8265 and request.rest.startswith("api/jobs/"):
+            return self._jobs(request.method, request.rest, request.body)
+        if service == self.head_service and port == 8265 and request.method == "GET":
+            dashboard = self._dashboard(request.rest, request.query)
             if dashboard is not None:
                 return dashboard
         return _json(
@@ -1631,7 +1640,7 @@ class FakeKubeApi:
         details = {"status": self.job_status, "message": self.job_message}
         return _json(200, {"submission_id": sid, "entrypoint": job.get("entrypoint"), **details})
 
-    def _dashboard(self, rest: str, query: dict[str, str]) -> ProxyResponse | None:
+    def _dashboard(self, rest: str, query: Mapping[str, str]) -> ProxyResponse | None:
         if rest == "api/serve/applications/":
             if self.serve_applications is None:
                 return None
