@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import http.server
 import json
 import re
@@ -405,36 +406,6 @@ _RECORDERS = {
 Recorder = Literal["core", "events"]
 
 
-def make_event(
-    pod: str,
-    reason: str,
-    message: str,
-    *,
-    event_type: str = "Warning",
-    ago: float = 5.0,
-    namespace: str = NAMESPACE,
-    count: int = 1,
-    now: datetime | None = None,
-) -> dict[str, Any]:
-    """An Event about a pod, last seen ``ago`` seconds before ``now`` (default: now); with
-    ``count`` > 1 aggregated: first seen a minute per repeat earlier. The scheduler's reasons
-    (SCHEDULER_REASONS) come in the shape its events.k8s.io recorder leaves, the kubelet's in
-    the core/v1 shape."""
-    return make_object_event(
-        "Pod",
-        pod,
-        reason,
-        message,
-        event_type=event_type,
-        ago=ago,
-        namespace=namespace,
-        count=count,
-        now=now,
-        recorder="events" if reason in SCHEDULER_REASONS else "core",
-        component="default-scheduler" if reason in SCHEDULER_REASONS else "",
-    )
-
-
 def micro_ts(value: datetime | None = None, *, ago: float = 0.0) -> str:
     """A MicroTime (``eventTime``, ``series.lastObservedTime``) as Kubernetes writes it."""
     moment = (value or datetime.now(UTC)) - timedelta(seconds=ago)
@@ -454,7 +425,7 @@ def make_object_event(
     first_ago: float | None = None,
     api_version: str = "",
     now: datetime | None = None,
-    recorder: Recorder = "core",
+    recorder: Recorder | None = None,
     component: str = "",
 ) -> dict[str, Any]:
     """An Event about any object (``Pod``, ``RayCluster``, ``RayService``, ``Job``), last seen
@@ -467,7 +438,16 @@ def make_object_event(
     API: kube-scheduler, KubeRay 1.7's ``mgr.GetEventRecorder``): ``eventTime`` (the first
     sighting), no count or core timestamps, and from the first repeat on a ``series`` with its
     count and last sighting (``recordToSink`` writes count 2 at once, later counts every 30
-    minutes). tests_cluster/test_fake_vs_real.py compares both shapes with the real ones."""
+    minutes). tests_cluster/test_fake_vs_real.py compares both shapes with the real ones.
+
+    By default the recorder and ``component`` follow the reason: the scheduler's reasons about
+    a pod (SCHEDULER_REASONS) in the shape its events.k8s.io recorder leaves, everything else
+    in the core/v1 shape of the kind's recorder (_RECORDERS)."""
+    by_scheduler = kind == "Pod" and reason in SCHEDULER_REASONS
+    if recorder is None:
+        recorder = "events" if by_scheduler else "core"
+    if by_scheduler and not component:
+        component = "default-scheduler"
     first = ago + 60 * (count - 1) if first_ago is None else first_ago
     involved: dict[str, Any] = {"kind": kind, "name": name, "namespace": namespace}
     if kind != "Pod":
@@ -509,6 +489,13 @@ def make_object_event(
     if count > 1:
         event["series"] = {"count": count, "lastObservedTime": micro_ts(now, ago=ago)}
     return event
+
+
+# An Event about a pod, last seen ``ago`` seconds before ``now`` (default: now); with ``count``
+# > 1 aggregated: first seen a minute per repeat earlier. The scheduler's reasons
+# (SCHEDULER_REASONS) come in the shape its events.k8s.io recorder leaves, the kubelet's in the
+# core/v1 shape.
+make_event = functools.partial(make_object_event, "Pod")
 
 
 # The conditions' messages KubeRay writes (v1.7.0 ``rayservice_controller.go``
