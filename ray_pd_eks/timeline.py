@@ -144,13 +144,13 @@ def _depends_on(resource: Mapping[str, Any]) -> set[str]:
     return {value} if isinstance(value, str) else set(value)
 
 
-def _text(value: Any) -> str:
+def template_text(value: Any) -> str:
     """A template value as text, with CloudFormation tokens as ``<...>`` placeholders."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
-        return str(sep).join(_text(p) for p in parts)
+        return str(sep).join(template_text(p) for p in parts)
     if isinstance(value, dict) and "Fn::GetAtt" in value:
         return "<{}.{}>".format(*value["Fn::GetAtt"])
     if isinstance(value, dict) and "Ref" in value:
@@ -160,7 +160,7 @@ def _text(value: Any) -> str:
 
 def _manifest(resource: Mapping[str, Any]) -> list[dict[str, Any]]:
     try:
-        objects = json.loads(_text(resource["Properties"].get("Manifest", "[]")))
+        objects = json.loads(template_text(resource["Properties"].get("Manifest", "[]")))
     except json.JSONDecodeError:
         return []
     return [o for o in objects if isinstance(o, dict)]

@@ -11,25 +11,14 @@ from pd_constructs.network.network_policy import RAY_PORTS, render_ray_network_p
 from pd_constructs.serving.workload import render_rayservice
 from ray_pd_eks.bench import job as bench_job
 from ray_pd_eks.config import DEFAULTS, AppConfig
+from tests.bench_sweep import SWEEP
 from tests.netpol import Cluster, Pod, pods_from_template
 
 NS = DEFAULTS.namespace
 
 
 def _bench_template() -> dict[str, Any]:
-    sweep = bench_job.Sweep(
-        base_url="http://ray-llm-serve-svc.inference:8000",
-        model="qwen3.5-9b",
-        tokenizer="Qwen/Qwen3.5-9B",
-        tokenizer_revision=DEFAULTS.model_revision,
-        concurrency=(1,),
-        prompts=(16,),
-        input_len=3000,
-        output_len=150,
-        seed=0,
-        label="pd",
-    )
-    job = bench_job.render_job(sweep, name="b", namespace=NS, image="i:1", deadline_seconds=60)
+    job = bench_job.render_job(SWEEP, name="b", namespace=NS, image="i:1", deadline_seconds=60)
     return dict(job["spec"]["template"])
 
 

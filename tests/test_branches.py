@@ -42,16 +42,9 @@ from tests.fakes.kube_api import (
     make_rayservice,
     ts,
 )
+from tests.readiness import checks, handler, kube, kv_probe, placement, properties, terminal
 
 pytest_plugins = ["tests.fakes.fixtures"]
-
-handler = lambda_code.handler()
-checks = lambda_code.checks()
-kube = lambda_code.kube()
-kv_probe = lambda_code.kv_probe()
-placement = lambda_code.placement()
-properties = lambda_code.properties()
-terminal = lambda_code.terminal()
 
 NOW_DT = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NOW = NOW_DT.timestamp()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ray_pd_eks.bench import pricing, report
 from ray_pd_eks.cli import bench
 from ray_pd_eks.cli.status import WARM_SPARE_APP, WARMUP_NAMESPACE
 from ray_pd_eks.config import DEFAULTS
+from tests.bench_sweep import SWEEP
 from tests.cli_fixtures import Harness, cli_harness
 from tests.fakes.kube_api import (
     SYSTEM_NODE,
@@ -470,18 +472,7 @@ def test_price_falls_back_to_the_dated_table_when_the_api_is_denied(
 
 
 def test_job_manifest_is_the_commented_template_filled() -> None:
-    sweep = bench_job.Sweep(
-        base_url="http://s:8000",
-        model="m",
-        tokenizer="o/m",
-        tokenizer_revision="v1",
-        concurrency=(2,),
-        prompts=(16,),
-        input_len=10,
-        output_len=5,
-        seed=3,
-        label="it's",
-    )
+    sweep = replace(SWEEP, label="it's")
     manifest = bench_job.render_job(
         sweep, name="n", namespace="ns", image="i:1", deadline_seconds=60
     )
@@ -606,17 +597,8 @@ def _run_script(tmp_path: Path, python_exit: int) -> tuple[int, str, list[str]]:
         stub = bin_dir / tool
         stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexit {code}\n')
         stub.chmod(0o755)
-    sweep = bench_job.Sweep(
-        base_url="http://s:8000",
-        model="m",
-        tokenizer="o/m",
-        tokenizer_revision="abc123",
-        concurrency=(1, 4),
-        prompts=(16, 32),
-        input_len=10,
-        output_len=5,
-        seed=0,
-        label="t",
+    sweep = replace(
+        SWEEP, tokenizer="o/m", tokenizer_revision="abc123", concurrency=(1, 4), prompts=(16, 32)
     )
     script = sweep.script().replace("/work/", f"{tmp_path}/work/")
     done = subprocess.run(

@@ -34,15 +34,10 @@ from tests.fakes.kube_api import (
     make_raycluster,
     make_secret,
 )
+from tests.readiness import kube, kv_probe, nixl_logs, properties, steps
 from tests.synth import Synthesized, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
-
-kube = lambda_code.kube()
-kv_probe = lambda_code.kv_probe()
-nixl_logs = lambda_code.nixl_logs()
-properties = lambda_code.properties()
-steps = lambda_code.steps()
 
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
 

@@ -9,17 +9,11 @@ from typing import Any
 
 import pytest
 
-from ray_pd_eks import lambda_code
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import FakeKubeApi, make_ray_actor, nixl_log, provider_log
+from tests.readiness import checks, handler, kube, nixl_logs
 
 pytest_plugins = ["tests.fakes.fixtures"]  # kube_api, probe_env
-
-handler = lambda_code.handler()
-kube = lambda_code.kube()
-checks = lambda_code.checks()
-kv_probe = lambda_code.kv_probe()
-nixl_logs = lambda_code.nixl_logs()
 
 GPU_WORKER = fake.PREFILL_WORKER_ID[::-1]  # the vLLM GPU worker beside the prefill replica
 OUT = f"worker-{GPU_WORKER}-01000000-5151.out"

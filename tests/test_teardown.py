@@ -15,6 +15,7 @@ from aws_cdk import CfnElement, Stack
 from constructs import IConstruct
 
 from ray_pd_eks.config import AppConfig
+from ray_pd_eks.timeline import template_text
 from tests.synth import ROOT, Synthesized
 from tests.test_pipeline import SynthesizedPipeline, synth_pipeline
 
@@ -253,16 +254,6 @@ def test_rayservice_goes_before_kuberay_which_goes_before_the_namespace(
     assert operator in _depends_on(template, rayservice)
 
 
-def _flat(value: Any) -> str:
-    """A property as text, each CloudFormation reference replaced by a placeholder word."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        sep, parts = value["Fn::Join"]
-        return str(sep).join(_flat(p) for p in parts)
-    return "ref"
-
-
 def _objects(node: Any) -> Iterator[dict[str, Any]]:
     if isinstance(node, dict):
         yield node
@@ -283,9 +274,9 @@ def test_nothing_creates_aws_resources_behind_cloudformations_back(
             for resource in template["Resources"].values():
                 props = resource.get("Properties", {})
                 if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
-                    document = json.loads(_flat(props["Manifest"]))
+                    document = json.loads(template_text(props["Manifest"]))
                 elif resource["Type"] == "Custom::AWSCDK-EKS-HelmChart":
-                    document = json.loads(_flat(props.get("Values", "{}")))
+                    document = json.loads(template_text(props.get("Values", "{}")))
                 else:
                     continue
                 for obj in _objects(document):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import http.client
 import urllib.parse
-from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from ray_pd_eks.rehearse.plane import (
@@ -35,6 +34,7 @@ from tests.fakes.kube_api import (
     WORKER_POD_A,
     WORKER_POD_B,
     FakeKubeApi,
+    ProxyRequest,
     ProxyResponse,
     make_node,
     make_pod,
@@ -48,24 +48,18 @@ GPU_NODES = ("gpu-node-a", "gpu-node-b")
 POD_METRICS_PORT = 8080
 
 
-def _forward(
-    host: str,
-    port: int,
-    method: str,
-    path: str,
-    query: Mapping[str, str],
-    headers: Mapping[str, str],
-    body: bytes,
-) -> ProxyResponse:
-    target = "/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
+def _forward(host: str, port: int, request: ProxyRequest) -> ProxyResponse:
+    """``request`` sent to ``host:port`` (the real backend); its answer, as the proxy gives it."""
+    query = request.query
+    target = "/" + request.rest + ("?" + urllib.parse.urlencode(query) if query else "")
     keep = {
         k: v
-        for k, v in headers.items()
+        for k, v in request.headers.items()
         if k.lower() in ("x-ray-authorization", "content-type", "accept")
     }
     connection = http.client.HTTPConnection(host, port, timeout=600)
     try:
-        connection.request(method, target, body=body or None, headers=keep)
+        connection.request(request.method, target, body=request.body or None, headers=keep)
         response = connection.getresponse()
         data = response.read()
         return ProxyResponse(
@@ -111,27 +105,19 @@ class RealPlaneKubeApi(FakeKubeApi):
         ]
         self.rayservice = make_rayservice(ready=True, app_status="RUNNING")
 
-    def _route_proxy(
-        self,
-        method: str,
-        service: str,
-        port: int,
-        rest: str,
-        query: dict[str, str],
-        headers: Mapping[str, str],
-        body: bytes = b"",
-    ) -> ProxyResponse:
+    def _route_proxy(self, request: ProxyRequest) -> ProxyResponse:
+        service, port = request.service, request.port
         if service == self.head_service and port == DASHBOARD_PORT:
-            return _forward(HEAD_IP, DASHBOARD_PORT, method, rest, query, headers, body)
+            return _forward(HEAD_IP, DASHBOARD_PORT, request)
         if service in (self.serve_service, self.head_service) and port == SERVE_PORT:
-            return _forward(HEAD_IP, SERVE_PORT, method, rest, query, headers, body)
-        return super()._route_proxy(method, service, port, rest, query, headers, body)
+            return _forward(HEAD_IP, SERVE_PORT, request)
+        return super()._route_proxy(request)
 
     def _pod_metrics(self, pod: str, port: int, rest: str) -> ProxyResponse:
         if pod in WORKER_PODS and port == POD_METRICS_PORT:
             index = WORKER_PODS.index(pod)
             real = metrics_port(self.app, index + 1)
-            return _forward(WORKER_IPS[index], real, "GET", rest, {}, {}, b"")
+            return _forward(WORKER_IPS[index], real, ProxyRequest("GET", pod, port, rest))
         return super()._pod_metrics(pod, port, rest)
 
     def pod_for_ip(self, ip: str) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from ray_pd_eks import lambda_code
 from ray_pd_eks.rehearse.plane import (
     HEAD_IP,
     RAY_TOKEN,
@@ -24,16 +23,8 @@ from ray_pd_eks.rehearse.plane import (
     serving_python,
 )
 from ray_pd_eks.rehearse.probe import answer_text, chat, http, wait_for
+from tests.readiness import checks, kube, kv_probe, kvproof, nixl_logs, placement, properties, steps
 from tests_serving.proxy_standin import RealPlaneKubeApi
-
-checks = lambda_code.checks()
-kube = lambda_code.kube()
-kv_probe = lambda_code.kv_probe()
-kvproof = lambda_code.kvproof()
-nixl_logs = lambda_code.nixl_logs()
-placement = lambda_code.placement()
-properties = lambda_code.properties()
-steps = lambda_code.steps()
 
 
 def _client(api: RealPlaneKubeApi) -> Any:

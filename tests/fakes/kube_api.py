@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import http.server
 import json
 import re
@@ -78,7 +79,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -405,36 +406,6 @@ _RECORDERS = {
 Recorder = Literal["core", "events"]
 
 
-def make_event(
-    pod: str,
-    reason: str,
-    message: str,
-    *,
-    event_type: str = "Warning",
-    ago: float = 5.0,
-    namespace: str = NAMESPACE,
-    count: int = 1,
-    now: datetime | None = None,
-) -> dict[str, Any]:
-    """An Event about a pod, last seen ``ago`` seconds before ``now`` (default: now); with
-    ``count`` > 1 aggregated: first seen a minute per repeat earlier. The scheduler's reasons
-    (SCHEDULER_REASONS) come in the shape its events.k8s.io recorder leaves, the kubelet's in
-    the core/v1 shape."""
-    return make_object_event(
-        "Pod",
-        pod,
-        reason,
-        message,
-        event_type=event_type,
-        ago=ago,
-        namespace=namespace,
-        count=count,
-        now=now,
-        recorder="events" if reason in SCHEDULER_REASONS else "core",
-        component="default-scheduler" if reason in SCHEDULER_REASONS else "",
-    )
-
-
 def micro_ts(value: datetime | None = None, *, ago: float = 0.0) -> str:
     """A MicroTime (``eventTime``, ``series.lastObservedTime``) as Kubernetes writes it."""
     moment = (value or datetime.now(UTC)) - timedelta(seconds=ago)
@@ -454,7 +425,7 @@ def make_object_event(
     first_ago: float | None = None,
     api_version: str = "",
     now: datetime | None = None,
-    recorder: Recorder = "core",
+    recorder: Recorder | None = None,
     component: str = "",
 ) -> dict[str, Any]:
     """An Event about any object (``Pod``, ``RayCluster``, ``RayService``, ``Job``), last seen
@@ -467,7 +438,16 @@ def make_object_event(
     API: kube-scheduler, KubeRay 1.7's ``mgr.GetEventRecorder``): ``eventTime`` (the first
     sighting), no count or core timestamps, and from the first repeat on a ``series`` with its
     count and last sighting (``recordToSink`` writes count 2 at once, later counts every 30
-    minutes). tests_cluster/test_fake_vs_real.py compares both shapes with the real ones."""
+    minutes). tests_cluster/test_fake_vs_real.py compares both shapes with the real ones.
+
+    By default the recorder and ``component`` follow the reason: the scheduler's reasons about
+    a pod (SCHEDULER_REASONS) in the shape its events.k8s.io recorder leaves, everything else
+    in the core/v1 shape of the kind's recorder (_RECORDERS)."""
+    by_scheduler = kind == "Pod" and reason in SCHEDULER_REASONS
+    if recorder is None:
+        recorder = "events" if by_scheduler else "core"
+    if by_scheduler and not component:
+        component = "default-scheduler"
     first = ago + 60 * (count - 1) if first_ago is None else first_ago
     involved: dict[str, Any] = {"kind": kind, "name": name, "namespace": namespace}
     if kind != "Pod":
@@ -509,6 +489,13 @@ def make_object_event(
     if count > 1:
         event["series"] = {"count": count, "lastObservedTime": micro_ts(now, ago=ago)}
     return event
+
+
+# An Event about a pod, last seen ``ago`` seconds before ``now`` (default: now); with ``count``
+# > 1 aggregated: first seen a minute per repeat earlier. The scheduler's reasons
+# (SCHEDULER_REASONS) come in the shape its events.k8s.io recorder leaves, the kubelet's in the
+# core/v1 shape.
+make_event = functools.partial(make_object_event, "Pod")
 
 
 # The conditions' messages KubeRay writes (v1.7.0 ``rayservice_controller.go``
@@ -977,6 +964,19 @@ class _Fault:
 
 
 @dataclass(frozen=True)
+class ProxyRequest:
+    """A request to a Service's (or pod's) ``.../<name>:<port>/proxy/<rest>`` subresource."""
+
+    method: str
+    service: str
+    port: int
+    rest: str
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
 class ProxyResponse:
     status: int
     body: bytes
@@ -1431,13 +1431,15 @@ class FakeKubeApi:
         proxy = _PROXY_RE.match(path)
         if proxy and proxy.group(1) == ns:
             return self._route_proxy(
-                method,
-                proxy.group(2),
-                int(proxy.group(3)),
-                proxy.group(4),
-                query,
-                headers or {},
-                body,
+                ProxyRequest(
+                    method,
+                    proxy.group(2),
+                    int(proxy.group(3)),
+                    proxy.group(4),
+                    query,
+                    headers or {},
+                    body,
+                )
             )
         return _no_route()
 
@@ -1565,16 +1567,8 @@ class FakeKubeApi:
         answer["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": 8}
         return _json(200, answer)
 
-    def _route_proxy(
-        self,
-        method: str,
-        service: str,
-        port: int,
-        rest: str,
-        query: dict[str, str],
-        headers: Mapping[str, str],
-        body: bytes = b"",
-    ) -> ProxyResponse:
+    def _route_proxy(self, request: ProxyRequest) -> ProxyResponse:
+        service, port = request.service, request.port
         if self.rayservice is None and service in (self.head_service, self.serve_service):
             # KubeRay creates <rs>-head-svc and <rs>-serve-svc for a RayService whose Serve
             # is ready; without one the real API server's proxy answers 404 for the Service
@@ -1582,7 +1576,9 @@ class FakeKubeApi:
             return _not_found("services", service)
         if service == self.head_service and port == 8265 and self.ray_token is not None:
             # Ray's token middleware (http_token_authentication.py) in front of every route.
-            given = next((v for k, v in headers.items() if k.lower() == "x-ray-authorization"), "")
+            given = next(
+                (v for k, v in request.headers.items() if k.lower() == "x-ray-authorization"), ""
+            )
             if not given:
                 return ProxyResponse(
                     401, b"Unauthorized: Missing authentication token", "text/plain"
@@ -1590,21 +1586,21 @@ class FakeKubeApi:
             if given != f"Bearer {self.ray_token}":
                 return ProxyResponse(403, b"Forbidden: Invalid authentication token", "text/plain")
         with self._lock:
-            explicit = self._proxy.get((service, port, method, rest))
+            explicit = self._proxy.get((service, port, request.method, request.rest))
         if explicit is not None:
             return explicit
         if (
             self.chat_serving
             and service == self.serve_service
             and port == 8000
-            and method == "POST"
-            and rest == "v1/chat/completions"
+            and request.method == "POST"
+            and request.rest == "v1/chat/completions"
         ):
-            return self._chat(body)
-        if service == self.head_service and port == 8265 and rest.startswith("api/jobs/"):
-            return self._jobs(method, rest, body)
-        if service == self.head_service and port == 8265 and method == "GET":
-            dashboard = self._dashboard(rest, query)
+            return self._chat(request.body)
+        if service == self.head_service and port == 8265 and request.rest.startswith("api/jobs/"):
+            return self._jobs(request.method, request.rest, request.body)
+        if service == self.head_service and port == 8265 and request.method == "GET":
+            dashboard = self._dashboard(request.rest, request.query)
             if dashboard is not None:
                 return dashboard
         return _json(
@@ -1631,7 +1627,7 @@ class FakeKubeApi:
         details = {"status": self.job_status, "message": self.job_message}
         return _json(200, {"submission_id": sid, "entrypoint": job.get("entrypoint"), **details})
 
-    def _dashboard(self, rest: str, query: dict[str, str]) -> ProxyResponse | None:
+    def _dashboard(self, rest: str, query: Mapping[str, str]) -> ProxyResponse | None:
         if rest == "api/serve/applications/":
             if self.serve_applications is None:
                 return None
