@@ -469,6 +469,10 @@ def test_serve_details_unreadable_for_a_poll_are_read_again_at_the_next(
     # The first poll's read is retried after 1 and 2 s (the client's backoff); the next poll
     # reads the details and the probe passes.
     assert cli.clock.sleeps == [10, 1.0, 2.0, 10]
+    assert (
+        "waiting: Serve details unreadable: no endpoints available for service "
+        f'"{fake.RAYSERVICE}-head-svc"'
+    ) in out
     assert "OK: the endpoint served again after 23s (downtime)" in out
     assert "OK    transfer      1 transfer(s)" in out
 

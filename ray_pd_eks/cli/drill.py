@@ -263,6 +263,7 @@ def run(app: App) -> int:
                 raise
             except cluster.kube.KubeApiError as err:
                 last = f"Serve details unreadable: {err.reason or err}"
+                app.print(f"  {duration(elapsed):>8}  waiting: {last}")
                 continue
         if lose == "replica":
             new = replacement(where, serve_json, config.application_name, role, replica)
