@@ -58,13 +58,14 @@ def _load(name: str, module_name: str | None = None, folder: Path = READINESS_DI
 # names, as in the Lambda).
 SIBLINGS: dict[str, tuple[str, ...]] = {
     "placement": ("checks",),
-    "nixl_logs": ("kube", "kvproof", "placement"),
+    "ray_dashboard": ("kube",),
+    "nixl_logs": ("kube", "kvproof", "placement", "ray_dashboard"),
     "terminal": ("checks", "properties"),
     "kv_probe": ("kube", "kvproof", "placement", "terminal"),
     "report": ("nixl_logs", "properties"),
     "steps": ("kv_probe", "report"),
     "handler": ("steps",),
-    "ray_token": ("kube",),
+    "ray_token": ("kube", "ray_dashboard"),
     "recreate": ("kube", "properties"),
 }
 
@@ -77,8 +78,14 @@ def _readiness(name: str, module_name: str | None = None) -> ModuleType:
 
 
 def kube() -> ModuleType:
-    """``assets/lambda/readiness/kube.py``: KubeClient, eks_token, RayDashboard, errors."""
+    """``assets/lambda/readiness/kube.py``: KubeClient, eks_token, errors."""
     return _readiness("kube")
+
+
+def ray_dashboard() -> ModuleType:
+    """``assets/lambda/readiness/ray_dashboard.py``: RayDashboard (through the API server's
+    proxy) and the Ray token's Secret."""
+    return _readiness("ray_dashboard")
 
 
 def checks() -> ModuleType:

@@ -90,8 +90,8 @@ SCOPE=(
   'assets.lambda.readiness.handler.x_provider_metrics__*'
   'assets.lambda.readiness.handler.x_scheduled_probe__*'
   'assets.lambda.readiness.kube.x__read_some__*'
-  'assets.lambda.readiness.kube.xǁRayDashboardǁread_log_head__*'
-  'assets.lambda.readiness.kube.xǁRayDashboardǁalive_actor_pids__*'
+  'assets.lambda.readiness.ray_dashboard.xǁRayDashboardǁread_log_head__*'
+  'assets.lambda.readiness.ray_dashboard.xǁRayDashboardǁalive_actor_pids__*'
   # readiness: the KV proof (probe answer, NIXL counters, transfer verdict, provider)
   'assets.lambda.readiness.kvproof.x_*'
   'assets.lambda.readiness.kvproof.xǁNixlCountersǁfrom_texts__*'

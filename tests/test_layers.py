@@ -151,3 +151,29 @@ def test_the_package_table_points_one_way() -> None:
     order = list(TopologicalSorter(PACKAGES).static_order())
     assert order[0] == "common" and order[-1] == "inventory"
     assert all(allowed <= set(PACKAGES) for allowed in PACKAGES.values())
+
+
+# A module longer than this is split by responsibility (docs/architecture.md, "Layout and
+# choices"): a reader finds a thing by its module's name, not by scrolling.
+MAX_MODULE_LINES = 800
+PRODUCT = ("app.py", "ray_pd_eks", "pd_constructs", "stacks", "assets/lambda")
+
+
+def too_long(lines: dict[str, int], limit: int = MAX_MODULE_LINES) -> list[str]:
+    """The modules of ``lines`` (path -> line count) over ``limit``, with their counts."""
+    return [f"{path}: {n} lines" for path, n in sorted(lines.items()) if n > limit]
+
+
+def test_too_long_is_over_the_limit_not_at_it() -> None:
+    assert too_long({"a.py": 800, "b.py": 801, "c.py": 12}) == ["b.py: 801 lines"]
+
+
+def test_no_product_module_is_over_800_lines() -> None:
+    files = [
+        path
+        for part in PRODUCT
+        for path in ([ROOT / part] if part.endswith(".py") else (ROOT / part).rglob("*.py"))
+    ]
+    assert len(files) > 100
+    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in files}
+    assert too_long(lines) == []

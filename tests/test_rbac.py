@@ -34,7 +34,7 @@ from tests.fakes.kube_api import (
     make_raycluster,
     make_secret,
 )
-from tests.readiness import kube, kv_probe, nixl_logs, properties, steps
+from tests.readiness import kube, kv_probe, nixl_logs, properties, ray_dashboard, steps
 from tests.synth import Synthesized, resolve
 
 pytest_plugins = ["tests.fakes.fixtures"]
@@ -96,7 +96,7 @@ def drive_readiness(server: FakeKubeApi, tmp_path: Path) -> None:
     for stage in STAGES:
         server.set_stage(stage)
         steps.check(props, client, now=time.time(), started=time.time())
-    dashboard = kube.RayDashboard(
+    dashboard = ray_dashboard.RayDashboard(
         client, props.namespace, props.rayservice, token_secret=props.ray_auth_secret
     )
     report = nixl_logs.read_nixl_backends(dashboard, None, props.app_name)

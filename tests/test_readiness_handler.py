@@ -1558,7 +1558,9 @@ def test_a_dashboard_that_cannot_answer_leaves_token_enforcement_unproven(
     client = kube.KubeClient(
         kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.t", sleep=sleeps.append
     )
-    dashboard = kube.RayDashboard(client, props.namespace, props.rayservice, token_secret="x")
+    dashboard = lambda_code.ray_dashboard().RayDashboard(
+        client, props.namespace, props.rayservice, token_secret="x"
+    )
     assert steps.ray_token_enforced(dashboard).startswith("unknown: GET /api/serve/")
     for status in (200, 404):
         kube_api.set_proxy(

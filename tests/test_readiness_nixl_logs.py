@@ -11,7 +11,7 @@ import pytest
 
 from tests.fakes import kube_api as fake
 from tests.fakes.kube_api import FakeKubeApi, make_ray_actor, nixl_log, provider_log
-from tests.readiness import checks, handler, kube, nixl_logs
+from tests.readiness import checks, handler, kube, nixl_logs, ray_dashboard
 
 pytest_plugins = ["tests.fakes.fixtures"]  # kube_api, probe_env
 
@@ -39,7 +39,7 @@ def dashboard(kube_api: FakeKubeApi) -> Any:
     client = kube.KubeClient(
         kube_api.url, kube_api.ca_data, lambda: "k8s-aws-v1.t", sleep=lambda _: None
     )
-    return kube.RayDashboard(
+    return ray_dashboard.RayDashboard(
         client, fake.NAMESPACE, fake.RAYSERVICE, token_secret=fake.RAY_TOKEN_SECRET
     )
 

@@ -23,7 +23,17 @@ from ray_pd_eks.rehearse.plane import (
     serving_python,
 )
 from ray_pd_eks.rehearse.probe import answer_text, chat, http, wait_for
-from tests.readiness import checks, kube, kv_probe, kvproof, nixl_logs, placement, properties, steps
+from tests.readiness import (
+    checks,
+    kube,
+    kv_probe,
+    kvproof,
+    nixl_logs,
+    placement,
+    properties,
+    ray_dashboard,
+    steps,
+)
 from tests_serving.proxy_standin import RealPlaneKubeApi
 
 
@@ -36,7 +46,7 @@ def _props(api: RealPlaneKubeApi) -> Any:
 
 
 def _dashboard(api: RealPlaneKubeApi, client: Any) -> Any:
-    return kube.RayDashboard(
+    return ray_dashboard.RayDashboard(
         client,
         api.namespace,
         api.rayservice_name,

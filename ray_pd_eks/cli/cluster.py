@@ -77,7 +77,7 @@ class Cluster:
         """The Ray dashboard (head service :8265) through the API server proxy, with the Ray
         token read from its Secret (RBAC ``get`` on that Secret)."""
         config = self.app.config
-        return self.kube.RayDashboard(
+        return lambda_code.ray_dashboard().RayDashboard(
             self.client,
             self.namespace,
             config.ray_service_name,

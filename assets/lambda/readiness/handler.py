@@ -46,6 +46,7 @@ from typing import Any
 
 import checks
 import kube
+import ray_dashboard
 from kv_probe import decode_metric_pods, kv_probe
 from nixl_logs import KvBackendReport, read_nixl_backends
 from pd_lambda import props as props_helpers
@@ -285,7 +286,7 @@ def probe_outcome(props: Props, client: kube.KubeClient) -> dict[str, Any]:
     if not state.running:
         return {"ProbeOk": 0, "KvTransferStalled": 0, "Reason": state.summary()}
     ns = props.namespace
-    dashboard = kube.RayDashboard(
+    dashboard = ray_dashboard.RayDashboard(
         client,
         ns,
         props.rayservice,

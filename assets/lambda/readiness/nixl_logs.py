@@ -3,7 +3,7 @@ read from the engines' logs through the Ray dashboard's log API (no exec into a 
 
 The choice of files is pure (``nixl_targets``, ``log_files_to_read``, ``oldest_piece``: which
 nodes, which processes' files, most likely first); ``read_nixl_backends`` reads them through an
-injected ``kube.RayDashboard`` and returns a :class:`KvBackendReport`, in which anything
+injected ``ray_dashboard.RayDashboard`` and returns a :class:`KvBackendReport`, in which anything
 unreadable is ``unknown: <reason>``, never success; ``backend_failure`` is the verdict (no
 evidence is no proof). Shared by the readiness check, the scheduled KV probe and the CLI's
 ``efa-check``.
@@ -20,6 +20,7 @@ from typing import Any
 
 import kube
 import kvproof
+import ray_dashboard
 from checks import as_str
 from placement import serve_replicas
 
@@ -297,7 +298,7 @@ def backend_failure(kv_backend: str, kv: KvBackendReport) -> str | None:
 
 
 def read_nixl_backends(
-    dashboard: kube.RayDashboard,
+    dashboard: ray_dashboard.RayDashboard,
     serve_json: Mapping[str, Any] | None,
     app_name: str,
     *,

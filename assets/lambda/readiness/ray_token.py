@@ -11,7 +11,8 @@ nothing, so the running Ray pods' token stays valid. The write is a JSON merge p
 the ``resourceVersion`` it read, so it never overwrites a token someone else wrote meanwhile
 (409 Conflict: read again). Delete does nothing: the Secret goes with its manifest.
 
-Shares this folder with the readiness check for the Kubernetes client (``kube.py``).
+Shares this folder with the readiness check for the Kubernetes client (``kube.py``) and the
+Secret's key (``ray_dashboard.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import kube
+import ray_dashboard
 from pd_lambda import props as props_helpers
 
 LOG = logging.getLogger()
@@ -87,11 +89,14 @@ def ensure_token(
                     "resource depends on it"
                 ) from None
             raise
-        if (obj.get("data") or {}).get(kube.RAY_TOKEN_KEY):
+        if (obj.get("data") or {}).get(ray_dashboard.RAY_TOKEN_KEY):
             return "kept"
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         value = base64.b64encode(generate().encode("ascii")).decode("ascii")
-        patch = {"metadata": {"resourceVersion": version}, "data": {kube.RAY_TOKEN_KEY: value}}
+        patch = {
+            "metadata": {"resourceVersion": version},
+            "data": {ray_dashboard.RAY_TOKEN_KEY: value},
+        }
         try:
             client.request(
                 "PATCH",

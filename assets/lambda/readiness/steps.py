@@ -14,6 +14,7 @@ from typing import Any
 
 import checks
 import kube
+import ray_dashboard
 from kv_probe import decode_metric_pods, kv_probe
 from nixl_logs import backend_failure, read_nixl_backends
 from placement import placement
@@ -92,7 +93,7 @@ def check(
     if not state.running:
         return _pending("rayservice", state.summary() + pod_note)
 
-    dashboard = kube.RayDashboard(
+    dashboard = ray_dashboard.RayDashboard(
         client, ns, rs, port=DASHBOARD_PORT, token_secret=props.ray_auth_secret or None
     )
     if late := out_of_budget("placement"):
@@ -173,7 +174,7 @@ def check(
     return Outcome(complete=True, data=data)
 
 
-def ray_token_enforced(dashboard: kube.RayDashboard) -> str:
+def ray_token_enforced(dashboard: ray_dashboard.RayDashboard) -> str:
     """Prove the dashboard refuses a request without the Ray token: 401/403 passes; an answer
     fails the deploy (an image whose Ray predates token authentication, 2.52, starts the
     dashboard open and ignores authOptions). Skipped, and said so, without a token Secret."""
@@ -226,7 +227,7 @@ def get_rayservice(client: kube.KubeClient, props: Props) -> dict[str, Any]:
         raise
 
 
-def serve_applications(dashboard: kube.RayDashboard) -> tuple[dict[str, Any] | None, str]:
+def serve_applications(dashboard: ray_dashboard.RayDashboard) -> tuple[dict[str, Any] | None, str]:
     """The dashboard's Serve details, or why not. A refused or unreadable Ray token is not
     "not deployed yet": it raises (waiting cannot fix it)."""
     try:
