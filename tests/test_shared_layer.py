@@ -89,6 +89,36 @@ def test_no_handler_carries_its_own_copy_of_a_shared_helper(folder: Path) -> Non
         assert "describe_stacks" not in text, source.name
 
 
+@pytest.mark.parametrize(
+    ("event", "answer", "status"),
+    [
+        (
+            {"StackId": "arn:s/1"},
+            {"Stacks": [{"StackStatus": "UPDATE_IN_PROGRESS"}]},
+            "UPDATE_IN_PROGRESS",
+        ),
+        ({}, {"Stacks": [{"StackStatus": "UPDATE_IN_PROGRESS"}]}, ""),  # no stack named
+        ({"StackId": "arn:s/1"}, {"Stacks": []}, ""),  # not found
+        ({"StackId": "arn:s/1"}, {"Stacks": [{}]}, ""),  # no status in the answer
+        ({"StackId": "arn:s/1"}, RuntimeError("Throttling"), ""),  # the call failed
+    ],
+)
+def test_stack_status_is_empty_when_it_cannot_say(
+    event: dict[str, str], answer: Any, status: str
+) -> None:
+    """The caller decides what not knowing means: "" for no stack, none found, no status or a
+    failed call, never a placeholder that could read as a status."""
+    from pd_lambda import rollback
+
+    class Stacks:
+        def describe_stacks(self, **_: Any) -> Any:
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    assert rollback.stack_status(event, Stacks()) == status
+
+
 def test_the_layer_answers_like_the_handlers_did() -> None:
     from pd_lambda import props, rollback
 
