@@ -317,8 +317,14 @@ def test_writer_keeps_a_token_written_meanwhile(
 
 def test_writer_fails_when_the_secret_is_missing(kube_api: FakeKubeApi, clients: None) -> None:
     kube_api.secrets.clear()
-    with pytest.raises(ray_token.RayTokenError, match=r"Secret inference/ray-llm-ray-token"):
+    with pytest.raises(ray_token.RayTokenError) as failed:
         ray_token.on_event(_writer_event(kube_api), None)
+    assert str(failed.value) == (
+        "Ray token for ray-llm-multinode/inference/ray-llm-ray-token: "
+        'Secret inference/ray-llm-ray-token does not exist (secrets "ray-llm-ray-token" not '
+        "found); the workload stack creates it (without data) before this resource: check that "
+        "this resource depends on it"
+    )
 
 
 def test_writer_reports_rbac_denial(kube_api: FakeKubeApi, clients: None) -> None:

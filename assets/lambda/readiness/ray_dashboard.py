@@ -25,27 +25,48 @@ RAY_AUTH_HEADER = "X-Ray-Authorization"
 RAY_TOKEN_KEY = "auth_token"
 
 
+def secret_path(namespace: str, secret: str) -> str:
+    """The API path of Secret ``namespace/secret``."""
+    return f"/api/v1/namespaces/{kube.path_segment(namespace)}/secrets/{kube.path_segment(secret)}"
+
+
+def token_secret(
+    client: kube.KubeClient,
+    namespace: str,
+    secret: str,
+    missing: Callable[[str], Exception],
+) -> dict[str, Any]:
+    """The Ray token's Secret object (RBAC: ``get`` on that one Secret). A 404 raises what
+    ``missing`` makes of the API server's reason; a denial raises :class:`kube.KubeAuthError`;
+    any other error as :mod:`kube` raises it."""
+    try:
+        return client.get_json(secret_path(namespace, secret))
+    except kube.KubeAuthError:
+        raise
+    except kube.KubeApiError as exc:
+        if exc.status == 404:
+            raise missing(exc.reason) from None
+        raise
+
+
 def read_ray_token(client: kube.KubeClient, namespace: str, secret: str) -> str:
     """The Ray token from ``secret``'s ``auth_token`` key (RBAC: ``get`` on that one Secret).
 
     Raises :class:`kube.RayAuthError` when the Secret or the key is missing,
     :class:`kube.KubeAuthError` when RBAC denies the read. Never logs or echoes the value.
     """
-    path = f"/api/v1/namespaces/{kube.path_segment(namespace)}/secrets/{kube.path_segment(secret)}"
-    try:
-        obj = client.get_json(path)
-    except kube.KubeAuthError:
-        raise
-    except kube.KubeApiError as exc:
-        if exc.status == 404:
-            raise kube.RayAuthError(
-                f"the Ray token Secret {namespace}/{secret} does not exist ({exc.reason}); it is "
-                "the one rayClusterConfig.authOptions.secretName names, created with the "
-                "workload stack: redeploy it",
-                status=404,
-                reason=exc.reason,
-            ) from None
-        raise
+    obj = token_secret(
+        client,
+        namespace,
+        secret,
+        lambda reason: kube.RayAuthError(
+            f"the Ray token Secret {namespace}/{secret} does not exist ({reason}); it is "
+            "the one rayClusterConfig.authOptions.secretName names, created with the "
+            "workload stack: redeploy it",
+            status=404,
+            reason=reason,
+        ),
+    )
     encoded = (obj.get("data") or {}).get(RAY_TOKEN_KEY)
     try:
         token = base64.b64decode(encoded or "", validate=True).decode("utf-8").strip()

@@ -75,20 +75,16 @@ def ensure_token(
     generate: Callable[[], str] = new_token,
 ) -> str:
     """Write a token into ``namespace/secret`` unless it has one; "kept" or "written"."""
-    path = f"/api/v1/namespaces/{namespace}/secrets/{secret}"
+
+    def missing(reason: str) -> RayTokenError:
+        return RayTokenError(
+            f"Secret {namespace}/{secret} does not exist ({reason}); the workload stack creates "
+            "it (without data) before this resource: check that this resource depends on it"
+        )
+
+    path = ray_dashboard.secret_path(namespace, secret)
     for _ in range(CONFLICT_ATTEMPTS):
-        try:
-            obj = client.get_json(path)
-        except kube.KubeAuthError:
-            raise
-        except kube.KubeApiError as exc:
-            if exc.status == 404:
-                raise RayTokenError(
-                    f"Secret {namespace}/{secret} does not exist ({exc.reason}); the workload "
-                    "stack creates it (without data) before this resource: check that this "
-                    "resource depends on it"
-                ) from None
-            raise
+        obj = ray_dashboard.token_secret(client, namespace, secret, missing)
         if (obj.get("data") or {}).get(ray_dashboard.RAY_TOKEN_KEY):
             return "kept"
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
